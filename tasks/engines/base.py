@@ -1,0 +1,48 @@
+"""The generation interface every engine implements, and the record one sampled answer becomes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from tasks.engines.config import SamplingConfig
+
+
+@dataclass
+class Completion:
+    """One sampled answer.
+
+    `logprobs[i]` is the log-probability of `token_ids[i]` under the generating policy's raw distribution
+    (temperature 1, no top-p), i.e. the behaviour log-prob an importance ratio needs. Shape: both lists
+    have length `len(token_ids)`. `finish_reason` is `stop` (end-of-sequence or a stop string) or `length`.
+    """
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    prompt_token_ids: list[int] = field(default_factory=list)
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """Samples answers for prompts from a policy whose weights can be replaced in place."""
+
+    name: str
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
+    ) -> list[list[Completion]]:
+        """`sampling.n` completions for each prompt, in prompt order."""
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the policy weights (same architecture) without restarting the engine."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine's memory and processes."""
+        ...

