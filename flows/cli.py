@@ -1,0 +1,219 @@
+"""`rlep`: the command line of the rlep pipeline.
+
+Every command that runs a stage takes `--config FILE.yaml` plus one flag per setting (see `--help` of
+the command); flags override the file. `rlep show-config COMMAND` prints a complete YAML to start from.
+A user error (bad value, missing file or column) prints one message and exits with code 2, before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from flows.options import ConfigError, add_model_flags, build_config, dump_yaml, flag_overrides
+
+EXIT_USAGE = 2
+
+# Offline by default: no telemetry from Prefect, vLLM or the HF libraries.
+for _name, _value in (
+    ("DO_NOT_TRACK", "1"),
+    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
+    os.environ.setdefault(_name, _value)
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit code 2."""
+
+
+def _config_commands() -> dict[str, tuple[type, Callable]]:
+    """Commands whose settings are one pydantic model: name -> (model, runner(config, args))."""
+    from tasks.evaluate import EvalConfig
+
+    return {"eval": (EvalConfig, _run_eval)}
+
+
+# ---------------------------------------------------------------- problems
+
+
+def _cmd_problems(args: argparse.Namespace) -> int:
+    from data.sources import ProblemSourceConfig, load_problems, write_problems
+
+    config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
+    out = Path(args.out)
+    if out.suffix.lower() not in (".jsonl", ".parquet"):
+        raise UserError(f"--out {out}: must end in .jsonl or .parquet")
+    problems = load_problems(config)
+    write_problems(problems, out)
+    print(f"wrote {len(problems)} problems ({config.source}, split {config.split}) to {out}")
+    return 0
+
+
+# ---------------------------------------------------------------- tiny-model
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
+
+    config = build_config(TinyModelConfig, args.config, flag_overrides(args))
+    out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet)
+    info = read_build_info(out) or {}
+    accuracy = info.get("greedy_accuracy", {})
+    overall = accuracy.get("overall") if isinstance(accuracy, dict) else accuracy
+    print(f"tiny model: {out}")
+    if info:
+        print(f"  build seconds: {info.get('build_seconds', float('nan')):.1f}, greedy test accuracy: {overall}")
+    return 0
+
+
+# ---------------------------------------------------------------- eval
+
+
+def _run_eval(config, args: argparse.Namespace) -> int:
+    from flows.evaluate import evaluate_flow
+
+    result = evaluate_flow(config) if args.prefect else _eval_direct(config)
+    _print_eval(result.rows, config)
+    return 0
+
+
+def _eval_direct(config):
+    from tasks.evaluate import evaluate
+
+    return evaluate(config, progress=True)
+
+
+def _print_eval(rows: list[dict], config) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{config.model}: K={config.samples}, {config.problems.source}/{config.problems.split}")
+    for column in ("data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k"):
+        table.add_column(column, justify="left" if column == "data_source" else "right")
+    for row in rows:
+        table.add_row(row["data_source"], str(row["n_problems"]), *(f"{row[c]:.3f}" for c in ("avg_at_k", "pass_at_k", "maj_at_k")))
+    Console().print(table)
+    if config.out:
+        print(f"wrote {Path(config.out) / 'eval.parquet'} and {Path(config.out) / 'eval_samples.parquet'}")
+
+
+# ---------------------------------------------------------------- bench
+
+
+def _cmd_bench_generate(args: argparse.Namespace) -> int:
+    from tasks.bench_generate import GenerateBenchConfig, run_generate_bench
+
+    config = build_config(GenerateBenchConfig, args.config, flag_overrides(args))
+    report = run_generate_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def _cmd_bench_verify(args: argparse.Namespace) -> int:
+    from verifiers.bench import run_verify_bench
+
+    run_verify_bench(n_pairs=args.pairs, out_dir=Path(args.out), workers=args.workers, seed=args.seed)
+    return 0
+
+
+# ---------------------------------------------------------------- show-config
+
+
+def _cmd_show_config(args: argparse.Namespace) -> int:
+    model, _ = _config_commands()[args.command_name]
+    print(dump_yaml(model()), end="")
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from data.sources import ProblemSourceConfig
+    from data.tiny_model import TinyModelConfig
+    from tasks.bench_generate import GenerateBenchConfig
+
+    parser = argparse.ArgumentParser(
+        prog="rlep",
+        description="RL for LLM reasoning with experience replay: collect verified answers, replay them in GRPO.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="Show library logs (vLLM, Prefect).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
+        return p
+
+    p = command("problems", "Write problems of a source (default: built-in tiny-math) to JSONL or Parquet.", _cmd_problems)
+    p.add_argument("--out", required=True, help="Output file, .jsonl or .parquet.")
+    add_model_flags(p, ProblemSourceConfig)
+
+    p = command("tiny-model", "Build (or find cached) the tiny default model: tokenizer, Qwen2 LM, supervised training.", _cmd_tiny_model)
+    p.add_argument("--out", default=None, help="Directory for the model (default: the cache, see README).")
+    p.add_argument("--force", action="store_true", help="Rebuild even if a complete build is there.")
+    p.add_argument("--quiet", action="store_true", help="No progress bar.")
+    add_model_flags(p, TinyModelConfig)
+
+    for name, (model, runner) in _config_commands().items():
+        doc = (model.__doc__ or "").strip().splitlines()[0]
+        p = command(name, doc, lambda args, runner=runner, model=model: runner(build_config(model, args.config, flag_overrides(args)), args))
+        p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
+                       help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the function directly.")
+        add_model_flags(p, model)
+
+    bench = sub.add_parser("bench", help="Benchmarks; results go to bench/results/*.json.")
+    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    p = bench_sub.add_parser("generate", help="Tokens/s of the vLLM and transformers engines on the same model and prompts.")
+    p.set_defaults(handler=_cmd_bench_generate)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
+    add_model_flags(p, GenerateBenchConfig)
+    p = bench_sub.add_parser("verify", help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency.")
+    p.set_defaults(handler=_cmd_bench_verify)
+    p.add_argument("--pairs", type=int, default=10_000, help="Number of (response, gold) pairs [default: 10000].")
+    p.add_argument("--workers", type=int, default=None, help="Verifier worker processes [default: cores].")
+    p.add_argument("--seed", type=int, default=0, help="Corpus seed [default: 0].")
+    p.add_argument("--out", default="bench/results", help="Directory for the JSON result [default: bench/results].")
+
+    p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
+    p.add_argument("command_name", choices=sorted(_config_commands()), metavar="COMMAND")
+    p.set_defaults(handler=_cmd_show_config)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("vllm").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        _quiet_libraries()
+    from data.sources import ProblemSourceError
+    from tasks.engines import EngineUnavailable
+    from tasks.models import ModelNotFound
+
+    try:
+        return args.handler(args)
+    except (UserError, ConfigError, ProblemSourceError, EngineUnavailable, ModelNotFound) as err:
+        print(f"rlep {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

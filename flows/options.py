@@ -1,0 +1,160 @@
+"""One source of settings: pydantic models, filled from a YAML file and then from command-line flags.
+
+`add_model_flags` turns every leaf field of a config model into a flag (`--temperature`, `--split`, ...):
+the leaf's own name when it is unique in the model, else `--parent-leaf`; a field may name its flag with
+`json_schema_extra={"cli_flag": ...}`. Help text is the field's description. `build_config` merges
+YAML < flags and validates once, so a bad value gets one message naming its field, wherever it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+_DEST_PREFIX = "cfg:"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the file and/or field."""
+
+
+def _model_type(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class an annotation holds (also through `X | None`), or None."""
+    candidates = [annotation]
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        candidates = [a for a in get_args(annotation) if a is not type(None)]
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, field in model.model_fields.items():
+        nested = _model_type(field.annotation)
+        if nested is not None:
+            yield from _leaves(nested, (*prefix, name))
+        else:
+            yield (*prefix, name), field
+
+
+def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], str]:
+    leaves = list(_leaves(model))
+    counts: dict[str, int] = {}
+    for path, _ in leaves:
+        counts[path[-1]] = counts.get(path[-1], 0) + 1
+    names = {}
+    for path, field in leaves:
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        name = extra.get("cli_flag") or (path[-1] if counts[path[-1]] == 1 else "-".join(path))
+        names[path] = "--" + str(name).replace("_", "-")
+    return names
+
+
+def _is_list(annotation: Any) -> bool:
+    return get_origin(annotation) in (list, tuple)
+
+
+def _literal_choices(annotation: Any) -> list[Any] | None:
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return None
+
+
+def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: set[str] = frozenset()) -> None:
+    """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller)."""
+    group = parser.add_argument_group(f"{model.__name__} settings (also settable in --config YAML)")
+    for path, flag in _flag_names(model).items():
+        if flag in skip:
+            continue
+        field = _field_at(model, path)
+        default = field.get_default(call_default_factory=True)
+        help_text = f"{field.description or ''} [default: {default!r}]".replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": _DEST_PREFIX + ".".join(path), "default": argparse.SUPPRESS, "help": help_text}
+        if field.annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif _is_list(field.annotation):
+            kwargs["nargs"] = "*"
+            kwargs["metavar"] = "VALUE"
+        else:
+            choices = _literal_choices(field.annotation)
+            if choices:
+                kwargs["choices"] = choices
+                kwargs["type"] = type(choices[0])
+            kwargs["metavar"] = "{" + ",".join(map(str, choices)) + "}" if choices else path[-1].upper()
+        group.add_argument(flag, **kwargs)
+
+
+def _field_at(model: type[BaseModel], path: tuple[str, ...]):
+    for name in path[:-1]:
+        model = _model_type(model.model_fields[name].annotation)
+    return model.model_fields[path[-1]]
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The values given on the command line, as {"dotted.path": value}."""
+    return {k[len(_DEST_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(_DEST_PREFIX)}
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable config file ({err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for name in parents:
+        child = data.get(name)
+        if not isinstance(child, dict):
+            child = {} if child is None else child
+            data[name] = child
+        data = child
+    data[leaf] = value
+
+
+def format_validation_error(err: ValidationError, origin: str = "") -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        got = e.get("input")
+        shown = "" if e["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{field}: {e['msg']}{shown}")
+    where = f"{origin}: " if origin else ""
+    return where + "invalid configuration: " + "; ".join(lines)
+
+
+def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
+    """`model` validated from YAML `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
+    data: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    for path, value in (overrides or {}).items():
+        _set_path(data, path, value)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
+
+
+def dump_yaml(config: BaseModel) -> str:
+    """The full configuration as YAML (every field, defaults included): a starting point for --config."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,87 @@
+"""`rlep bench generate`: tokens/s of the vLLM and transformers engines on the same model and prompts.
+
+Both engines run in one process, one after the other, each with one untimed warm-up request, then the
+same timed request (same prompts, n, max_tokens, temperature). Generated tokens are counted from the
+returned token ids, so early stops are not counted as work. Writes bench/results/generate-<time>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from data.problem import render_prompt
+from data.tiny_math import generate as tiny_math_problems
+from tasks.engines import EngineConfig, SamplingConfig, make_engine
+from tasks.models import resolve_model
+
+
+class GenerateBenchConfig(BaseModel):
+    """What the generation benchmark runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("tiny", min_length=1, description="Model directory or name; `tiny` = the project's tiny model.")
+    prompts: int = Field(256, ge=1, le=100_000, description="tiny-math train prompts per request.")
+    samples: int = Field(8, ge=1, le=1024, description="Answers per prompt (n).")
+    max_tokens: int = Field(32, ge=1, le=4096, description="Most new tokens per answer.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (training-like sampling).")
+    repeats: int = Field(2, ge=1, le=100, description="Timed requests per engine; the best is reported.")
+    engines: list[str] = Field(default_factory=lambda: ["vllm", "transformers"], description="Engines to compare.")
+    max_num_seqs: int = Field(256, ge=1, le=65_536, description="vLLM batch size (sequences per step).")
+    hf_batch_size: int = Field(256, ge=1, le=65_536, description="transformers batch size (sequences per generate).")
+    out: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
+
+
+def _measure(engine, prompts: list[str], sampling: SamplingConfig, repeats: int) -> dict:
+    engine.generate(prompts[: max(1, len(prompts) // 8)], sampling)  # warm-up: first-call allocations
+    best = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = engine.generate(prompts, sampling)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(c.token_ids) for group in out for c in group)
+        if best is None or seconds < best["seconds"]:
+            best = {"seconds": seconds, "generated_tokens": tokens, "tokens_per_second": tokens / seconds}
+    return best
+
+
+def run_generate_bench(config: GenerateBenchConfig) -> dict:
+    """Run the benchmark; returns {"summary": ..., "path": json path}."""
+    model = resolve_model(config.model)
+    prompts = [render_prompt(p) for p in tiny_math_problems("train", config.prompts, seed=1)]
+    sampling = SamplingConfig(n=config.samples, temperature=config.temperature, max_tokens=config.max_tokens, seed=0)
+    results = {}
+    for backend in config.engines:
+        engine_config = EngineConfig(backend=backend, max_num_seqs=config.max_num_seqs, hf_batch_size=config.hf_batch_size)
+        start = time.perf_counter()
+        engine = make_engine(model, engine_config)
+        init_seconds = time.perf_counter() - start
+        try:
+            results[backend] = {"init_seconds": init_seconds, **_measure(engine, prompts, sampling, config.repeats)}
+        finally:
+            engine.close()
+        print(f"{backend}: {results[backend]['tokens_per_second']:.0f} tokens/s "
+              f"({results[backend]['generated_tokens']} tokens in {results[backend]['seconds']:.2f} s)")
+    summary = {name: round(r["tokens_per_second"], 1) for name, r in results.items()}
+    if "vllm" in results and "transformers" in results:
+        summary["vllm_over_transformers"] = round(results["vllm"]["tokens_per_second"] / results["transformers"]["tokens_per_second"], 3)
+    report = {
+        "benchmark": "generate",
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "config": config.model_dump(mode="json"),
+        "model_path": model,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "results": results,
+        "summary": summary,
+    }
+    config.out.mkdir(parents=True, exist_ok=True)
+    path = config.out / f"generate-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path.write_text(json.dumps(report, indent=2))
+    return {"summary": summary, "path": str(path)}

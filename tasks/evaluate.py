@@ -1,0 +1,158 @@
+"""Evaluation: K answers per held-out problem, verified, summarised as avg@K, pass@k and maj@K per data source.
+
+`evaluate_with_engine` is what training calls on its live engine every `eval_every` steps; `evaluate`
+loads the model and problems from an `EvalConfig` (what `rlep eval` and `flows.evaluate` run).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data.parquet_io import append_rows
+from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.sources import ProblemSourceConfig, load_problems
+from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
+from tasks.metrics import majority_correct, pass_at_k
+from tasks.models import resolve_model
+from verifiers import VerifierConfig, verify_batch
+
+ALL_SOURCES = "all"
+
+
+class EvalConfig(BaseModel):
+    """Evaluate one model on a problem split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        "tiny",
+        min_length=1,
+        description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
+    )
+    problems: ProblemSourceConfig = Field(
+        default_factory=lambda: ProblemSourceConfig(split="test", tiny_math_size=500),
+        description="Which problems to evaluate on.",
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
+    samples: int = Field(1, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
+    temperature: float | None = Field(
+        None, ge=0, le=10, description="Sampling temperature; default greedy (0) for K=1, 1.0 for K>1."
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_tokens: int = Field(32, ge=1, le=1_048_576, description="Most new tokens per answer.")
+    seed: int = Field(0, ge=0, description="Sampling seed.")
+    prompt_template: str = Field(
+        DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.", json_schema_extra={"cli_flag": "prompt-template"}
+    )
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
+    out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        if "{problem}" not in self.prompt_template:
+            raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError("samples > 1 with temperature 0 gives K identical answers: raise temperature")
+        return self
+
+    def sampling(self) -> SamplingConfig:
+        temperature = self.temperature if self.temperature is not None else (0.0 if self.samples == 1 else 1.0)
+        return SamplingConfig(
+            n=self.samples, temperature=temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=self.seed
+        )
+
+
+@dataclass
+class EvalResult:
+    """Per-data-source rows (plus an `all` row) and the per-answer records behind them."""
+
+    rows: list[dict]
+    samples: list[dict] = field(repr=False)
+    seconds: float
+
+    def overall(self) -> dict:
+        return next(r for r in self.rows if r["data_source"] == ALL_SOURCES)
+
+
+def evaluate_with_engine(
+    engine: GenerationEngine,
+    problems: list[Problem],
+    sampling: SamplingConfig,
+    verifier: VerifierConfig | None = None,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+    step: int = 0,
+    progress: bool = False,
+) -> EvalResult:
+    """Sample `sampling.n` answers per problem with `engine`, verify them, and summarise."""
+    start = time.perf_counter()
+    prompts = [render_prompt(p, prompt_template) for p in problems]
+    completions = engine.generate(prompts, sampling, progress=progress)
+    responses = [c.text for group in completions for c in group]
+    golds = [p.answer for p, group in zip(problems, completions) for _ in group]
+    verdicts = verify_batch(responses, golds, **(verifier or VerifierConfig()).model_dump())
+    samples, by_source = [], defaultdict(list)
+    cursor = 0
+    for problem, group in zip(problems, completions):
+        group_verdicts = verdicts[cursor : cursor + len(group)]
+        cursor += len(group)
+        for completion, verdict in zip(group, group_verdicts):
+            samples.append(
+                {
+                    "step": step,
+                    "problem_id": problem.id,
+                    "data_source": problem.data_source,
+                    "response": completion.text,
+                    "extracted_answer": verdict.extracted,
+                    "gold_answer": problem.answer,
+                    "correct": verdict.correct,
+                    "verdict_reason": verdict.reason,
+                }
+            )
+        by_source[problem.data_source].append(group_verdicts)
+    k = sampling.n
+    rows = [_summary(step, source, groups, k) for source, groups in sorted(by_source.items())]
+    rows.append(_summary(step, ALL_SOURCES, [g for groups in by_source.values() for g in groups], k))
+    return EvalResult(rows=rows, samples=samples, seconds=time.perf_counter() - start)
+
+
+def _summary(step: int, source: str, groups: list, k: int) -> dict:
+    n_problems = len(groups)
+    correct_counts = [sum(v.correct for v in g) for g in groups]
+    return {
+        "step": step,
+        "data_source": source,
+        "k": k,
+        "n_problems": n_problems,
+        "avg_at_k": sum(c / k for c in correct_counts) / n_problems,
+        "pass_at_k": sum(pass_at_k(k, c, k) for c in correct_counts) / n_problems,
+        "maj_at_k": sum(majority_correct([v.extracted for v in g], [v.correct for v in g]) for g in groups) / n_problems,
+    }
+
+
+def write_eval(result: EvalResult, out: Path) -> dict[str, Path]:
+    """Append the summary rows to OUT/eval.parquet and the answers to OUT/eval_samples.parquet."""
+    out = Path(out)
+    return {
+        "eval": append_rows(out / "eval.parquet", result.rows),
+        "samples": append_rows(out / "eval_samples.parquet", result.samples),
+    }
+
+
+def evaluate(config: EvalConfig, progress: bool = True) -> EvalResult:
+    """Load `config.model` and its problems, evaluate, and write the tables when `config.out` is set."""
+    problems = load_problems(config.problems)
+    engine = make_engine(resolve_model(config.model, progress=progress), config.engine)
+    try:
+        result = evaluate_with_engine(
+            engine, problems, config.sampling(), config.verifier, config.prompt_template, progress=progress
+        )
+    finally:
+        engine.close()
+    if config.out is not None:
+        write_eval(result, config.out)
+    return result

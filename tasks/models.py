@@ -1,0 +1,30 @@
+"""Turn a model reference from the configuration into something an engine or trainer can load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY_MODEL = "tiny"
+
+
+class ModelNotFound(ValueError):
+    """A model path that does not hold an HF-format model."""
+
+
+def resolve_model(model: str, progress: bool = True) -> str:
+    """`tiny` -> the project's tiny model (built and cached on first use); a directory -> its path, checked
+    for `config.json`; anything else is passed on as a Hugging Face model name (needs the hub or its cache).
+    """
+    if model == TINY_MODEL:
+        from data.tiny_model import build_tiny_model
+
+        return str(build_tiny_model(progress=progress))
+    path = Path(model).expanduser()
+    looks_like_path = model.startswith((".", "/", "~")) or path.exists()
+    if looks_like_path:
+        if not path.is_dir():
+            raise ModelNotFound(f"model {model!r}: no such directory")
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"model {model!r}: directory has no config.json (not an HF-format model)")
+        return str(path.resolve())
+    return model
