@@ -156,8 +156,18 @@ def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, c
             raise ProblemSourceError(f"{origin}: row {index}: duplicate id {pid!r} in column {id_column!r}")
         seen.add(pid)
         family = str(row[family_column]) if family_column else default_family
-        problems.append(Problem(id=pid, problem=str(problem), answer=str(answer), data_source=family))
+        problems.append(
+            Problem(id=pid, problem=str(problem), answer=str(answer), data_source=family, level=_level(row.get("level")))
+        )
     return problems
+
+
+def _level(value: Any) -> int:
+    """A difficulty level column is optional; anything that is not a small integer means unknown (0)."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _optional_column(chosen: str | None, default: str, field: str, columns: set[str], origin: str) -> str | None:

@@ -1,0 +1,49 @@
+"""Per-token log-probs of given completions under a torch causal LM (the trainer's view of a sample)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def pad_sequences(
+    prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded prompt+completion batch.
+
+    Returns `input_ids` [B, T], `attention_mask` [B, T] and `completion_mask` [B, T-1], where
+    `completion_mask[b, t]` is 1 when token t+1 of row b is a completion token (the positions whose
+    log-prob the model predicts from position t).
+    """
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    width = max(lengths)
+    input_ids = torch.full((len(lengths), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(lengths), width - 1), dtype=torch.float32)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        ids = list(prompt) + list(completion)
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, : len(ids)] = 1
+        completion_mask[row, len(prompt) - 1 : len(ids) - 1] = 1
+    return input_ids, attention_mask, completion_mask
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logp_all = logits.log_softmax(-1)
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    logp = logp_all.gather(-1, targets).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+@torch.no_grad()
+def completion_logprobs(
+    model: torch.nn.Module, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+) -> list[list[float]]:
+    """For each (prompt, completion) pair, the model's log-prob of every completion token."""
+    input_ids, attention_mask, mask = pad_sequences(prompts, completions, pad_id)
+    logp, _ = token_logprobs(model, input_ids, attention_mask)
+    return [row[m.bool()].tolist() for row, m in zip(logp, mask)]

@@ -1,0 +1,83 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data.sources import ProblemSourceConfig, ProblemSourceError, load_problems, write_problems
+
+
+def _load(source, **kwargs):
+    return load_problems(ProblemSourceConfig(source=str(source), **kwargs))
+
+
+def test_tiny_math_builtin_with_limit():
+    problems = _load("tiny-math", split="test", limit=7)
+    assert len(problems) == 7 and all(p.data_source.startswith("tiny-math/") for p in problems)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_write_then_read_round_trip(tmp_path, suffix):
+    problems = _load("tiny-math", split="train", limit=20)
+    path = write_problems(problems, tmp_path / f"p{suffix}")
+    assert _load(path) == problems
+
+
+def test_csv_with_custom_columns(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("question,solution,uid\nWhat is 2+2?,4,a\nHalf of 3?,3/2,b\n", encoding="utf-8")
+    problems = _load(path, problem_column="question", answer_column="solution", id_column="uid")
+    assert [(p.id, p.problem, p.answer, p.data_source) for p in problems] == [
+        ("a", "What is 2+2?", "4", "mine"),
+        ("b", "Half of 3?", "3/2", "mine"),
+    ]
+
+
+def test_parquet_data_source_column_used(tmp_path):
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"problem": ["1+1"], "answer": ["2"], "data_source": ["arith"]}), path)
+    assert _load(path)[0].data_source == "arith"
+
+
+def test_missing_column_names_file_and_column(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
+    with pytest.raises(ProblemSourceError, match=r"p\.jsonl: missing column 'problem' \(set by problem_column\)"):
+        _load(path)
+    with pytest.raises(ProblemSourceError, match="missing column 'uid'"):
+        _load(path, problem_column="question", id_column="uid")
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("empty.jsonl", b"", "empty"),
+        ("latin.csv", "problem,answer\n\xe9t\xe9,1\n".encode("latin-1"), "not UTF-8"),
+        ("broken.jsonl", b'{"problem": "1+1", "answer": "2"}\n{oops\n', "line 2 is not valid JSON"),
+        ("broken.parquet", b"PAR1 this is not parquet", "unreadable"),
+    ],
+)
+def test_bad_files_give_one_clear_error(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ProblemSourceError, match=message) as info:
+        _load(path)
+    assert name in str(info.value)
+
+
+def test_unknown_source_and_missing_file(tmp_path):
+    with pytest.raises(ProblemSourceError, match="unknown problem source"):
+        _load("gsm8k")
+    with pytest.raises(ProblemSourceError, match="no such file"):
+        _load(tmp_path / "nope.jsonl")
+
+
+def test_hf_dataset_unavailable_is_a_clear_error():
+    with pytest.raises(ProblemSourceError, match="hf:rlep-no-such/dataset"):
+        _load("hf:rlep-no-such/dataset", split="train")
+
+
+def test_write_rejects_unknown_suffix(tmp_path):
+    with pytest.raises(ProblemSourceError, match="must end in .jsonl or .parquet"):
+        write_problems([], tmp_path / "p.txt")
+    assert not list(tmp_path.iterdir())

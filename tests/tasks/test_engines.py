@@ -1,0 +1,96 @@
+"""The engine interface, engine selection, and proof that weight sync into vLLM really takes effect."""
+
+import pytest
+import torch
+
+from tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
+from tasks.logprobs import completion_logprobs
+
+PROMPTS = ["Q: 3+4=?\nPut the final answer in \\boxed{}.\nA: ", "Q: 12*3=?\nPut the final answer in \\boxed{}.\nA: "]
+# float32 on both sides; the remaining gap comes from different kernels (vLLM's CPU attention vs torch
+# sdpa). Observed max |difference| ~1e-5; 1e-3 leaves room for other CPUs without hiding real bugs.
+LOGPROB_TOLERANCE = 1e-3
+
+
+def test_auto_falls_back_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr("tasks.engines.vllm_installed", lambda: False)
+    with caplog.at_level("WARNING"):
+        assert resolve_backend("auto") == "transformers"
+    assert "falling back to the transformers engine" in caplog.text
+
+
+def test_vllm_requested_but_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr("tasks.engines.vllm_installed", lambda: False)
+    with pytest.raises(EngineUnavailable, match=r"pip install -e \.\[cpu\]"):
+        resolve_backend("vllm")
+
+
+def test_greedy_with_n_above_one_is_rejected():
+    with pytest.raises(ValueError, match="greedy"):
+        SamplingConfig(n=4, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def hf_engine(fixture_model):
+    engine = make_engine(fixture_model, EngineConfig(backend="transformers"))
+    yield engine
+    engine.close()
+
+
+def _check_completions(groups, n, max_tokens):
+    assert len(groups) == len(PROMPTS)
+    for group in groups:
+        assert len(group) == n
+        for c in group:
+            assert len(c.token_ids) == len(c.logprobs) <= max_tokens
+            assert all(lp <= 0 for lp in c.logprobs)
+            assert c.finish_reason in ("stop", "length")
+            assert c.prompt_token_ids
+
+
+def test_transformers_engine_interface(hf_engine):
+    groups = hf_engine.generate(PROMPTS, SamplingConfig(n=3, temperature=1.0, max_tokens=12, seed=5))
+    _check_completions(groups, 3, 12)
+    again = hf_engine.generate(PROMPTS, SamplingConfig(n=3, temperature=1.0, max_tokens=12, seed=5))
+    assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
+
+
+@pytest.mark.slow
+def test_vllm_engine_interface_and_seed(vllm_engine):
+    sampling = SamplingConfig(n=4, temperature=1.0, max_tokens=12, seed=11)
+    groups = vllm_engine.generate(PROMPTS, sampling)
+    _check_completions(groups, 4, 12)
+    again = vllm_engine.generate(PROMPTS, sampling)
+    assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
+
+
+@pytest.mark.slow
+def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engine):
+    model = hf_engine.model
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    greedy = SamplingConfig(temperature=0, max_tokens=16)
+    before = [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)]
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.2)
+        vllm_engine.load_weights(model.state_dict())
+
+        vllm_greedy = [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)]
+        hf_greedy = [g[0].token_ids for g in hf_engine.generate(PROMPTS, greedy)]
+        assert vllm_greedy == hf_greedy
+        assert vllm_greedy != before, "perturbed weights should change the greedy answers"
+
+        sampled = vllm_engine.generate(PROMPTS, SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=3))
+        flat = [c for g in sampled for c in g]
+        recomputed = completion_logprobs(
+            model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], hf_engine.tokenizer.pad_token_id
+        )
+        gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
+        assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0
+        assert max(gaps) < LOGPROB_TOLERANCE
+    finally:
+        model.load_state_dict(original)
+        vllm_engine.load_weights(original)
+    assert [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)] == before
