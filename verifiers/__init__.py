@@ -1,0 +1,28 @@
+"""Answer verification for math RL: did the model's final answer match the gold answer?
+
+    from verifiers import verify, verify_batch, reward, RewardConfig
+    verdicts = verify_batch(responses, golds, timeout_seconds=2.0)
+    rewards = [reward(v, RewardConfig(scheme="signed")) for v in verdicts]
+
+Answers are extracted (verifiers.extract), normalised (verifiers.normalize), compared exactly when they
+are plain numbers (verifiers.fastpath) and symbolically otherwise (verifiers.equivalence), all inside a
+pool of worker processes with hard time and memory limits (verifiers.pool, verifiers.worker). Policies
+are documented in docs/verifiers.md. Importing this package loads neither sympy nor torch.
+"""
+
+from verifiers.api import verify, verify_batch
+from verifiers.config import VerifierConfig
+from verifiers.reward import RewardConfig, reward, rewards
+from verifiers.verdict import REASONS, Reason, Verdict
+
+__all__ = [
+    "REASONS",
+    "Reason",
+    "RewardConfig",
+    "Verdict",
+    "VerifierConfig",
+    "reward",
+    "rewards",
+    "verify",
+    "verify_batch",
+]
