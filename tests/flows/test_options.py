@@ -1,0 +1,78 @@
+"""YAML + flag configuration: one source of settings, one clear message per bad field."""
+
+import argparse
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from flows.options import ConfigError, add_model_flags, build_config, dump_yaml, flag_overrides
+
+
+class Inner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: int = Field(0, ge=0, description="inner seed")
+    split: str = Field("train", description="split")
+    backend: str = Field("auto", description="engine", json_schema_extra={"cli_flag": "engine"})
+
+
+class Outer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: int = Field(1, ge=0, description="outer seed")
+    temperature: float = Field(1.0, ge=0, le=10, description="temperature")
+    greedy: bool = Field(False, description="greedy")
+    stop: list[str] = Field(default_factory=list, description="stops")
+    inner: Inner = Field(default_factory=Inner)
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    add_model_flags(parser, Outer)
+    return parser.parse_args(argv)
+
+
+def test_flags_are_leaf_names_unless_ambiguous():
+    args = _parse(["--temperature", "0.5", "--split", "test", "--engine", "vllm", "--seed", "3", "--inner-seed", "4",
+                   "--greedy", "--stop", "a", "b"])
+    assert flag_overrides(args) == {
+        "temperature": "0.5", "inner.split": "test", "inner.backend": "vllm", "seed": "3", "inner.seed": "4",
+        "greedy": True, "stop": ["a", "b"],
+    }
+    config = build_config(Outer, None, flag_overrides(args))
+    assert (config.temperature, config.inner.split, config.inner.backend, config.seed, config.inner.seed) == (0.5, "test", "vllm", 3, 4)
+    assert flag_overrides(_parse([])) == {}
+
+
+def test_yaml_then_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("temperature: 2.0\ninner:\n  split: test\n  seed: 9\n")
+    config = build_config(Outer, path, {"inner.seed": "5"})
+    assert (config.temperature, config.inner.split, config.inner.seed) == (2.0, "test", 5)
+
+
+def test_dump_yaml_round_trips(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_yaml(Outer(temperature=0.25)))
+    assert build_config(Outer, path) == Outer(temperature=0.25)
+
+
+@pytest.mark.parametrize(
+    "text, overrides, message",
+    [
+        ("temperature: 20\n", {}, r"c\.yaml: invalid configuration: temperature: Input should be less than or equal to 10 \(got 20\)"),
+        ("", {"inner.seed": "-1"}, r"inner\.seed: Input should be greater than or equal to 0 \(got '-1'\)"),
+        ("tempreature: 1\n", {}, r"tempreature: Extra inputs are not permitted"),
+        ("- 1\n- 2\n", {}, r"top level must be a mapping"),
+        ("a: [1\n", {}, r"not valid YAML"),
+    ],
+)
+def test_bad_settings_name_the_field(tmp_path, text, overrides, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        build_config(Outer, path, overrides)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        build_config(Outer, tmp_path / "nope.yaml")
