@@ -96,7 +96,8 @@ def _print_eval(rows: list[dict], config) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{config.model}: K={config.samples}, {config.problems.source}/{config.problems.split}")
+    print(f"model: {config.model}")
+    table = Table(title=f"K={config.samples} answers per problem, {config.problems.source} split {config.problems.split}")
     for column in ("data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k"):
         table.add_column(column, justify="left" if column == "data_source" else "right")
     for row in rows:
@@ -193,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_libraries() -> None:
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     logging.getLogger("vllm").setLevel(logging.WARNING)

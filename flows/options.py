@@ -133,6 +133,14 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     data[leaf] = value
 
 
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+
+
 def format_validation_error(err: ValidationError, origin: str = "") -> str:
     lines = []
     for e in err.errors():
@@ -146,7 +154,13 @@ def format_validation_error(err: ValidationError, origin: str = "") -> str:
 
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
     """`model` validated from YAML `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
-    data: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    # Start from the model's defaults so a partial nested section (YAML or flags) keeps the defaults of
+    # its siblings, including nested defaults that differ from the nested class's own.
+    try:
+        data = model().model_dump()
+    except ValidationError:  # a model with required fields: nothing to start from
+        data = {}
+    _deep_merge(data, read_yaml(config_file) if config_file else {})
     for path, value in (overrides or {}).items():
         _set_path(data, path, value)
     try:

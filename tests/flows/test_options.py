@@ -76,3 +76,12 @@ def test_bad_settings_name_the_field(tmp_path, text, overrides, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         build_config(Outer, tmp_path / "nope.yaml")
+
+
+class WithNestedDefault(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inner: Inner = Field(default_factory=lambda: Inner(split="test"))
+
+
+def test_partial_nested_section_keeps_the_parent_default():
+    assert build_config(WithNestedDefault, None, {"inner.seed": "2"}).inner == Inner(split="test", seed=2)
