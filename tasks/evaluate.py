@@ -94,7 +94,7 @@ def evaluate_with_engine(
     completions = engine.generate(prompts, sampling, progress=progress)
     responses = [c.text for group in completions for c in group]
     golds = [p.answer for p, group in zip(problems, completions) for _ in group]
-    verdicts = verify_batch(responses, golds, **(verifier or VerifierConfig()).model_dump())
+    verdicts = verify_batch(responses, golds, config=verifier)
     samples, by_source = [], defaultdict(list)
     cursor = 0
     for problem, group in zip(problems, completions):
