@@ -1,0 +1,95 @@
+"""Symbolic equivalence of two normalised answers: sympy, through math-verify.
+
+This runs only inside the worker processes of `verifiers.pool`, where the hard time and memory limits
+apply: LaTeX parsing and sympy simplification can take unbounded time on hostile input, and some of it
+is C code that no signal interrupts. math-verify's own timeouts (signal.alarm) are switched off; the
+worker's soft timer and the pool's kill bound the time instead.
+
+Only math-verify's LaTeX reader is used (latex2sympy2_extended, an ANTLR grammar that builds sympy
+objects directly). Its "plain expression" reader is not: it hands text to sympy's `parse_expr`, which
+evaluates Python.
+
+What math-verify decides for us: `\\frac{1}{\\sqrt2} == \\frac{\\sqrt2}{2}`, `(x+1)^2 == x^2+2x+1`, sets are
+order-free (`\\{1,2\\} == \\{2,1\\}`, a bare `1,2` is a set too), tuples are ordered, interval ends must
+match in kind (`[1,2) != (1,2)`), `x=1,y=2` systems compare as sets of equations, `\\text{...}` answers
+compare case-insensitively. What we decide on top: rational values are compared exactly (the fast path's
+rounding rule), and a decimal compared with an irrational value is rounded to `float_rounding` places.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+import sympy
+from math_verify import LatexExtractionConfig, parse, verify
+
+from verifiers.fastpath import exact_equal, exact_value
+from verifiers.normalize import Answer
+
+_LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
+
+
+def parse_latex(text: str) -> list:
+    """math-verify's reading of a normalised answer: a list of sympy objects, empty if unreadable."""
+    return parse(
+        f"${text}$", extraction_config=list(_LATEX_ONLY), fallback_mode="no_fallback", parsing_timeout=None
+    )
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(text: str) -> tuple:
+    # Gold answers repeat across samples of a prompt and across steps: parse each once per worker.
+    return tuple(parse_latex(text))
+
+
+@lru_cache(maxsize=4096)
+def _gold_rational(text: str) -> Fraction | None:
+    value = exact_value(text)
+    if value is not None:
+        return value
+    parsed = _parse_gold(text)
+    return rational_value(parsed[0]) if parsed else None
+
+
+def rational_value(expression: object) -> Fraction | None:
+    """The exact rational a parsed answer denotes, if it is a number that evaluates to a rational."""
+    if not isinstance(expression, sympy.Basic) or not expression.is_number:
+        return None
+    evaluated = expression.doit()
+    if isinstance(evaluated, sympy.Rational):
+        return Fraction(int(evaluated.p), int(evaluated.q))
+    return None
+
+
+def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | None:
+    """Whether `pred` is equivalent to `gold`; None when either cannot be read as mathematics."""
+    parsed_pred: dict[str, list] = {}
+
+    def read_pred(text: str) -> list:
+        if text not in parsed_pred:
+            parsed_pred[text] = parse_latex(text)
+        return parsed_pred[text]
+
+    # The rounding rule holds here too: math-verify alone would accept 0.333333 for 1/3. Percent signs
+    # are left off for this check and applied by exact_equal.
+    gold_value = _gold_rational(gold.text)
+    if gold_value is not None:
+        pred_value = exact_value(pred.text)
+        if pred_value is None:
+            pred_parsed = read_pred(pred.text)
+            if not pred_parsed:
+                return None
+            pred_value = rational_value(pred_parsed[0])
+        if pred_value is not None:
+            return exact_equal(gold, gold_value, pred, pred_value)
+    gold_parsed = _parse_gold(_with_percent(gold))
+    pred_parsed = read_pred(_with_percent(pred))
+    if not gold_parsed or not pred_parsed:
+        return None
+    return bool(verify(list(gold_parsed), pred_parsed, float_rounding=float_rounding, timeout_seconds=None))
+
+
+def _with_percent(answer: Answer) -> str:
+    # math-verify reads `50\%` as either 50 or 0.5, which is our percent policy.
+    return f"{answer.text}\\%" if answer.percent else answer.text

@@ -1,0 +1,63 @@
+"""Exact comparison of plain numbers without sympy.
+
+Most answers in arithmetic data are integers, decimals or simple fractions. For those, a bounded regex
+and `fractions.Fraction` decide equality exactly, in microseconds, with nothing that can blow up: every
+digit run is capped at 40 digits and exponents (`1e9`) are not accepted, so `Fraction` never builds a
+huge integer. Anything else returns None and goes to the symbolic comparison.
+
+Rounding rule: a decimal is the exact rational it spells (`0.75` is 3/4, `1000.0` is 1000), and numbers
+are equal only when they are the same rational. So `0.75 == 3/4` but `0.3333 != 1/3` and `0.33 != 1/3`.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from verifiers.normalize import Answer
+
+_DIGITS = r"(?:\d{1,40}(?:\.\d{1,40})?|\.\d{1,40})"
+_SIGNED = rf"[+-]?{_DIGITS}"
+_NUMBER = re.compile(
+    rf"""(?P<sign>[+-]?)\s*(?:
+        (?P<plain>{_DIGITS})
+      | \\frac\{{\s*(?P<num>{_SIGNED})\s*\}}\{{\s*(?P<den>{_SIGNED})\s*\}}
+      | (?P<slash_num>{_DIGITS})\s*/\s*(?P<slash_den>{_DIGITS})
+      | \(\s*(?P<whole>\d{{1,40}})\s*\+\s*\\frac\{{(?P<mixed_num>\d{{1,40}})\}}\{{(?P<mixed_den>\d{{1,40}})\}}\s*\)
+    )""",
+    re.VERBOSE,
+)
+_MAX_CHARS = 200
+
+
+def exact_value(text: str) -> Fraction | None:
+    """The exact rational written in normalised `text`, or None if it is not a plain number or fraction."""
+    if len(text) > _MAX_CHARS:
+        return None
+    number = _NUMBER.fullmatch(text)
+    if number is None:
+        return None
+    parts = number.groupdict()
+    if parts["plain"] is not None:
+        value = Fraction(parts["plain"])
+    elif parts["whole"] is not None:
+        value = int(parts["whole"]) + Fraction(int(parts["mixed_num"]), int(parts["mixed_den"]))
+    else:
+        numerator = parts["num"] if parts["num"] is not None else parts["slash_num"]
+        denominator = parts["den"] if parts["den"] is not None else parts["slash_den"]
+        if Fraction(denominator) == 0:
+            return None
+        value = Fraction(numerator) / Fraction(denominator)
+    return -value if parts["sign"] == "-" else value
+
+
+def exact_equal(gold: Answer, gold_value: Fraction, pred: Answer, pred_value: Fraction) -> bool:
+    """Whether two plain-number answers are equal.
+
+    When exactly one side carried a percent sign, it may be read as written or divided by 100
+    (`50\\%` matches both 50 and 0.5); when both or neither did, the values must be equal.
+    """
+    if gold.percent == pred.percent:
+        return gold_value == pred_value
+    percent_value, plain_value = (gold_value, pred_value) if gold.percent else (pred_value, gold_value)
+    return plain_value in (percent_value, percent_value / 100)

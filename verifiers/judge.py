@@ -1,0 +1,119 @@
+"""Deciding one (response, gold) pair: extract, normalise, compare.
+
+`judge` is what a worker process runs for each answer. The cheap steps come first so that most answers
+never reach sympy: extraction and normalisation are string code, plain numbers are compared exactly
+with `fractions.Fraction` (verifiers.fastpath), identical normalised strings are equal, and only the rest
+goes to the symbolic comparison (verifiers.equivalence).
+
+Two guards run before sympy sees an answer:
+
+- Answers containing Python-looking text (`__`, `import`, `lambda`, ...) are a parse error. We never
+  hand text to `eval`/`sympify`/`parse_expr`; this is defence in depth in case a library underneath does.
+- Bracket nesting deeper than 64 is a parse error: the LaTeX grammar recurses per level, and real
+  answers never nest that deep.
+
+Shape policy on top of math-verify's: a set (`\\{1,2\\}` or a bare list `1,2`) never equals a tuple or an
+interval (`(1,2)`, `[1,2]`), whatever the elements.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from verifiers.config import VerifierConfig
+from verifiers.equivalence import symbolic_equal
+from verifiers.extract import extract_answer, last_boxed
+from verifiers.fastpath import exact_equal, exact_value
+from verifiers.normalize import Answer, normalize_answer
+from verifiers.verdict import Reason
+
+_PYTHON_LOOKING = re.compile(r"__|\b(?:import|lambda|exec|eval|getattr|globals|locals|compile|open)\b")
+_MAX_NESTING = 64
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+@lru_cache(maxsize=16384)
+def prepare_gold(gold: str) -> tuple[Answer, object]:
+    """The normalised gold answer and its exact value (a Fraction, or None). Cached per worker."""
+    boxed = last_boxed(gold) if ("\\boxed" in gold or "\\fbox" in gold) else None
+    answer = normalize_answer(boxed if boxed is not None else gold)
+    return answer, exact_value(answer.text)
+
+
+def judge(response: str, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
+    """(correct, extracted answer, reason) for one response; exceptions are left to the caller."""
+    return decide(find_answer(response, config), gold, config)
+
+
+def find_answer(response: str, config: VerifierConfig) -> str | None:
+    """The extracted answer, cut to `max_answer_chars + 1` characters so that an oversized one is
+    recognisable (and cheap to send back) without carrying it whole."""
+    extracted = extract_answer(response, fallback_last_number=config.fallback_last_number)
+    return None if extracted is None else extracted[: config.max_answer_chars + 1]
+
+
+def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
+    """(correct, extracted, reason) for an answer already extracted by `find_answer`."""
+    if extracted is None:
+        return False, None, "no-answer"
+    if len(extracted) > config.max_answer_chars:
+        return False, extracted, "too-long"
+    pred = normalize_answer(extracted)
+    if not pred.text:
+        return False, extracted, "no-answer"
+    gold_answer, gold_value = prepare_gold(gold)
+    pred_value = exact_value(pred.text)
+    if gold_value is not None and pred_value is not None:
+        return _decided(exact_equal(gold_answer, gold_value, pred, pred_value), extracted)
+    if pred == gold_answer:
+        return True, extracted, "equal"
+    if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:
+        return False, extracted, "parse-error"
+    if {_shape(pred.text), _shape(gold_answer.text)} == {"set", "tuple"}:
+        return False, extracted, "not-equal"
+    equal = symbolic_equal(gold_answer, pred, config.float_rounding)
+    if equal is None:
+        return False, extracted, "parse-error"
+    return _decided(equal, extracted)
+
+
+def _decided(equal: bool, extracted: str) -> tuple[bool, str, Reason]:
+    return equal, extracted, "equal" if equal else "not-equal"
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in _OPENERS:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in _CLOSERS:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def _shape(text: str) -> str:
+    """`set` for `\\{...\\}` or a bare comma list, `tuple` for a bracketed comma list, else `scalar`."""
+    if text.startswith("\\{") and text.endswith("\\}"):
+        return "set"
+    bracketed = text[:1] in "([" and text[-1:] in ")]"
+    inner = text[1:-1] if bracketed else text
+    if not _has_top_level_comma(inner):
+        return "scalar"
+    return "tuple" if bracketed else "set"
+
+
+def _has_top_level_comma(text: str) -> bool:
+    depth = 0
+    for char in text:
+        if char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth -= 1
+            if depth < 0:
+                # `(1,2)\cup(3,4)`: the outer brackets were not one group, so this is no plain list.
+                return False
+        elif char == "," and depth == 0:
+            return True
+    return False

@@ -1,0 +1,183 @@
+"""Rewriting an extracted answer (or a gold answer) into a canonical LaTeX-ish string.
+
+Both sides of a comparison go through `normalize_answer`, so every rule here is symmetric. The input is
+an extracted answer, already bounded by `max_answer_chars`; every regex is linear on it.
+
+Policies (documented in docs/verifiers.md):
+
+- Unicode: NFKC folding, so full-width digits count (`１２` -> `12`); superscript digits become powers
+  (`x²` -> `x^{2}`); `−` is a minus sign; `π √ ∞ × ÷ ·` become their LaTeX commands.
+- Decoration dropped: math delimiters (`$`, `\\(`, `\\[`), `\\displaystyle`, `\\left`/`\\right`,
+  LaTeX spacing, a final period.
+- Thousands separators (`1,234`, `1{,}234`, `1\\,234`, `1 234`) are removed only when the whole answer is
+  one such number; `1,2` stays a list.
+- Degrees (`^\\circ`, `°`, `\\degree`) and currency (`\\$`, `€`, `£`, `¥`, `₹`) are dropped, so
+  `30^\\circ` == `30` (no conversion to radians) and `\\$5` == `5`.
+- A percent sign is removed and remembered (`percent=True`); the comparison then accepts either reading
+  (`50\\%` == `50` and `50\\%` == `0.5`).
+- Units: a `\\text{...}`/`\\mathrm{...}`/`\\mbox{...}` group of words, or trailing words of two or more
+  letters separated by a space, after a number or a closing brace is dropped (`5\\text{ cm}`,
+  `12 apples`). A single letter is never dropped (`2 x` keeps its `x`).
+- `x = 3` -> `3`: a leading single-variable left-hand side is dropped, and in a chain `x = 1+2 = 3` the
+  last part is kept. Answers with a comma (`x=1, y=2`) are left whole for the symbolic comparison.
+- `\\dfrac`, `\\tfrac` -> `\\frac`, and `\\frac34` -> `\\frac{3}{4}`.
+- Mixed numbers: an integer directly followed by a proper fraction of integers is their sum:
+  `2\\frac12` and `2 1/2` both mean 5/2 (written `(2+\\frac{1}{2})`). An improper fraction after an
+  integer (`2\\frac32`) is left as LaTeX reads it, a product.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from verifiers.extract import last_boxed
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A normalised answer: its text, and whether a percent sign was removed from it."""
+
+    text: str
+    percent: bool = False
+
+
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
+_SUPERSCRIPT_RUN = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+")
+_SYMBOLS = {
+    "−": "-",
+    "–": "-",
+    "π": "\\pi ",
+    "√": "\\sqrt ",
+    "∞": "\\infty ",
+    "×": "\\times ",
+    "÷": "\\div ",
+    "·": "\\cdot ",
+    "⁄": "/",
+}
+_SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DELIMITERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|biggl|biggr|bigg|Bigg)(?![A-Za-z])\.?")
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
+_DISPLAYSTYLE = re.compile(r"\\(?:displaystyle|textstyle)(?![A-Za-z])")
+_DEGREES = re.compile(
+    r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![A-Za-z])|°|\\degree(?![A-Za-z])|\\text\{\s*degrees?\s*\}"
+)
+_CURRENCY = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro(?![A-Za-z])|\\pounds(?![A-Za-z])")
+_PERCENT = re.compile(r"\\%|%|\s*\\text\{\s*percent\s*\}|\s+percent\b")
+_TEXT_GROUP = re.compile(
+    r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
+)
+_UNIT_WORDS = re.compile(r"\s*[A-Za-z]{2,}(?:[\s.]+[A-Za-z]{2,})*\s*")
+_FRAC_NAME = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_FRAC_DIGIT_ARGS = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*(\d)\s*(?=\{)|\\frac\s*(\{[^{}]*\})\s*(\d)")
+# Digit counts are capped so that int() never meets Python's 4,300-digit conversion limit.
+_MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d{1,40})\s*\\frac\{(\d{1,40})\}\{(\d{1,40})\}")
+_MIXED_SLASH = re.compile(r"^(-?)(\d{1,40})\s+(\d{1,40})\s*/\s*(\d{1,40})$")
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:(?:,|\{,\}|\s)\d{3})+(?:\.\d+)?$")
+_THOUSANDS_SEPARATOR = re.compile(r",|\{,\}|\s")
+_VARIABLE_LHS = re.compile(r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?\s*=(?!=)")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalize_answer(raw: str) -> Answer:
+    """`raw` rewritten by the rules in this module's docstring."""
+    text = _fold_unicode(raw)
+    text = _strip_delimiters(text)
+    whole_box = last_boxed(text) if text.startswith(("\\boxed", "\\fbox")) else None
+    if whole_box is not None:
+        text = whole_box
+    text = _DISPLAYSTYLE.sub("", text)
+    text = _SIZING.sub("", text)
+    text = _SPACING.sub(" ", text)
+    text = _DEGREES.sub("", text)
+    text, percent = _strip_percent(text)
+    text = _CURRENCY.sub("", text)
+    text = _drop_units(text)
+    text = _WHITESPACE.sub(" ", text).strip().rstrip(".").strip()
+    text = _strip_variable(text)
+    if _THOUSANDS.match(text):
+        text = _THOUSANDS_SEPARATOR.sub("", text)
+    text = _FRAC_NAME.sub("\\\\frac", text)
+    text = _FRAC_DIGIT_ARGS.sub(_brace_frac_args, text)
+    text = _mixed_numbers(text)
+    return Answer(text=text, percent=percent)
+
+
+def _fold_unicode(text: str) -> str:
+    # Superscripts first: NFKC would turn `x²` into `x2`.
+    text = _SUPERSCRIPT_RUN.sub(lambda run: "^{" + run.group().translate(_SUPERSCRIPTS) + "}", text)
+    text = unicodedata.normalize("NFKC", text)
+    text = _SYMBOL.sub(lambda symbol: _SYMBOLS[symbol.group()], text)
+    return _CONTROL.sub(" ", text)
+
+
+def _strip_delimiters(text: str) -> str:
+    text = text.strip()
+    changed = True
+    while changed:
+        changed = False
+        for opener, closer in _DELIMITERS:
+            if len(text) >= len(opener) + len(closer) and text.startswith(opener) and text.endswith(closer):
+                text = text[len(opener) : len(text) - len(closer)].strip()
+                changed = True
+    return text
+
+
+def _strip_percent(text: str) -> tuple[str, bool]:
+    stripped, count = _PERCENT.subn("", text)
+    return stripped, count > 0
+
+
+def _drop_units(text: str) -> str:
+    """Remove unit words that follow a number or a closing brace; unwrap other text groups."""
+
+    def unit_or_text(group: re.Match) -> str:
+        before = text[: group.start()].rstrip()
+        if before and (before[-1].isdigit() or before[-1] in "})") and _UNIT_WORDS.fullmatch(group.group(1)):
+            return " "
+        return group.group()
+
+    text = _TEXT_GROUP.sub(unit_or_text, text)
+    head, _, tail = text.rstrip().rpartition(" ")
+    while head and _UNIT_WORDS.fullmatch(tail) and (head[-1].isdigit() or head[-1] in "})"):
+        text = head
+        head, _, tail = text.rstrip().rpartition(" ")
+    return text
+
+
+def _strip_variable(text: str) -> str:
+    if "," in text:
+        return text
+    lhs = _VARIABLE_LHS.match(text)
+    if lhs is None:
+        return text
+    return text.rsplit("=", 1)[1].strip()
+
+
+def _brace_frac_args(frac: re.Match) -> str:
+    a, b, c, d, e = frac.groups()
+    if a is not None:
+        return f"\\frac{{{a}}}{{{b}}}"
+    if c is not None:
+        return f"\\frac{{{c}}}"
+    return f"\\frac{d}{{{e}}}"
+
+
+def _mixed_numbers(text: str) -> str:
+    slash = _MIXED_SLASH.match(text)
+    if slash is not None:
+        sign, whole, numerator, denominator = slash.groups()
+        if int(numerator) < int(denominator):
+            return f"{sign}({whole}+\\frac{{{numerator}}}{{{denominator}}})"
+        return text
+
+    def mixed(number: re.Match) -> str:
+        whole, numerator, denominator = number.groups()
+        if int(numerator) < int(denominator):
+            return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
+        return number.group()
+
+    return _MIXED_LATEX.sub(mixed, text)

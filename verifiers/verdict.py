@@ -1,0 +1,37 @@
+"""The result of checking one response against one gold answer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Reason = Literal[
+    "equal",  # the extracted answer is equivalent to the gold answer
+    "not-equal",  # both sides were understood and they differ
+    "no-answer",  # nothing answer-like was found in the response (or the box was empty)
+    "timeout",  # checking overran `timeout_seconds`; the worker was interrupted or killed
+    "too-long",  # the response or the extracted answer exceeded its length limit
+    "parse-error",  # the answer (or the gold) could not be read as mathematics
+    "memory",  # the worker ran out of its address-space limit while checking
+    "crash",  # the worker process died for another reason (a signal, a segfault in a C extension)
+]
+
+REASONS: tuple[Reason, ...] = Reason.__args__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a response's final answer matches the gold answer, and why.
+
+    `extracted` is the answer text found in the response (before normalisation), or None when nothing
+    was found; `seconds` is the wall time spent on this answer inside a worker (0.0 when it was decided
+    without one, e.g. a response over the length limit).
+    """
+
+    correct: bool
+    extracted: str | None
+    reason: Reason
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
