@@ -67,10 +67,11 @@ _DEGREES = re.compile(
 )
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro(?![A-Za-z])|\\pounds(?![A-Za-z])")
 _PERCENT = re.compile(r"\\%|%|\s*\\text\{\s*percent\s*\}|\s+percent\b")
+_UNIT_POWER = r"(?:\^\{?[23]\}?)?"  # cm^2, m^{3}
 _TEXT_GROUP = re.compile(
-    r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
+    r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}" + _UNIT_POWER
 )
-_UNIT_WORDS = re.compile(r"\s*[A-Za-z]{2,}(?:[\s.]+[A-Za-z]{2,})*\s*")
+_UNIT_WORDS = re.compile(rf"\s*[A-Za-z]{{2,}}{_UNIT_POWER}(?:[\s.]+[A-Za-z]{{2,}}{_UNIT_POWER})*\s*")
 _FRAC_NAME = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _FRAC_DIGIT_ARGS = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*(\d)\s*(?=\{)|\\frac\s*(\{[^{}]*\})\s*(\d)")
 # Digit counts are capped so that int() never meets Python's 4,300-digit conversion limit.

@@ -1,0 +1,244 @@
+"""Equivalence policy, one row per case: (gold, predicted answer, expected verdict).
+
+Predictions are put in `\\boxed{}` and all rows are judged in one `verify_batch` call through the real
+worker pool; each row then checks its own verdict. Rows marked "policy" pin a documented choice
+(docs/verifiers.md) rather than a mathematical fact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verifiers import verify_batch
+
+CASES: list[tuple[str, str, bool]] = [
+    # Integers, signs, leading zeros, trailing zeros.
+    ("42", "42", True),
+    ("42", "43", False),
+    ("-7", "-7", True),
+    ("-7", "7", False),
+    ("7", "+7", True),
+    ("0", "-0", True),
+    ("5", "05", True),
+    ("1000", "1000.0", True),
+    ("1000", "1000.00", True),
+    ("1000", "1000.01", False),
+    ("-3", "-3.0", True),
+    ("12", "−12", False),  # unicode minus
+    ("-12", "−12", True),
+    # Thousands separators.
+    ("1000", "1,000", True),
+    ("1234567", "1,234,567", True),
+    ("1000", "1{,}000", True),
+    ("1000", "1\\,000", True),
+    ("1000", "1 000", True),
+    ("1234.5", "1,234.5", True),
+    ("1000", "1,000,0", False),
+    ("12", "1,2", False),  # policy: not groups of three, so a list
+    # Fractions and decimals: exact, no rounding tolerance.
+    ("3/4", "0.75", True),
+    ("0.75", "\\frac{3}{4}", True),
+    ("\\frac{3}{4}", "\\dfrac{3}{4}", True),
+    ("\\frac{3}{4}", "\\tfrac34", True),
+    ("\\frac{3}{4}", "\\frac34", True),
+    ("\\frac{3}{4}", "6/8", True),
+    ("\\frac{3}{4}", "\\frac{6}{8}", True),
+    ("\\frac{3}{4}", "3 / 4", True),
+    ("\\frac{3}{4}", "0.7500", True),
+    ("\\frac{3}{4}", "0.76", False),
+    ("\\frac{1}{3}", "0.3333", False),  # policy: exact
+    ("\\frac{1}{3}", "0.33", False),
+    ("\\frac{1}{3}", "0.333333", False),
+    ("\\frac{1}{3}", "\\frac{2}{6}", True),
+    ("\\frac{1}{3}", "1/3", True),
+    ("-\\frac{3}{4}", "-0.75", True),
+    ("-\\frac{3}{4}", "\\frac{-3}{4}", True),
+    ("-\\frac{3}{4}", "\\frac{3}{-4}", True),
+    ("-\\frac{3}{4}", "0.75", False),
+    ("\\frac{1}{2}", "0.5", True),
+    ("\\frac{1}{2}", ".5", True),
+    ("\\frac{1}{2}", "\\frac{1}{2}", True),
+    ("\\frac{1}{2}", "\\frac{2}{1}", False),
+    ("\\frac{7}{2}", "3.5", True),
+    ("2.5", "\\frac{5}{2}", True),
+    ("2.5", "5/2", True),
+    ("0.125", "\\frac18", True),
+    ("0.1", "\\frac{1}{10}", True),
+    ("0.1", "0.10", True),
+    ("0.1", "0.01", False),
+    ("\\frac{1}{4}", "2^{-2}", True),
+    ("\\frac{1}{1000}", "10^{-3}", True),
+    ("1500", "1.5\\times10^{3}", True),
+    ("1024", "2^{10}", True),
+    ("1024", "2^{11}", False),
+    # Mixed numbers (policy: integer followed by a proper fraction is their sum).
+    ("\\frac{5}{2}", "2\\frac12", True),
+    ("\\frac{5}{2}", "2\\frac{1}{2}", True),
+    ("2.5", "2 1/2", True),
+    ("-\\frac{5}{2}", "-2\\frac{1}{2}", True),
+    ("\\frac{7}{4}", "1\\tfrac{3}{4}", True),
+    ("1", "2\\frac12", False),
+    # Radicals and pi.
+    ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", True),
+    ("\\frac{\\sqrt2}{2}", "\\frac{1}{\\sqrt2}", True),
+    ("2\\sqrt{2}", "\\sqrt{8}", True),
+    ("\\sqrt{2}", "\\sqrt{3}", False),
+    ("3\\sqrt{3}", "\\sqrt{27}", True),
+    ("\\sqrt{12}", "2\\sqrt{3}", True),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}", True),
+    ("2", "\\sqrt{4}", True),
+    ("\\sqrt[3]{8}", "2", True),
+    ("\\pi", "\\pi", True),
+    ("2\\pi", "\\pi \\cdot 2", True),
+    ("\\frac{\\pi}{2}", "\\frac{1}{2}\\pi", True),
+    ("\\frac{\\pi}{2}", "\\pi/2", True),
+    ("\\pi", "3.141593", True),  # policy: decimals vs irrationals at float_rounding=6 places
+    ("\\pi", "3.14", False),
+    ("\\pi", "π", True),
+    ("\\sqrt{2}", "1.41", False),
+    ("4\\pi", "12.566371", True),
+    ("\\pi r^2", "r^2\\pi", True),
+    ("e", "e", True),
+    ("\\infty", "\\infty", True),
+    ("\\infty", "-\\infty", False),
+    # Percent (policy: either reading of the percent sign).
+    ("50", "50\\%", True),
+    ("0.5", "50\\%", True),
+    ("50\\%", "50", True),
+    ("50\\%", "0.5", True),
+    ("50\\%", "50\\%", True),
+    ("0.5\\%", "50\\%", False),
+    ("25", "25 percent", True),
+    ("25", "26\\%", False),
+    ("12.5", "12.5%", True),
+    # Degrees (policy: the mark is dropped, no conversion).
+    ("30", "30^\\circ", True),
+    ("30", "30^{\\circ}", True),
+    ("30", "30°", True),
+    ("30", "30 degrees", True),
+    ("30", "31^\\circ", False),
+    ("\\frac{\\pi}{6}", "30^\\circ", False),
+    ("45^\\circ", "45", True),
+    # Currency and units.
+    ("5", "\\$5", True),
+    ("5", "\\$5.00", True),
+    ("5", "5 dollars", True),
+    ("1200", "\\$1,200", True),
+    ("5", "5\\text{ cm}", True),
+    ("5", "5 \\text{cm}^2", True),
+    ("5", "5\\mathrm{m}", True),
+    ("12", "12 apples", True),
+    ("12", "13 apples", False),
+    ("3", "3 \\text{ hours}", True),
+    ("\\frac{1}{2}", "\\frac{1}{2} \\text{ cup}", True),
+    ("20", "€20", True),
+    # Variable assignments and equations.
+    ("3", "x = 3", True),
+    ("3", "x=3", True),
+    ("3", "x = 4", False),
+    ("-2", "y=-2", True),
+    ("3", "x = 1 + 2 = 3", True),
+    ("\\frac{1}{2}", "p = \\frac{1}{2}", True),
+    ("5", "\\theta = 5", True),
+    ("2x+1", "y = 2x + 1", True),
+    ("y=2x+1", "2x+1", True),
+    ("x=1, y=2", "y=2, x=1", True),
+    ("x=1, y=2", "x=2, y=1", False),
+    # Intervals: the kind of each end matters.
+    ("[1,2]", "[1,2]", True),
+    ("[1,2]", "(1,2)", False),
+    ("[1,2)", "[1,2)", True),
+    ("[1,2)", "(1,2]", False),
+    ("(1,2]", "[1,2]", False),
+    ("(-\\infty, 3]", "(-\\infty,3]", True),
+    ("(-\\infty, 3]", "(-\\infty,3)", False),
+    ("(0, \\infty)", "(0,\\infty)", True),
+    ("[0, 1]", "[0, 1] ", True),
+    ("(1,2)\\cup(3,4)", "(1,2)\\cup(3,4)", True),
+    # Sets are order-free; tuples are ordered; a set never equals a tuple.
+    ("\\{1,2\\}", "\\{2,1\\}", True),
+    ("\\{1,2,3\\}", "\\{3,1,2\\}", True),
+    ("\\{1,2\\}", "\\{1,3\\}", False),
+    ("\\{1,2\\}", "1,2", True),
+    ("1,2", "2,1", True),
+    ("1, 2, 3", "3, 2, 1", True),
+    ("(1,2,3)", "(1,2,3)", True),
+    ("(1,2,3)", "(3,2,1)", False),
+    ("(1,2)", "(1,2)", True),
+    ("(1,2)", "(2,1)", False),
+    ("(1,2)", "\\{1,2\\}", False),  # policy: set vs tuple/interval
+    ("\\{1,2\\}", "(1,2)", False),
+    ("(3,-4)", "(3, -4)", True),
+    ("(\\frac12, 3)", "(0.5, 3)", True),
+    # Polynomial identities and algebra.
+    ("x^2+2x+1", "(x+1)^2", True),
+    ("(x+1)^2", "x^2+2x+1", True),
+    ("x^2-1", "(x-1)(x+1)", True),
+    ("x^2-1", "(x-1)^2", False),
+    ("2x+3", "3+2x", True),
+    ("2x+3", "2x-3", False),
+    ("\\frac{x}{2}", "0.5x", True),
+    ("a+b", "b+a", True),
+    ("x^3-y^3", "(x-y)(x^2+xy+y^2)", True),
+    ("\\frac{x^2-1}{x-1}", "x+1", True),
+    ("\\sin^2 x + \\cos^2 x", "1", True),
+    ("2^{x+1}", "2\\cdot 2^x", True),
+    ("\\log_2 8", "3", True),
+    ("\\binom{5}{2}", "10", True),
+    ("5!", "120", True),
+    ("\\frac{n(n+1)}{2}", "\\frac{n^2+n}{2}", True),
+    # Unicode, text answers and odd forms.
+    ("12", "１２", True),  # policy: NFKC folds full-width digits
+    ("3.5", "３.５", True),
+    ("4", "x²", False),
+    ("x^2", "x²", True),
+    ("\\text{Monday}", "\\text{Monday}", True),
+    ("\\text{Monday}", "\\text{Tuesday}", False),
+    ("\\text{east}", "\\text{East}", True),
+    ("3", "\\boxed{3}", True),  # a box inside the box is unwrapped
+    ("3", "\\left(3\\right)", True),
+    ("3", "\\displaystyle 3", True),
+    ("3", "3.", True),
+    ("7", "$7$", True),
+    ("7", "\\(7\\)", True),
+    # More near misses: a verifier that says "equal" too easily is worse than a strict one.
+    ("42", "4.2", False),
+    ("100", "10", False),
+    ("1000", "100", False),
+    ("\\frac{3}{4}", "\\frac{4}{3}", False),
+    ("0.75", "0.075", False),
+    ("-1", "1", False),
+    ("\\frac{1}{2}", "\\frac{1}{3}", False),
+    ("2\\pi", "\\pi", False),
+    ("\\pi", "\\frac{22}{7}", False),
+    ("x+1", "x-1", False),
+    ("x^2", "x^3", False),
+    ("[0,1]", "[0,2]", False),
+    ("\\{1\\}", "\\{2\\}", False),
+    ("(1,2,3)", "(1,2)", False),
+    ("5", "\\$6", False),
+    ("3", "y = 4", False),
+    ("\\sqrt{2}", "2", False),
+    ("7", "7x", False),
+    ("12", "2 x", False),
+]
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    golds = [gold for gold, _, _ in CASES]
+    responses = [f"So the answer is \\boxed{{{pred}}}." for _, pred, _ in CASES]
+    return verify_batch(responses, golds, timeout_seconds=5.0)
+
+
+def test_table_is_big_and_balanced():
+    assert len(CASES) >= 150
+    assert sum(expected for *_, expected in CASES) >= 50
+    assert sum(not expected for *_, expected in CASES) >= 50
+
+
+@pytest.mark.parametrize(("index", "gold", "pred", "expected"), [(i, *case) for i, case in enumerate(CASES)])
+def test_equivalence(verdicts, index, gold, pred, expected):
+    verdict = verdicts[index]
+    assert verdict.correct is expected, verdict
+    assert verdict.reason in (("equal",) if expected else ("not-equal", "parse-error")), verdict

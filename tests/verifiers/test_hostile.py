@@ -1,0 +1,98 @@
+"""Hostile answers: each returns a verdict (never an exception or a hang), and nothing is executed."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import verifiers
+from verifiers import verify_batch
+
+TIMEOUT = 1.0
+GRACE = 0.3
+
+# (name, response, reasons allowed). Gold is "2" for every row except where the name says otherwise.
+HOSTILE: list[tuple[str, str, set[str]]] = [
+    ("power tower", "\\boxed{9^{9^{9^{9}}}}", {"timeout", "not-equal", "parse-error"}),
+    ("huge power", "\\boxed{10^{10^{9}}}", {"timeout", "not-equal", "parse-error"}),
+    ("factorial", "\\boxed{100000!}", {"timeout", "not-equal", "parse-error"}),
+    ("huge factorial", "\\boxed{(10^{8})!}", {"timeout", "not-equal", "parse-error"}),
+    ("nested parentheses", "\\boxed{" + "(" * 5000 + "2" + ")" * 5000 + "}", {"too-long", "parse-error"}),
+    ("nested, short", "\\boxed{" + "(" * 200 + "2" + ")" * 200 + "}", {"parse-error"}),
+    ("1 MB response", "The answer is " + "9" * 1_000_000, {"too-long"}),
+    ("1 MB of text then a box", "x" * 1_000_000 + "\\boxed{2}", {"too-long"}),
+    ("NUL bytes", "\x00\\boxed{\x003\x00}\x00", {"not-equal"}),
+    ("unbalanced braces", "\\boxed{{{{\\frac{3", {"not-equal"}),
+    ("unbalanced closers", "\\boxed{3}}}}}", {"not-equal"}),
+    ("empty box", "\\boxed{}", {"no-answer"}),
+    ("empty box after a good one", "\\boxed{2} \\boxed{}", {"no-answer"}),
+    ("only whitespace", "   \n\t ", {"no-answer"}),
+    ("deep exponent", "\\boxed{" + "2^{" * 200 + "2" + "}" * 200 + "}", {"parse-error", "timeout"}),
+    ("many boxes", "\\boxed{1}" * 10_000, {"not-equal"}),
+    ("long answer", "\\boxed{" + "1+" * 2000 + "1}", {"too-long"}),
+    ("latex garbage", "\\boxed{\\frac{\\frac{\\frac{}{}}{}}{\\sqrt[}}", {"parse-error", "not-equal"}),
+    ("control characters", "\\boxed{\x1b[31m2\x1b[0m}", {"not-equal", "parse-error", "equal"}),
+]
+
+
+def test_hostile_corpus_returns_verdicts_within_limits():
+    responses = [response for _, response, _ in HOSTILE]
+    start = time.monotonic()
+    verdicts = verify_batch(
+        responses, ["2"] * len(responses), timeout_seconds=TIMEOUT, kill_grace_seconds=GRACE
+    )
+    elapsed = time.monotonic() - start
+    for (name, _, allowed), verdict in zip(HOSTILE, verdicts, strict=True):
+        assert verdict.reason in allowed, (name, verdict)
+        assert not verdict.correct or verdict.reason == "equal", (name, verdict)
+        assert verdict.seconds <= TIMEOUT + GRACE + 1.0, (name, verdict)
+    # Every answer is bounded, so the batch is too (slow answers run in parallel on the workers).
+    assert elapsed < 20, elapsed
+
+
+def test_full_width_digits_are_read_as_digits():
+    # Hostile in bytes, honest in meaning: NFKC folding is the documented policy.
+    verdict = verifiers.verify("\\boxed{１２}", "12")
+    assert verdict.correct and verdict.reason == "equal"
+
+
+def _injections(canary: Path) -> list[str]:
+    target = str(canary)
+    return [
+        f"__import__('os').system('touch {target}')",
+        f"\\boxed{{__import__('os').system('touch {target}')}}",
+        f"\\boxed{{os.system('touch {target}')}}",
+        f"Answer: exec(\"import os; os.system('touch {target}')\")",
+        f'#### __import__("pathlib").Path("{target}").touch()',
+        f"\\boxed{{eval(\"open('{target}', 'w')\")}}",
+        f"\\boxed{{(lambda: open('{target}', 'w'))()}}",
+        f"\\boxed{{\\text{{__import__('os').system('touch {target}')}}}}",
+        f"$\\boxed{{Symbol('x').__class__.__init__.__globals__['os'].system('touch {target}')}}$",
+        f"The answer is [c for c in ().__class__.__base__.__subclasses__()] and open('{target}','w')",
+        f"\\boxed{{{{}}.__class__}}; open('{target}', 'w').write('x')",
+    ]
+
+
+def test_injection_strings_never_execute(tmp_path):
+    canary = tmp_path / "canary"
+    attacks = _injections(canary)
+    # As responses, and as golds too: gold answers come from data files that could be tampered with.
+    verdicts = verify_batch(attacks + ["\\boxed{1}"] * len(attacks), ["1"] * len(attacks) + attacks)
+    assert not canary.exists()
+    assert not any(verdict.correct for verdict in verdicts)
+
+
+def test_no_code_path_hands_text_to_python_evaluation():
+    source_dir = Path(verifiers.__file__).parent
+    calls = re.compile(r"\b(?:eval|exec|sympify|parse_expr|S)\s*\(|ExprExtractionConfig")
+    for path in source_dir.glob("*.py"):
+        assert not calls.search(path.read_text()), path
+
+
+@pytest.mark.parametrize("bad", [None, 3, b"\\boxed{1}"])
+def test_non_string_input_is_a_caller_error(bad):
+    with pytest.raises(TypeError):
+        verify_batch([bad], ["1"])

@@ -1,0 +1,168 @@
+"""The worker pool: concurrency from threads, hard kills, crashes, and the limits workers run under."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from verifiers import VerifierConfig, verify, verify_batch
+from verifiers.pool import shared_pool
+from verifiers.worker import AnswerTimeout, _on_alarm, judge_with_limits
+
+# Slow for seconds to hours depending on the machine, in steps the soft timer can interrupt.
+SLOW_ANSWER = "\\boxed{10^{10^{9}}}"
+
+
+def _batch(offset: int, size: int = 60) -> tuple[list[str], list[str], list[bool]]:
+    responses, golds, expected = [], [], []
+    for i in range(offset, offset + size):
+        if i % 3 == 0:
+            responses.append(f"\\boxed{{{i}}}")
+            golds.append(str(i))
+            expected.append(True)
+        elif i % 3 == 1:
+            responses.append(f"The answer is $\\frac{{{i}}}{{2}}$.")
+            golds.append(f"{i / 2}")
+            expected.append(True)
+        else:
+            responses.append(f"\\boxed{{(x+{i})^2}}")
+            golds.append(f"x^2+{2 * i}x+{i * i + 1}")
+            expected.append(False)
+    return responses, golds, expected
+
+
+def test_verify_batch_from_many_threads_at_once():
+    # One thread also sends a slow answer: the others must not wait for it to finish first.
+    def run(offset: int) -> tuple[list[bool], list[bool]]:
+        responses, golds, expected = _batch(offset)
+        if offset == 0:
+            responses[0], golds[0], expected[0] = SLOW_ANSWER, "1", False
+        verdicts = verify_batch(responses, golds, timeout_seconds=1.0, kill_grace_seconds=0.3)
+        return [verdict.correct for verdict in verdicts], expected
+
+    with ThreadPoolExecutor(max_workers=6) as threads:
+        results = list(threads.map(run, range(0, 6 * 1000, 1000)))
+    for got, expected in results:
+        assert got == expected
+
+
+def test_verify_works_in_the_main_thread_and_off_it():
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(verify("\\boxed{0.5}", "\\frac12")))
+    thread.start()
+    thread.join()
+    assert result[0].correct
+    assert verify("\\boxed{0.5}", "\\frac12").correct
+
+
+def test_an_unresponsive_worker_is_killed_and_replaced():
+    # One worker, SIGSTOPped while it works on a slow answer: it can no more answer its own timer,
+    # exactly like a worker stuck in one long C call. Only the pool's kill can end it.
+    options = {"workers": 1, "timeout_seconds": 1.0, "kill_grace_seconds": 0.2}
+    pool = shared_pool(VerifierConfig(**options))
+    assert verify("\\boxed{1}", "1", **options).correct  # the worker is up
+    (pid,) = pool.worker_pids()
+    kills = pool.kills
+    result: list = []
+    caller = threading.Thread(target=lambda: result.append(verify(SLOW_ANSWER, "1", **options)))
+    start = time.monotonic()
+    caller.start()
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGSTOP)
+    caller.join(timeout=10)
+    elapsed = time.monotonic() - start
+    assert result and result[0].reason == "timeout" and not result[0].correct
+    assert elapsed < 1.0 + 0.2 + 1.0, elapsed
+    assert pool.kills == kills + 1
+    assert verify("\\boxed{3/4}", "0.75", **options).correct  # the pool keeps working
+    assert pool.worker_pids() != [pid]
+
+
+def test_a_slow_answer_times_out_within_the_limit():
+    start = time.monotonic()
+    verdict = verify(SLOW_ANSWER, "2", timeout_seconds=0.5, kill_grace_seconds=0.3)
+    assert verdict.reason == "timeout" and not verdict.correct
+    assert time.monotonic() - start < 0.5 + 0.3 + 1.0
+    assert verify("\\boxed{2}", "2").correct
+
+
+def test_a_worker_that_dies_mid_answer_gives_crash_and_the_rest_still_run():
+    options = {"workers": 1, "timeout_seconds": 5.0}
+    pool = shared_pool(VerifierConfig(**options))
+    verify("\\boxed{1}", "1", **options)
+    (pid,) = pool.worker_pids()
+    result: list = []
+    responses = [SLOW_ANSWER, "\\boxed{2}", "\\boxed{3}"]
+    caller = threading.Thread(
+        target=lambda: result.append(verify_batch(responses, ["1", "2", "3"], **options))
+    )
+    caller.start()
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    caller.join(timeout=15)
+    slow, two, three = result[0]
+    assert slow.reason == "crash" and not slow.correct
+    assert two.correct and three.correct
+
+
+def test_an_idle_worker_killed_from_outside_is_replaced():
+    options = {"workers": 1}
+    pool = shared_pool(VerifierConfig(**options))
+    verify("\\boxed{1}", "1", **options)
+    (pid,) = pool.worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert verify("\\boxed{5}", "5", **options).correct
+
+
+def test_workers_run_under_the_memory_limit():
+    options = {"workers": 1, "memory_limit_mb": 512}
+    verify("\\boxed{1}", "1", **options)
+    (pid,) = shared_pool(VerifierConfig(**options)).worker_pids()
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max address space"))
+    assert line.split()[3] == str(512 * 1024 * 1024)
+
+
+def test_identical_pairs_are_judged_once():
+    verdicts = verify_batch(["\\boxed{4}", "\\boxed{4}", "\\boxed{5}"], ["4", "4", "4"])
+    assert verdicts[0] is verdicts[1]
+    assert [verdict.correct for verdict in verdicts] == [True, True, False]
+
+
+@pytest.fixture
+def alarm_handler():
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    yield
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (MemoryError, "memory"),
+        (RecursionError, "parse-error"),
+        (ValueError, "parse-error"),
+        (AnswerTimeout, "timeout"),
+    ],
+)
+def test_worker_turns_failures_into_verdicts(monkeypatch, alarm_handler, failure, reason):
+    def fail(*args):
+        raise failure
+
+    monkeypatch.setattr("verifiers.judge.decide", fail)
+    correct, extracted, got, seconds = judge_with_limits("\\boxed{1}", "1", VerifierConfig())
+    assert (correct, extracted, got) == (False, "1", reason)
+
+
+def test_worker_soft_timeout_interrupts_python_code(monkeypatch, alarm_handler):
+    monkeypatch.setattr("verifiers.judge.decide", lambda *args: time.sleep(5))
+    start = time.monotonic()
+    result = judge_with_limits("\\boxed{1}", "1", VerifierConfig(timeout_seconds=0.1))
+    assert result[2] == "timeout"
+    assert time.monotonic() - start < 1.0
