@@ -1,0 +1,180 @@
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+import data.trajectory as trajectory
+from data.problem import Problem
+from data.trajectory import (
+    COLUMNS,
+    TRAJECTORY_SCHEMA,
+    as_trajectory_table,
+    rows_for_problem,
+    to_table,
+    trajectory_row,
+)
+from tasks.engines.base import Completion
+
+REPO = Path(__file__).resolve().parents[2]
+PROBLEM = Problem(id="p7", problem="What is 1/2 + 1/4?", answer="3/4", data_source="tiny-math/frac", level=2)
+WHEN = datetime(2025, 7, 1, 12, 30, tzinfo=timezone.utc)
+SAMPLING = {"n": 2, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32, "seed": 0, "stop": []}
+
+REQUIRED = [
+    ("run_id", pa.string()),
+    ("problem_id", pa.string()),
+    ("data_source", pa.string()),
+    ("prompt", pa.string()),
+    ("response", pa.string()),
+    ("response_token_ids", pa.list_(pa.int32())),
+    ("behaviour_logprobs", pa.list_(pa.float32())),
+    ("extracted_answer", pa.string()),
+    ("gold_answer", pa.string()),
+    ("correct", pa.bool_()),
+    ("verdict_reason", pa.string()),
+    ("reward", pa.float32()),
+    ("policy_version", pa.int32()),
+    ("model", pa.string()),
+    ("sampling", pa.string()),
+    ("created_at", pa.timestamp("us", tz="UTC")),
+]
+
+
+def _completions():
+    return [
+        Completion(text="\\boxed{3/4}", token_ids=[5, 6, 7], logprobs=[-0.5, -0.25, -1.0], finish_reason="stop",
+                   prompt_token_ids=[1, 2]),
+        Completion(text="1/2", token_ids=[8, 9], logprobs=[-2.0, -0.125], finish_reason="length",
+                   prompt_token_ids=[1, 2]),
+    ]
+
+
+def _verdicts():
+    return [
+        SimpleNamespace(correct=True, extracted="3/4", reason="equal", seconds=0.01),
+        SimpleNamespace(correct=False, extracted=None, reason="no-answer", seconds=0.0),
+    ]
+
+
+def test_schema_starts_with_the_required_columns_in_order():
+    assert [(f.name, f.type) for f in TRAJECTORY_SCHEMA][: len(REQUIRED)] == REQUIRED
+    assert COLUMNS[len(REQUIRED):] == (
+        "sample_index", "finish_reason", "level", "prompt_token_ids", "verify_seconds", "problem", "model_revision"
+    )
+    nullable = {f.name for f in TRAJECTORY_SCHEMA if f.nullable}
+    assert nullable == {"extracted_answer", "model_revision"}
+
+
+def test_docstring_table_documents_every_column_with_its_type():
+    # The README copies this table, so it must not drift from the schema.
+    documented = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (yes|no) \| .+ \|$", trajectory.__doc__, re.M)
+    arrow_names = {"float": "float32", "double": "float64", "timestamp[us, tz=UTC]": "timestamp[us, UTC]"}
+
+    def spelled(t: pa.DataType) -> str:
+        text = str(t).replace("item: ", "")
+        return re.sub(r"float(?!\d)", "float32", text) if text.startswith("list") else arrow_names.get(text, text)
+
+    assert [(name, kind.strip(), null == "yes") for name, kind, null in documented] == [
+        (f.name, spelled(f.type), f.nullable) for f in TRAJECTORY_SCHEMA
+    ]
+
+
+def test_rows_for_problem_carry_every_field():
+    rows = rows_for_problem(
+        PROBLEM, "Q: What is 1/2 + 1/4?\nA: ", _completions(), _verdicts(), [1.0, 0.0],
+        run_id="run-1", policy_version=3, model="tiny", sampling=SAMPLING, created_at=WHEN, model_revision="sha256:ab",
+    )
+    table = to_table(rows)
+    assert table.schema == TRAJECTORY_SCHEMA
+    first, second = table.to_pylist()
+    assert first == {
+        "run_id": "run-1",
+        "problem_id": "p7",
+        "data_source": "tiny-math/frac",
+        "prompt": "Q: What is 1/2 + 1/4?\nA: ",
+        "response": "\\boxed{3/4}",
+        "response_token_ids": [5, 6, 7],
+        "behaviour_logprobs": [-0.5, -0.25, -1.0],  # exact in float32
+        "extracted_answer": "3/4",
+        "gold_answer": "3/4",
+        "correct": True,
+        "verdict_reason": "equal",
+        "reward": 1.0,
+        "policy_version": 3,
+        "model": "tiny",
+        "sampling": '{"max_tokens":32,"n":2,"seed":0,"stop":[],"temperature":1.0,"top_p":1.0}',
+        "created_at": WHEN,
+        "sample_index": 0,
+        "finish_reason": "stop",
+        "level": 2,
+        "prompt_token_ids": [1, 2],
+        "verify_seconds": pytest.approx(0.01),
+        "problem": "What is 1/2 + 1/4?",
+        "model_revision": "sha256:ab",
+    }
+    assert (second["sample_index"], second["extracted_answer"], second["correct"], second["finish_reason"]) == (
+        1, None, False, "length"
+    )
+
+
+def test_rows_share_one_timestamp_when_none_is_given():
+    rows = rows_for_problem(PROBLEM, "Q", _completions(), _verdicts(), [1.0, 0.0], run_id="r", policy_version=0,
+                            model="m", sampling={})
+    assert rows[0]["created_at"] == rows[1]["created_at"]
+    assert rows[0]["created_at"].tzinfo is timezone.utc
+
+
+def test_real_verdict_class_fits():
+    verdict_module = pytest.importorskip("verifiers.verdict")
+    verdict = verdict_module.Verdict(correct=True, extracted="3/4", reason="equal", seconds=0.5)
+    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], [verdict], [1.0], run_id="r", policy_version=0,
+                              model="m", sampling={}, created_at=WHEN)
+    assert (row["correct"], row["extracted_answer"], row["verdict_reason"], row["verify_seconds"]) == (
+        True, "3/4", "equal", 0.5
+    )
+
+
+def test_misaligned_inputs_are_refused():
+    with pytest.raises(ValueError, match="3 token ids but 2 log-probs"):
+        trajectory_row(PROBLEM, "Q", response="x", response_token_ids=[1, 2, 3], behaviour_logprobs=[-1.0, -1.0],
+                       finish_reason="stop", correct=False, extracted_answer=None, verdict_reason="no-answer",
+                       reward=0.0, run_id="r", policy_version=0, model="m", sampling={}, sample_index=0)
+    with pytest.raises(ValueError, match="2 completions, 1 verdicts, 2 rewards"):
+        rows_for_problem(PROBLEM, "Q", _completions(), _verdicts()[:1], [1.0, 0.0], run_id="r", policy_version=0,
+                         model="m", sampling={})
+
+
+def test_to_table_refuses_missing_unknown_and_null_fields():
+    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], _verdicts()[:1], [1.0], run_id="r",
+                              policy_version=0, model="m", sampling={}, created_at=WHEN)
+    with pytest.raises(ValueError, match=r"row 1: missing columns \['reward'\], unknown columns \['score'\]"):
+        to_table([row, {**{k: v for k, v in row.items() if k != "reward"}, "score": 1.0}])
+    with pytest.raises(ValueError, match="'gold_answer' is required but holds nulls"):
+        to_table([{**row, "gold_answer": None}])
+    assert to_table([{**row, "extracted_answer": None}]).column("extracted_answer").null_count == 1
+
+
+def test_as_trajectory_table_reorders_and_casts():
+    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], _verdicts()[:1], [1.0], run_id="r",
+                              policy_version=0, model="m", sampling={}, created_at=WHEN)
+    loose = pa.Table.from_pylist([dict(reversed(list(row.items())))])  # int64, double, reversed order
+    assert loose.schema.field("level").type == pa.int64()
+    table = as_trajectory_table(loose)
+    assert table.schema == TRAJECTORY_SCHEMA and table.to_pylist() == to_table([row]).to_pylist()
+    with pytest.raises(ValueError, match=r"mine: not a trajectory table \(missing columns \['model'\]"):
+        as_trajectory_table(loose.drop_columns(["model"]), "mine")
+
+
+def test_data_package_imports_nothing_above_it():
+    # Dependencies point flows -> tasks -> data; the data layer must load without tasks, flows or Prefect.
+    code = (
+        "import sys, data.trajectory, data.store, data.inspect, data.rlep_format; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'tasks', 'flows', 'prefect', 'verifiers', 'torch', 'vllm'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
