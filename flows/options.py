@@ -26,36 +26,47 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and/or field."""
 
 
-def _model_type(annotation: Any) -> type[BaseModel] | None:
-    """The BaseModel class an annotation holds (also through `X | None`), or None."""
+def _model_types(annotation: Any) -> list[type[BaseModel]]:
+    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants."""
     candidates = [annotation]
     if get_origin(annotation) in (typing.Union, types.UnionType):
         candidates = [a for a in get_args(annotation) if a is not type(None)]
-    for candidate in candidates:
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
+    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
 
 
-def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any, list | None]]:
+    """(path, field, choices) for every leaf setting. The variants of a union (e.g. replay kinds) share one
+    set of flags: a field name seen in several variants is one flag, and `Literal` choices are merged."""
     for name, field in model.model_fields.items():
-        nested = _model_type(field.annotation)
-        if nested is not None:
-            yield from _leaves(nested, (*prefix, name))
+        nested = _model_types(field.annotation)
+        if len(nested) == 1:
+            yield from _leaves(nested[0], (*prefix, name))
+        elif nested:
+            merged: dict[str, tuple[Any, list | None]] = {}
+            for variant in nested:
+                for leaf, leaf_field in variant.model_fields.items():
+                    choices = _literal_choices(leaf_field.annotation)
+                    if leaf in merged:
+                        if choices and merged[leaf][1] is not None:
+                            merged[leaf][1].extend(c for c in choices if c not in merged[leaf][1])
+                        continue
+                    merged[leaf] = (leaf_field, list(choices) if choices else None)
+            for leaf, (leaf_field, choices) in merged.items():
+                yield (*prefix, name, leaf), leaf_field, choices
         else:
-            yield (*prefix, name), field
+            yield (*prefix, name), field, _literal_choices(field.annotation)
 
 
-def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], str]:
+def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], tuple[str, Any, list | None]]:
     leaves = list(_leaves(model))
     counts: dict[str, int] = {}
-    for path, _ in leaves:
+    for path, _, _ in leaves:
         counts[path[-1]] = counts.get(path[-1], 0) + 1
     names = {}
-    for path, field in leaves:
+    for path, field, choices in leaves:
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         name = extra.get("cli_flag") or (path[-1] if counts[path[-1]] == 1 else "-".join(path))
-        names[path] = "--" + str(name).replace("_", "-")
+        names[path] = ("--" + str(name).replace("_", "-"), field, choices)
     return names
 
 
@@ -72,10 +83,9 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
 def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: set[str] = frozenset()) -> None:
     """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller)."""
     group = parser.add_argument_group(f"{model.__name__} settings (also settable in --config YAML)")
-    for path, flag in _flag_names(model).items():
+    for path, (flag, field, choices) in _flag_names(model).items():
         if flag in skip:
             continue
-        field = _field_at(model, path)
         default = field.get_default(call_default_factory=True)
         help_text = f"{field.description or ''} [default: {default!r}]".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _DEST_PREFIX + ".".join(path), "default": argparse.SUPPRESS, "help": help_text}
@@ -84,19 +94,13 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], ski
         elif _is_list(field.annotation):
             kwargs["nargs"] = "*"
             kwargs["metavar"] = "VALUE"
+        elif choices:
+            kwargs["choices"] = choices
+            kwargs["type"] = type(choices[0])
+            kwargs["metavar"] = "{" + ",".join(map(str, choices)) + "}"
         else:
-            choices = _literal_choices(field.annotation)
-            if choices:
-                kwargs["choices"] = choices
-                kwargs["type"] = type(choices[0])
-            kwargs["metavar"] = "{" + ",".join(map(str, choices)) + "}" if choices else path[-1].upper()
+            kwargs["metavar"] = path[-1].upper()
         group.add_argument(flag, **kwargs)
-
-
-def _field_at(model: type[BaseModel], path: tuple[str, ...]):
-    for name in path[:-1]:
-        model = _model_type(model.model_fields[name].annotation)
-    return model.model_fields[path[-1]]
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:

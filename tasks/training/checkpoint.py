@@ -1,0 +1,57 @@
+"""Checkpoints: HF-format weights + tokenizer (loadable by transformers and vLLM) and the trainer state
+(optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly.
+
+`OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.tmp` and renamed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TRAINER_STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dir(out: Path, step: int) -> Path:
+    return Path(out) / "checkpoints" / f"step-{step}"
+
+
+def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write `step-N` atomically and keep the `keep` newest checkpoints."""
+    final = checkpoint_dir(out, step)
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(state, tmp / TRAINER_STATE_FILE)
+    if final.exists():  # a resumed run re-reaching a step it had saved before the kill
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in list_checkpoints(out)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(out: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(out) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    checkpoints = list_checkpoints(out)
+    return checkpoints[-1] if checkpoints else None
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    # Our own file: it holds python objects (replay buffer rollouts, RNG states), so not weights-only.
+    return torch.load(Path(checkpoint) / TRAINER_STATE_FILE, weights_only=False)

@@ -1,0 +1,41 @@
+"""The order training prompts are drawn in: shuffled epochs, resumable."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from data.problem import Problem
+
+
+class PromptSampler:
+    """Draws problems without replacement within an epoch, reshuffling at each epoch; seeded."""
+
+    def __init__(self, problems: list[Problem], seed: int) -> None:
+        if not problems:
+            raise ValueError("no training problems")
+        self.problems = problems
+        self.rng = random.Random(seed)
+        self.order: list[int] = []
+        self.position = 0
+        self.epoch = 0
+
+    def next(self, n: int) -> list[Problem]:
+        picked: list[Problem] = []
+        while len(picked) < n:
+            if self.position >= len(self.order):
+                self.order = list(range(len(self.problems)))
+                self.rng.shuffle(self.order)
+                self.position = 0
+                self.epoch += 1
+            take = self.order[self.position : self.position + n - len(picked)]
+            picked.extend(self.problems[i] for i in take)
+            self.position += len(take)
+        return picked
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate(), "order": self.order, "position": self.position, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["rng"])
+        self.order, self.position, self.epoch = state["order"], state["position"], state["epoch"]

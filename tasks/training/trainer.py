@@ -1,0 +1,376 @@
+"""GRPO with experience replay: the training loop behind `rlep train` and `flows.train`.
+
+Each step reads top to bottom as named, timed phases:
+
+    generate   G fresh answers per prompt from the vLLM engine (weights = current policy)
+    replay     the replay strategy adds stored answers (RLEP: M pooled answers join each group;
+               FIFO / prioritized: extra rollouts with their stored advantages)
+    verify     every answer without a verdict is checked by the sandboxed verifier and rewarded
+    advantage  group-relative advantages over each group's members (G + M for RLEP)
+    train      PPO-clip epochs on the torch policy (transformers model)
+    sync       the new weights are loaded into the engine in place
+
+How it departs from the papers it implements (all explicit settings): the default model is a tiny
+character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
+dynamic sampling (DAPO), so groups with equal rewards simply contribute no gradient and are counted in
+`zero_std_group_frac`; replayed answers are re-scored, and their log-probs recomputed by the current
+policy (RLEP's choice), unless `loss.is_correction=truncate`.
+
+Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect/pool.parquet`,
+`rlep train --resume runs/train` (after a kill).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from data.parquet_io import append_rows, write_parquet_atomic
+from data.problem import Problem, render_prompt
+from data.sources import load_problems
+from data.trajectory import to_table, trajectory_row
+from tasks.engines import SamplingConfig, make_engine
+from tasks.evaluate import evaluate_with_engine
+from tasks.models import resolve_model
+from tasks.replay import Group, Rollout, make_replay
+from tasks.training.advantages import group_advantages
+from tasks.training.batch import build_batch
+from tasks.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from tasks.training.config import TrainConfig
+from tasks.training.losses import overlong_penalty
+from tasks.training.prompts import PromptSampler
+from tasks.training.update import policy_update
+from verifiers import rewards, verify_batch
+
+CONFIG_FILE = "train_config.json"
+PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
+
+
+class PhaseTimer:
+    """Wall time per named phase of one step."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    steps: int
+    final_checkpoint: Path
+    metrics_path: Path
+    eval_path: Path
+
+
+class Trainer:
+    """Holds the policy, its optimizer, the engine and the replay strategy of one run."""
+
+    def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        self.out = Path(config.out)
+        self.run_id = config.run_id or self.out.resolve().name
+        self.progress = progress
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        _seed_everything(config.seed)
+
+        self.problems = load_problems(config.problems)
+        self.by_id: dict[str, Problem] = {p.id: p for p in self.problems}
+        self.eval_problems = load_problems(config.eval_problems)
+        self.base_model = resolve_model(config.model, progress=progress)
+        checkpoint = latest_checkpoint(self.out) if resume else None
+        if resume and checkpoint is None:
+            raise FileNotFoundError(f"--resume {self.out}: no complete checkpoint under {self.out / 'checkpoints'}")
+        weights = str(checkpoint) if checkpoint else self.base_model
+
+        self.tokenizer = AutoTokenizer.from_pretrained(weights)
+        self.policy = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(self.device)
+        self.policy.eval()
+        self.ref_model = None
+        if config.loss.kl_coef > 0:  # frozen starting policy; not loaded at all when KL is off
+            self.ref_model = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=torch.float32).to(self.device)
+            self.ref_model.requires_grad_(False).eval()
+        opt = config.optimizer
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), weight_decay=opt.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda n: min(1.0, (n + 1) / opt.warmup_steps) if opt.warmup_steps else 1.0
+        )
+        self.replay = make_replay(config.replay, seed=config.seed, problem_ids=set(self.by_id))
+        self.sampler = PromptSampler(self.problems, seed=config.seed)
+        self.torch_generator = torch.Generator().manual_seed(config.seed)
+        self.step = 0
+        self.tokens_generated_total = 0
+        if checkpoint:
+            self._restore(load_trainer_state(checkpoint))
+        self._prepare_out_dir()
+        self.engine = make_engine(weights, config.engine)
+
+    # ------------------------------------------------------------------ the step
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        """One training step; returns its metrics row."""
+        config, timer = self.config, PhaseTimer()
+        problems = self.sampler.next(config.prompts_per_step)
+        with timer("generate"):
+            fresh = self._generate(problems, step)
+        with timer("replay"):
+            groups = self.replay.select(fresh, step)
+        with timer("verify"):
+            self._score([r for g in groups for r in g.rollouts if r.reward is None])
+        with timer("advantage"):
+            zero_std_frac = _fill_advantages(groups, config.loss.scale_advantages_by_std)
+            self.replay.add(fresh, step)
+        rollouts = [r for g in groups for r in g.rollouts]
+        with timer("train"):
+            batch = build_batch(rollouts, self.tokenizer.pad_token_id, step)
+            train_metrics = policy_update(
+                self.policy, self.optimizer, self.scheduler, batch, config.loss, config.optimizer.grad_clip,
+                ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size, ref_model=self.ref_model,
+                horizon=config.max_tokens, generator=self.torch_generator,
+            )  # fmt: skip
+        with timer("sync"):
+            self.engine.load_weights(self.policy.state_dict())
+        self.step = step
+        self._write_fresh(fresh, step)
+        return self._metrics_row(step, fresh, rollouts, zero_std_frac, train_metrics, timer)
+
+    def _generate(self, problems: list[Problem], step: int) -> list[Group]:
+        config = self.config
+        prompts = [render_prompt(p, config.prompt_template) for p in problems]
+        sampling = SamplingConfig(
+            n=config.samples_per_prompt, temperature=config.temperature, top_p=config.top_p,
+            max_tokens=config.max_tokens, seed=config.seed * 1_000_003 + step,
+        )  # fmt: skip
+        completions = self.engine.generate(prompts, sampling)
+        groups = []
+        for problem, prompt, group in zip(problems, prompts, completions):
+            rollouts = [
+                Rollout(
+                    problem_id=problem.id, data_source=problem.data_source, prompt=prompt, gold_answer=problem.answer,
+                    response=c.text, response_token_ids=list(c.token_ids), policy_version=step - 1,
+                    prompt_token_ids=list(c.prompt_token_ids) or self._encode(prompt),
+                    behaviour_logprobs=list(c.logprobs), finish_reason=c.finish_reason, sample_index=i,
+                )  # fmt: skip
+                for i, c in enumerate(group)
+            ]
+            self.tokens_generated_total += sum(len(r.response_token_ids) for r in rollouts)
+            groups.append(Group(problem.id, rollouts))
+        return groups
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def _score(self, rollouts: list[Rollout]) -> None:
+        """Verify and reward rollouts in place (fresh ones, and replayed ones when re-scoring)."""
+        if not rollouts:
+            return
+        for r in rollouts:
+            if not r.response_token_ids:  # imported pool rows carry text only
+                r.response_token_ids = self._encode(r.response) + [self.tokenizer.eos_token_id]
+                r.behaviour_logprobs = None
+        verdicts = verify_batch([r.response for r in rollouts], [r.gold_answer for r in rollouts], config=self.config.verifier)
+        values = rewards(verdicts, self.config.reward)
+        loss = self.config.loss
+        if loss.overlong_buffer:
+            lengths = torch.tensor([len(r.response_token_ids) for r in rollouts])
+            values = (torch.tensor(values) + overlong_penalty(lengths, self.config.max_tokens, loss.overlong_buffer, loss.overlong_factor)).tolist()
+        for r, verdict, value in zip(rollouts, verdicts, values):
+            r.correct, r.extracted_answer, r.verdict_reason, r.reward = verdict.correct, verdict.extracted, verdict.reason, value
+
+    # ------------------------------------------------------------------ outputs
+
+    def _metrics_row(self, step, fresh, rollouts, zero_std_frac, train_metrics, timer) -> dict[str, Any]:
+        fresh_rollouts = [r for g in fresh for r in g.rollouts]
+        replayed = [r for r in rollouts if r.origin == "replay"]
+        row = {
+            "step": step,
+            "reward_mean": float(np.mean([r.reward for r in fresh_rollouts])),
+            "accuracy": float(np.mean([bool(r.correct) for r in fresh_rollouts])),
+            "zero_std_group_frac": zero_std_frac,
+            "replay_share": len(replayed) / len(rollouts),
+            "replay_age_mean": float(np.mean([(step - 1) - r.policy_version for r in replayed])) if replayed else 0.0,
+            "replay_accuracy": float(np.mean([bool(r.correct) for r in replayed])) if replayed else float("nan"),
+            "batch_size": len(rollouts),
+            "response_length_mean": float(np.mean([len(r.response_token_ids) for r in fresh_rollouts])),
+            "lr": self.scheduler.get_last_lr()[0],
+            "tokens_generated_total": self.tokens_generated_total,
+            **{k: float(v) for k, v in train_metrics.items()},
+            **{f"time_{phase}": timer.seconds.get(phase, 0.0) for phase in PHASES},
+            **{f"replay_{k}": float(v) for k, v in self.replay.stats().items()},
+        }
+        row["time_step"] = sum(timer.seconds.values())
+        append_rows(self.out / "metrics.parquet", [row])
+        return row
+
+    def _write_fresh(self, fresh: list[Group], step: int) -> None:
+        sampling = {"n": self.config.samples_per_prompt, "temperature": self.config.temperature,
+                    "top_p": self.config.top_p, "max_tokens": self.config.max_tokens}  # fmt: skip
+        rows = [
+            trajectory_row(
+                self.by_id[r.problem_id], r.prompt, response=r.response, response_token_ids=r.response_token_ids,
+                behaviour_logprobs=r.behaviour_logprobs or [], finish_reason=r.finish_reason, correct=bool(r.correct),
+                extracted_answer=r.extracted_answer, verdict_reason=r.verdict_reason or "", reward=float(r.reward),
+                run_id=self.run_id, policy_version=r.policy_version, model=self.base_model, sampling=sampling,
+                sample_index=r.sample_index, prompt_token_ids=r.prompt_token_ids,
+            )  # fmt: skip
+            for g in fresh
+            for r in g.rollouts
+        ]
+        write_parquet_atomic(self.out / "fresh" / f"part-{step:05d}.parquet", to_table(rows))
+
+    def evaluate(self, step: int) -> list[dict[str, Any]]:
+        """Held-out evaluation with the live engine; rows appended to OUT/eval.parquet."""
+        k = self.config.eval_samples
+        sampling = SamplingConfig(n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.max_tokens, seed=self.config.seed)
+        result = evaluate_with_engine(
+            self.engine, self.eval_problems, sampling, self.config.verifier, self.config.prompt_template, step=step
+        )
+        append_rows(self.out / "eval.parquet", result.rows)
+        return result.rows
+
+    def save(self, step: int) -> Path:
+        state = {
+            "step": step,
+            "tokens_generated_total": self.tokens_generated_total,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "replay": self.replay.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "torch_generator": self.torch_generator.get_state()},  # fmt: skip
+        }
+        return save_checkpoint(self.out, step, self.policy, self.tokenizer, state, keep=self.config.keep_checkpoints)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+        self.tokens_generated_total = state["tokens_generated_total"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.replay.load_state_dict(state["replay"])
+        self.sampler.load_state_dict(state["sampler"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.torch_generator.set_state(state["rng"]["torch_generator"])
+
+    def _prepare_out_dir(self) -> None:
+        """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / CONFIG_FILE).write_text(self.config.model_dump_json(indent=2))
+        for name in ("metrics.parquet", "eval.parquet"):
+            path = self.out / name
+            if path.exists():
+                table = pq.read_table(path)
+                if self.step == 0:
+                    path.unlink()
+                else:
+                    keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= self.step]
+                    write_parquet_atomic(path, table.take(keep))
+        for part in (self.out / "fresh").glob("part-*.parquet"):
+            if int(part.stem.split("-")[1]) > self.step:
+                part.unlink()
+        if self.step == 0:
+            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, on_step: Callable[[dict, list[dict] | None], None] | None = None) -> TrainResult:
+        """Train from the current step to `config.steps`, evaluating and saving on schedule."""
+        config = self.config
+        if self.step == 0 and config.eval_every:
+            rows = self.evaluate(0)
+            if on_step:
+                on_step({"step": 0}, rows)
+        checkpoint = None
+        with _progress(self.progress, config.steps, self.step) as advance:
+            for step in range(self.step + 1, config.steps + 1):
+                row = self.train_step(step)
+                last = step == config.steps
+                eval_rows = None
+                if last or (config.eval_every and step % config.eval_every == 0):
+                    eval_rows = self.evaluate(step)
+                if last or (config.save_every and step % config.save_every == 0):
+                    checkpoint = self.save(step)
+                if on_step:
+                    on_step(row, eval_rows)
+                advance(row, eval_rows)
+        checkpoint = checkpoint or latest_checkpoint(self.out)
+        return TrainResult(self.out, config.steps, checkpoint, self.out / "metrics.parquet", self.out / "eval.parquet")
+
+
+def _fill_advantages(groups: list[Group], scale_by_std: bool) -> float:
+    """Group-relative advantages for every rollout without one; returns the share of such groups whose
+    rewards are all equal (no learning signal)."""
+    pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
+    if not pending:
+        return 0.0
+    rewards_t = torch.tensor([r.reward for _, r in pending], dtype=torch.float32)
+    advantages, zero_var = group_advantages(rewards_t, [gi for gi, _ in pending], scale_by_std=scale_by_std)
+    for (_, r), a in zip(pending, advantages.tolist()):
+        r.advantage = a
+    by_group: dict[int, bool] = {}
+    for (gi, _), z in zip(pending, zero_var.tolist()):
+        by_group[gi] = z
+    return sum(by_group.values()) / len(by_group)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@contextmanager
+def _progress(enabled: bool, total: int, done: int):
+    """A rich progress bar over steps showing reward and the latest held-out accuracy."""
+    if not enabled:
+        yield lambda row, eval_rows: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    state = {"acc": "n/a"}
+    with Progress(
+        TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+    ) as bar:  # fmt: skip
+        task = bar.add_task("train", total=total, completed=done, info="")
+
+        def advance(row: dict, eval_rows: list[dict] | None) -> None:
+            if eval_rows:
+                overall = next(r for r in eval_rows if r["data_source"] == "all")
+                state["acc"] = f"{overall['avg_at_k']:.3f}"
+            bar.update(task, advance=1, info=f"reward {row['reward_mean']:.3f}  held-out {state['acc']}  step {row['time_step']:.1f}s")
+
+        yield advance
