@@ -13,11 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data.metrics import majority_correct, pass_at_k
 from data.parquet_io import append_rows
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
-from data.metrics import majority_correct, pass_at_k
 from tasks.models import resolve_model
 from verifiers import VerifierConfig, verify_batch
 

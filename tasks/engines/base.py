@@ -40,7 +40,7 @@ class GenerationEngine(Protocol):
         """`sampling.n` completions for each prompt, in prompt order."""
         ...
 
-    def load_weights(self, state_dict: Mapping[str, "torch.Tensor"]) -> None:
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the policy weights (same architecture) without restarting the engine."""
         ...
 

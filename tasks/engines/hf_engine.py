@@ -71,7 +71,7 @@ class TransformersEngine:
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)
         token_logprobs = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         results: list[list[Completion]] = []
-        for i, prompt in enumerate(prompts):
+        for i in range(len(prompts)):
             prompt_ids = encoded.input_ids[i][encoded.attention_mask[i].bool()].tolist()
             completions = []
             for j in range(sampling.n):
