@@ -36,10 +36,17 @@ class UserError(Exception):
 
 
 def _config_commands() -> dict[str, tuple[type, Callable]]:
-    """Commands whose settings are one pydantic model: name -> (model, runner(config, args))."""
+    """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
     from tasks.evaluate import EvalConfig
+    from tasks.training.config import TrainConfig
 
-    return {"eval": (EvalConfig, _run_eval)}
+    return {"eval": (EvalConfig, _run_eval), "train": (TrainConfig, _run_train)}
+
+
+def _config(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
+    """The command's settings: `base_file` or --config, then flags, then `extra`, validated once."""
+    overrides = {**flag_overrides(args), **(extra or {})}
+    return build_config(model, base_file or args.config, overrides)
 
 
 # ---------------------------------------------------------------- problems
@@ -78,8 +85,11 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- eval
 
 
-def _run_eval(config, args: argparse.Namespace) -> int:
+def _run_eval(args: argparse.Namespace) -> int:
     from flows.evaluate import evaluate_flow
+    from tasks.evaluate import EvalConfig
+
+    config = _config(EvalConfig, args)
 
     result = evaluate_flow(config) if args.prefect else _eval_direct(config)
     _print_eval(result.rows, config)
@@ -105,6 +115,43 @@ def _print_eval(rows: list[dict], config) -> None:
     Console().print(table)
     if config.out:
         print(f"wrote {Path(config.out) / 'eval.parquet'} and {Path(config.out) / 'eval_samples.parquet'}")
+
+
+# ---------------------------------------------------------------- train
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from tasks.training.config import TrainConfig
+    from tasks.training.trainer import CONFIG_FILE
+
+    if args.resume:
+        saved = Path(args.resume) / CONFIG_FILE
+        if not saved.is_file():
+            raise UserError(f"--resume {args.resume}: no {CONFIG_FILE} there (not a training run directory)")
+        config = _config(TrainConfig, args, base_file=saved, extra={"out": str(args.resume)})
+    else:
+        config = _config(TrainConfig, args)
+    if args.prefect:
+        from flows.train import train_flow
+
+        result = train_flow(config, resume=bool(args.resume))
+    else:
+        from flows.train import run_training
+
+        result = run_training.fn(config, resume=bool(args.resume))
+    _print_train(result)
+    return 0
+
+
+def _print_train(result) -> None:
+    import pyarrow.parquet as pq
+
+    ev = pq.read_table(result.eval_path).to_pandas() if Path(result.eval_path).exists() else None
+    if ev is not None and len(ev):
+        overall = ev[ev.data_source == "all"].sort_values("step")
+        first, last = overall.iloc[0], overall.iloc[-1]
+        print(f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}")
+    print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
 
 
 # ---------------------------------------------------------------- bench
@@ -169,9 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (model, runner) in _config_commands().items():
         doc = (model.__doc__ or "").strip().splitlines()[0]
-        p = command(name, doc, lambda args, runner=runner, model=model: runner(build_config(model, args.config, flag_overrides(args)), args))
+        p = command(name, doc, runner)
         p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
                        help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the function directly.")
+        if name == "train":
+            p.add_argument("--resume", type=Path, default=None, metavar="OUT",
+                           help="Continue the run in OUT from its last checkpoint (its saved settings; flags override).")
         add_model_flags(p, model)
 
     bench = sub.add_parser("bench", help="Benchmarks; results go to bench/results/*.json.")

@@ -100,7 +100,18 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], ski
             kwargs["metavar"] = "{" + ",".join(map(str, choices)) + "}"
         else:
             kwargs["metavar"] = path[-1].upper()
+            if _allows_none(field.annotation):
+                kwargs["type"] = _none_or_text
         group.add_argument(flag, **kwargs)
+
+
+def _allows_none(annotation: Any) -> bool:
+    return get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _none_or_text(text: str) -> str | None:
+    """`--dual-clip none` (or null) switches an optional setting off."""
+    return None if text.strip().lower() in ("none", "null") else text
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -85,3 +85,15 @@ class WithNestedDefault(BaseModel):
 
 def test_partial_nested_section_keeps_the_parent_default():
     assert build_config(WithNestedDefault, None, {"inner.seed": "2"}).inner == Inner(split="test", seed=2)
+
+
+class Optional_(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dual_clip: float | None = Field(10.0, description="off with none")
+
+
+def test_none_switches_an_optional_setting_off():
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, Optional_)
+    assert build_config(Optional_, None, flag_overrides(parser.parse_args(["--dual-clip", "none"]))).dual_clip is None
+    assert build_config(Optional_, None, flag_overrides(parser.parse_args(["--dual-clip", "3"]))).dual_clip == 3.0

@@ -1,0 +1,66 @@
+"""Prefect flow `train`: GRPO with experience replay (none | rlep | fifo | prioritized) on one policy.
+
+The loop lives in `tasks.training.trainer` (it holds an engine and a torch model, which do not travel
+between tasks); this flow runs it as one task, mirrors its progress into Prefect artifacts (a progress
+bar, the latest metrics and evaluation as tables) and publishes the learning curve. Run it with
+`rlep train ...`, from a deployment (`rlep serve`), or `train_flow(TrainConfig(...))` in Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from tasks.plots import plot_learning_curves
+from tasks.training.config import TrainConfig
+from tasks.training.trainer import Trainer, TrainResult
+
+METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "clip_frac_high", "entropy", "grad_norm", "time_step")
+
+
+def _rounded(row: dict) -> dict:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+@task(name="run-training")
+def run_training(config: TrainConfig, resume: bool = False, progress: bool = True) -> TrainResult:
+    """The training loop, reporting into artifacts as it goes."""
+    trainer = Trainer(config, resume=resume, progress=progress)
+    artifact = create_progress_artifact(progress=100.0 * trainer.step / config.steps, description=f"training {trainer.run_id}")
+
+    def on_step(row: dict, eval_rows: list[dict] | None) -> None:
+        update_progress_artifact(artifact_id=artifact, progress=100.0 * row["step"] / config.steps)
+        if eval_rows:
+            create_table_artifact(key="train-eval", table=[_rounded(r) for r in eval_rows],
+                                  description=f"held-out evaluation at step {row['step']}")  # fmt: skip
+        if row["step"] and row.get("reward_mean") is not None:
+            create_table_artifact(key="train-metrics", table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
+                                  description=f"metrics of step {row['step']}")  # fmt: skip
+
+    try:
+        return trainer.run(on_step)
+    finally:
+        trainer.close()
+
+
+@flow(name="train", log_prints=True)
+def train_flow(config: TrainConfig = TrainConfig(), resume: bool = False) -> TrainResult:
+    """Train `config.model` with `config.replay`; writes metrics, evaluation, checkpoints and rollouts under `config.out`."""
+    result = run_training(config, resume=resume)
+    curve = plot_learning_curves({config.replay.kind: result.out}, Path(result.out) / "learning_curve.png")
+    create_markdown_artifact(
+        key="train-summary",
+        markdown=(
+            f"# Training `{config.replay.kind}` ({result.steps} steps)\n\n"
+            f"- run directory: `{result.out}`\n- final checkpoint: `{result.final_checkpoint}`\n"
+            f"- metrics: `{result.metrics_path}`\n- evaluation: `{result.eval_path}`\n- learning curve: `{curve}`\n"
+        ),
+    )
+    return result
