@@ -331,11 +331,10 @@ def read_trajectory_files(paths: Sequence[Path], columns: Sequence[str] | None =
     tables = []
     for path in paths:
         try:
-            file_schema = pq.read_schema(path)
+            check_columns(pq.read_schema(path).names, str(path))
             table = pq.read_table(path, columns=names)
         except (OSError, pa.ArrowInvalid) as err:
             raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
-        check_columns(file_schema.names, str(path))
         try:
             tables.append(table.select(names).cast(target))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
