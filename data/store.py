@@ -13,8 +13,11 @@ any moment (SIGKILL included) and restarted on the same directory sees exactly t
 always holds the same problems (the caller fixes the sharding from its parameters), so a restart cannot
 duplicate rows; `build_pool` checks the row key anyway and refuses duplicates.
 
-The pool follows RLEP (arXiv 2507.07451, section 3.1): keep the verified-correct answers of problems
-with at least `min_correct` correct answers among their samples, each distinct answer once.
+The pool follows RLEP (arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7,
+top-p 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two
+valid reasoning paths (`min_correct`, default 2 here too). The paper does not say how repeats count; here
+an answer is kept once per problem (see `normalise_response`) and the threshold counts distinct answers,
+so a pooled problem always offers `min_correct` different paths to replay.
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ class PoolStats:
     correct: int  # of which verified correct
     problems: int  # distinct problems in the trajectories
     problems_with_correct: int  # problems with at least one correct answer
-    pool_problems: int  # problems with at least `min_correct` correct answers
+    pool_problems: int  # problems with at least `min_correct` distinct correct answers
     pool_rows: int  # rows written to the pool
-    below_min_correct: int  # correct rows dropped because their problem had fewer than `min_correct`
-    duplicates: int  # correct rows dropped as repeats of an answer already kept for the problem
+    duplicates: int  # correct rows repeating an earlier answer to the same problem
+    below_min_correct: int  # distinct correct answers dropped: their problem had fewer than `min_correct`
+    # correct == pool_rows + duplicates + below_min_correct
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -224,13 +228,13 @@ class ExperienceStore:
         """All completed shards, in shard order, as one table."""
         return read_trajectory_files(self.shard_paths(), columns)
 
-    def build_pool(self, min_correct: int = 1) -> PoolStats:
+    def build_pool(self, min_correct: int = 2) -> PoolStats:
         """Write DIR/pool.parquet from the completed shards and return what was kept.
 
-        Rows are kept when `correct` is true and their problem has at least `min_correct` correct rows
-        (counted before deduplication: the threshold measures how reliably the policy solves the problem,
-        not how varied its answers are). Of rows whose (problem_id, normalise_response(response)) match,
-        the first in shard-then-row order is kept. The pool keeps that order.
+        Of correct rows whose (problem_id, normalise_response(response)) match, the first in
+        shard-then-row order is kept; problems left with fewer than `min_correct` distinct correct answers
+        are dropped. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row
+        key repeats, since that means a shard was written twice under different shard numbers.
         """
         if min_correct < 1:
             raise ValueError(f"min_correct must be >= 1, got {min_correct}")
@@ -238,13 +242,12 @@ class ExperienceStore:
         _check_unique_keys(table, str(self.trajectories_dir))
         correct = table.filter(pc.equal(table["correct"], True))
         correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
-        per_problem = correct.group_by("problem_id").aggregate([("_row", "count")])
-        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))["problem_id"]
-        kept = correct.filter(pc.is_in(correct["problem_id"], value_set=qualified))
-        keyed = kept.append_column("_norm", normalise_response(kept["response"]))
-        first = keyed.group_by(["problem_id", "_norm"], use_threads=False).aggregate([("_row", "min")])
-        keep_rows = pc.sort_indices(first["_row_min"])
-        pool = correct.take(pc.take(first["_row_min"], keep_rows)).drop_columns(["_row"])
+        keyed = correct.append_column("_norm", normalise_response(correct["response"]))
+        distinct = keyed.group_by(["problem_id", "_norm"], use_threads=False).aggregate([("_row", "min")])
+        per_problem = distinct.group_by("problem_id", use_threads=False).aggregate([("_row_min", "count")])
+        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_min_count"], min_correct))["problem_id"]
+        kept = distinct.filter(pc.is_in(distinct["problem_id"], value_set=qualified))["_row_min"]
+        pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
         write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)
         _fsync_dir(self.root)
         return PoolStats(
@@ -255,8 +258,8 @@ class ExperienceStore:
             problems_with_correct=per_problem.num_rows,
             pool_problems=len(qualified),
             pool_rows=pool.num_rows,
-            below_min_correct=correct.num_rows - kept.num_rows,
-            duplicates=kept.num_rows - pool.num_rows,
+            duplicates=correct.num_rows - distinct.num_rows,
+            below_min_correct=distinct.num_rows - pool.num_rows,
         )
 
     def read_pool(self) -> pa.Table:

@@ -100,18 +100,21 @@ def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshol
         "correct": 7,
         "problems": 4,
         "problems_with_correct": 3,
-        "pool_problems": 2,
-        "pool_rows": 3,
-        "below_min_correct": 1,  # p1's single correct answer
+        "pool_problems": 1,  # p3: two distinct answers
+        "pool_rows": 2,
         "duplicates": 3,  # p2: one layout repeat; p3: one exact repeat and one with a trailing newline
+        "below_min_correct": 2,  # p1's single answer; p2's one distinct answer
     }
+    assert stats.correct == stats.pool_rows + stats.duplicates + stats.below_min_correct
     pool = pq.read_table(store.pool_path)
     assert pool.schema == TRAJECTORY_SCHEMA
     assert list(zip(pool["problem_id"].to_pylist(), pool["sample_index"].to_pylist(), strict=True)) == [
-        ("p2", 0), ("p3", 0), ("p3", 2)
+        ("p3", 0), ("p3", 2)
     ]
     assert all(pool["correct"].to_pylist())
-    assert store.build_pool(min_correct=1).pool_rows == 4  # p1 joins
+    loose = store.build_pool(min_correct=1)
+    assert (loose.pool_rows, loose.pool_problems, loose.below_min_correct) == (4, 3, 0)
+    assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p1", "p2", "p3", "p3"]
 
 
 def test_build_pool_refuses_duplicate_row_keys(tmp_path):
@@ -162,7 +165,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
     assert manifest["model"] == {"id": "tiny", "weights_hash": weights_hash(model)}
     assert manifest["counts"] == {
         "problems": 4, "samples": 16, "correct": 7, "generated_tokens": 32, "shards": 2,
-        "pool_rows": 3, "pool_problems": 2,
+        "pool_rows": 2, "pool_problems": 1,
     }
     assert manifest["timings"] == timings
     assert manifest["pool"] == stats.to_dict()
@@ -172,7 +175,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
         assert entry["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest() == file_sha256(file)
         assert entry["rows"] == pq.read_table(file).num_rows
         assert entry["bytes"] == file.stat().st_size
-    assert [manifest["files"][n]["rows"] for n in sorted(manifest["files"])] == [3, 10, 6]
+    assert [manifest["files"][n]["rows"] for n in sorted(manifest["files"])] == [2, 10, 6]
     assert manifest["packages"]["pyarrow"] == pa.__version__
     assert set(manifest["packages"]) == {"rlep", "torch", "transformers", "vllm", "prefect", "pyarrow", "math-verify"}
     assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
@@ -217,10 +220,10 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
     frame = pd.concat([pd.read_parquet(p) for p in store.shard_paths()], ignore_index=True)
     assert list(frame.columns) == list(TRAJECTORY_SCHEMA.names) and len(frame) == 16
     assert list(frame.loc[0, "response_token_ids"]) == [1, 2]
-    assert pd.read_parquet(store.pool_path)["problem_id"].tolist() == ["p2", "p3", "p3"]
+    assert pd.read_parquet(store.pool_path)["problem_id"].tolist() == ["p3", "p3"]
     files = {"train": [str(p) for p in store.shard_paths()], "pool": str(store.pool_path)}
     loaded = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
-    assert (loaded["train"].num_rows, loaded["pool"].num_rows) == (16, 3)
+    assert (loaded["train"].num_rows, loaded["pool"].num_rows) == (16, 2)
     assert loaded["train"].column_names == list(TRAJECTORY_SCHEMA.names)
     assert loaded["train"][0]["response_token_ids"] == [1, 2] and loaded["train"][0]["created_at"] is not None
 
@@ -292,7 +295,7 @@ def _assert_complete(root: Path) -> None:
     assert table.num_rows == SHARDS * ROWS_PER_SHARD
     keys = set(zip(*(table[k].to_pylist() for k in ROW_KEY), strict=True))
     assert len(keys) == table.num_rows  # no row written twice
-    assert store.build_pool().pool_rows == SHARDS * (1 + 2 + 3)
+    assert store.build_pool(min_correct=1).pool_rows == SHARDS * (1 + 2 + 3)
 
 
 def test_sigkill_between_shards_then_restart_writes_each_row_once(tmp_path):
