@@ -37,10 +37,11 @@ class UserError(Exception):
 
 def _config_commands() -> dict[str, tuple[type, Callable]]:
     """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
+    from tasks.collect import CollectConfig
     from tasks.evaluate import EvalConfig
     from tasks.training.config import TrainConfig
 
-    return {"eval": (EvalConfig, _run_eval), "train": (TrainConfig, _run_train)}
+    return {"collect": (CollectConfig, _run_collect), "eval": (EvalConfig, _run_eval), "train": (TrainConfig, _run_train)}
 
 
 def _config(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
@@ -115,6 +116,68 @@ def _print_eval(rows: list[dict], config) -> None:
     Console().print(table)
     if config.out:
         print(f"wrote {Path(config.out) / 'eval.parquet'} and {Path(config.out) / 'eval_samples.parquet'}")
+
+
+# ---------------------------------------------------------------- collect, inspect, pool
+
+
+def _run_collect(args: argparse.Namespace) -> int:
+    from tasks.collect import CollectConfig, preflight, run_collection
+
+    config = _config(CollectConfig, args)
+    preflight(config)  # user errors surface here, before Prefect starts or anything is generated
+    if args.prefect:
+        from flows.collect import collect_flow
+
+        result = collect_flow(config)
+    else:
+        from tasks.engines.cache import release_engines
+
+        try:
+            result = run_collection(config)
+        finally:
+            release_engines()
+    pool, timings = result["pool"], result["timings"]
+    print(f"run directory: {result['run_dir']} ({result['shards']} shards, {result['skipped_shards']} already done)")
+    print(f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers for "
+          f"{pool['pool_problems']} problems (min_correct={pool['min_correct']})")  # fmt: skip
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    print(f"inspect it with: rlep inspect {result['run_dir']}")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from data.inspect import render, summarize
+    from data.store import StoreError
+
+    try:
+        summary = summarize(args.path, sample_rows=args.rows)
+    except (StoreError, ValueError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        from rich.console import Console
+
+        Console().print(render(summary))
+    return 0
+
+
+def _cmd_pool_export(args: argparse.Namespace) -> int:
+    from data.rlep_format import export_pool
+
+    source = Path(args.pool)
+    path = export_pool(source / "pool.parquet" if source.is_dir() else source, Path(args.out))
+    print(f"wrote {path} (RLEP/verl layout)")
+    return 0
+
+
+def _cmd_pool_import(args: argparse.Namespace) -> int:
+    from data.rlep_format import import_pool
+
+    path = import_pool(Path(args.path), Path(args.out), run_id=args.run_id)
+    print(f"wrote {path} (rlep trajectory schema)")
+    return 0
 
 
 # ---------------------------------------------------------------- train
@@ -224,6 +287,25 @@ def build_parser() -> argparse.ArgumentParser:
                            help="Continue the run in OUT from its last checkpoint (its saved settings; flags override).")
         add_model_flags(p, model)
 
+    p = sub.add_parser("inspect", help="Summarise a collection run dir, a trajectories dir, or a pool/trajectory Parquet file.")
+    p.set_defaults(handler=_cmd_inspect)
+    p.add_argument("path", help="Run directory, trajectories directory, or .parquet file.")
+    p.add_argument("--json", action="store_true", help="Print the summary as JSON.")
+    p.add_argument("--rows", type=int, default=3, help="Sample rows to show [default: 3].")
+
+    pool = sub.add_parser("pool", help="Move experience pools between rlep and RLEP/verl.")
+    pool_sub = pool.add_subparsers(dest="pool_command", required=True, metavar="ACTION")
+    p = pool_sub.add_parser("export", help="Write a pool in the RLEP/verl parquet layout (prompt chat list, reward_model.candidates).")
+    p.set_defaults(handler=_cmd_pool_export)
+    p.add_argument("pool", help="pool.parquet or a collection run directory.")
+    p.add_argument("--format", choices=["rlep"], default="rlep", help="Target layout [default: rlep].")
+    p.add_argument("--out", required=True, help="Output .parquet file.")
+    p = pool_sub.add_parser("import", help="Read an RLEP/verl pool file into rlep's trajectory schema.")
+    p.set_defaults(handler=_cmd_pool_import)
+    p.add_argument("path", help="RLEP/verl .parquet file with reward_model.candidates.")
+    p.add_argument("--out", required=True, help="Output .parquet file (rlep schema; usable as --pool).")
+    p.add_argument("--run-id", default="imported", help="run_id of the imported rows [default: imported].")
+
     bench = sub.add_parser("bench", help="Benchmarks; results go to bench/results/*.json.")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     p = bench_sub.add_parser("generate", help="Tokens/s of the vLLM and transformers engines on the same model and prompts.")
@@ -256,12 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         _quiet_libraries()
     from data.sources import ProblemSourceError
+    from data.store import StoreError
     from tasks.engines import EngineUnavailable
     from tasks.models import ModelNotFound
+    from tasks.replay.pool import PoolError
 
     try:
         return args.handler(args)
-    except (UserError, ConfigError, ProblemSourceError, EngineUnavailable, ModelNotFound) as err:
+    except (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError) as err:
         print(f"rlep {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
 

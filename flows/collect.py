@@ -1,0 +1,73 @@
+"""Prefect flow `collect`: Phase I, a verified experience pool in Parquet.
+
+DAG per shard: generate-shard -> verify-shard (each writes a file and returns its path), then
+build-pool-and-manifest, then artifacts: a table per data source (accuracy, pass@k), a markdown summary
+with paths and throughput, and a progress artifact updated as shards complete. The work is in
+`tasks.collect`; this flow only wires it to Prefect. Run it with `rlep collect ...`, from a deployment
+(`rlep serve`), or `collect_flow(CollectConfig(...))`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from data.inspect import summarize
+from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
+from tasks.engines.cache import release_engines
+
+generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
+verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")
+finalize_task = task(finalize, name="build-pool-and-manifest")
+
+
+@task(name="publish-collection-artifacts")
+def publish_artifacts(run_dir: str) -> dict:
+    """Per-data-source table, a sample of verified answers, and a markdown summary of the run."""
+    summary = summarize(run_dir, sample_rows=5)
+    create_table_artifact(key="collect-accuracy-by-source", table=summary["accuracy"],
+                          description="mean@n and unbiased pass@k per data source")  # fmt: skip
+    if summary.get("sample_rows"):
+        create_table_artifact(key="collect-sample-answers", table=summary["sample_rows"], description="a few trajectories (text truncated)")
+    create_markdown_artifact(key="collect-summary", markdown=markdown_summary(summary, run_dir))
+    return summary
+
+
+def markdown_summary(summary: dict, run_dir: str) -> str:
+    run = Path(run_dir)
+    pool = summary.get("pool") or {}
+    lines = [
+        f"# Collection `{run.name}`",
+        "",
+        f"- problems: {summary['problems']}, answers: {summary['samples']}, verified correct: {summary['correct']}",
+        f"- pool: {pool.get('rows', 'n/a')} answers for {pool.get('problems', 'n/a')} problems",
+        f"- files: `{run / 'trajectories'}`, `{run / 'pool.parquet'}`, `{run / 'manifest.json'}`",
+    ]
+    throughput = summary.get("run") or {}
+    if throughput:
+        lines.append(f"- throughput: {throughput}")
+    return "\n".join(lines) + "\n"
+
+
+@flow(name="collect", log_prints=True)
+def collect_flow(config: CollectConfig = CollectConfig()) -> dict:
+    """Sample, verify and store answers for `config.problems`; build the experience pool."""
+    artifact = create_progress_artifact(progress=0.0, description=f"collection {config.resolved_run_id()}")
+
+    def on_shard(done: int, total: int) -> None:
+        update_progress_artifact(artifact_id=artifact, progress=100.0 * done / total)
+
+    try:
+        result = run_collection(config, generate=generate_task, verify=verify_task, finish=finalize_task, on_shard=on_shard)
+    finally:
+        release_engines()
+    update_progress_artifact(artifact_id=artifact, progress=100.0)
+    publish_artifacts(result["run_dir"])
+    return result

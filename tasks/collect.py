@@ -1,0 +1,254 @@
+"""Phase I, collection: sample many answers per problem, verify each, store every trajectory, build the pool.
+
+The run is split into shards of `shard_size` problems, fixed by the settings, and each shard goes
+through two steps, each a plain function (and a Prefect task in `flows.collect`):
+
+    generate_shard  engine samples `samples_per_prompt` answers per problem -> DIR/.staging/part-N.parquet
+    verify_shard    verify_batch checks them, rewards them -> DIR/trajectories/part-N.parquet (atomic)
+
+then `finalize` builds DIR/pool.parquet (verified successes of problems with >= `min_correct`, deduplicated)
+and DIR/manifest.json. A killed run restarted with the same settings and run id skips finished shards
+(and reuses finished staging files), so nothing is generated twice and no row is written twice.
+
+Pool rule and defaults follow RLEP (arXiv 2507.07451): 64 samples per problem at temperature 0.7 there;
+8 here by default so a CPU collection takes minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data.parquet_io import write_parquet_atomic
+from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.sources import ProblemSourceConfig, load_problems
+from data.store import ExperienceStore, PoolStats, read_trajectory_files
+from data.trajectory import rows_for_problem, to_table
+from tasks.engines import EngineConfig, SamplingConfig
+from tasks.engines.cache import shared_engine
+from tasks.models import resolve_model
+from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
+
+TIMINGS_FILE = "timings.jsonl"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class CollectConfig(BaseModel):
+    """Collect verified answers into an experience pool (RLEP Phase I)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("tiny", min_length=1, description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's tiny model.")
+    problems: ProblemSourceConfig = Field(
+        default_factory=lambda: ProblemSourceConfig(split="train", limit=200), description="Problems to collect answers for."
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
+    samples_per_prompt: int = Field(8, ge=1, le=4096, description="Answers sampled per problem (RLEP: 64).")
+    temperature: float = Field(0.7, gt=0, le=10, description="Sampling temperature (RLEP: 0.7).")
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass.")
+    max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
+    seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
+    min_correct: int = Field(2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2).")
+    shard_size: int = Field(64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume).")
+    out: Path = Field(Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json).")
+    run_id: str | None = Field(None, description="Run id stored in every row; default: the out directory's name.")
+    policy_version: int | None = Field(
+        None, ge=0, description="Training step of the model's weights; default: N for a `step-N` checkpoint directory, else 0."
+    )
+    prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward from verdicts (stored per row).")
+
+    @model_validator(mode="after")
+    def _check(self) -> CollectConfig:
+        if self.min_correct > self.samples_per_prompt:
+            raise ValueError(
+                f"min_correct ({self.min_correct}) > samples_per_prompt ({self.samples_per_prompt}): no problem could enter the pool"
+            )
+        if "{problem}" not in self.prompt_template:
+            raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        return self
+
+    def resolved_run_id(self) -> str:
+        return self.run_id or Path(self.out).resolve().name
+
+    def resolved_policy_version(self) -> int:
+        if self.policy_version is not None:
+            return self.policy_version
+        match = _STEP_DIR.match(Path(self.model).name)
+        return int(match.group(1)) if match else 0
+
+    def sampling(self, shard: int) -> SamplingConfig:
+        return SamplingConfig(
+            n=self.samples_per_prompt, temperature=self.temperature, top_p=self.top_p,
+            max_tokens=self.max_tokens, seed=self.seed * 1_000_003 + shard,
+        )  # fmt: skip
+
+
+def plan_shards(config: CollectConfig) -> list[list[Problem]]:
+    """The problems of each shard, a pure function of the settings (so a restart sees the same shards)."""
+    problems = load_problems(config.problems)
+    return [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
+
+
+def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem]], str]:
+    """Every check a user can fail, before any work: problems readable, output writable, model present."""
+    shards = plan_shards(config)
+    store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
+    model = resolve_model(config.model)
+    return store, shards, model
+
+
+def _staging_path(store: ExperienceStore, shard: int) -> Path:
+    return store.root / ".staging" / store.shard_path(shard).name
+
+
+def _log_timing(store: ExperienceStore, shard: int, phase: str, seconds: float, **extra: Any) -> None:
+    with open(store.root / TIMINGS_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"shard": shard, "phase": phase, "seconds": seconds, **extra}) + "\n")
+
+
+def generate_shard(config: CollectConfig, model: str, shard: int, problems: list[Problem]) -> Path:
+    """Sample answers for one shard; writes them (not yet verified) to a staging file and returns its path."""
+    store = ExperienceStore(config.out, run_id=config.resolved_run_id())
+    staging = _staging_path(store, shard)
+    if staging.exists():  # generated before a kill: verified next, not sampled again
+        return staging
+    start = time.perf_counter()
+    prompts = [render_prompt(p, config.prompt_template) for p in problems]
+    sampling = config.sampling(shard)
+    completions = shared_engine(model, config.engine).generate(prompts, sampling)
+    unverified = _Unverified()
+    rows = []
+    for problem, prompt, group in zip(problems, prompts, completions):
+        rows += rows_for_problem(
+            problem, prompt, group, [unverified] * len(group), [0.0] * len(group),
+            run_id=store.run_id, policy_version=config.resolved_policy_version(), model=config.model,
+            sampling=sampling.model_dump(),
+        )  # fmt: skip
+    write_parquet_atomic(staging, to_table(rows))
+    tokens = sum(len(c.token_ids) for group in completions for c in group)
+    _log_timing(store, shard, "generate", time.perf_counter() - start, tokens=tokens, problems=len(problems))
+    return staging
+
+
+class _Unverified:
+    """Verdict placeholder of a staging row."""
+
+    correct, extracted, reason, seconds = False, None, "unverified", 0.0
+
+
+def verify_shard(config: CollectConfig, shard: int, staging: Path) -> Path:
+    """Verify and reward a staged shard; writes DIR/trajectories/part-N.parquet atomically, returns its path."""
+    store = ExperienceStore(config.out, run_id=config.resolved_run_id())
+    start = time.perf_counter()
+    table = read_trajectory_files([staging])
+    verdicts = verify_batch(table["response"].to_pylist(), table["gold_answer"].to_pylist(), config=config.verifier)
+    verified_at = time.perf_counter()
+    values = rewards(verdicts, config.reward)
+    rows = table.to_pylist()
+    for row, verdict, value in zip(rows, verdicts, values):
+        row.update(correct=verdict.correct, extracted_answer=verdict.extracted, verdict_reason=verdict.reason,
+                   reward=value, verify_seconds=verdict.seconds)  # fmt: skip
+    path = store.write_shard(shard, rows)
+    staging.unlink(missing_ok=True)
+    _log_timing(store, shard, "verify", verified_at - start)
+    _log_timing(store, shard, "write", time.perf_counter() - verified_at)
+    return path
+
+
+def finalize(config: CollectConfig, model: str, started: float, engine_start: float = 0.0) -> dict[str, Any]:
+    """Build the pool and write the manifest; returns the pool statistics and timing totals
+    (`engine_start`: seconds spent starting the engine in this invocation, kept apart from `generate`)."""
+    store = ExperienceStore(config.out, run_id=config.resolved_run_id())
+    start = time.perf_counter()
+    stats: PoolStats = store.build_pool(config.min_correct)
+    timings = {"engine_start": engine_start, **_timing_totals(store)}
+    timings["pool"] = time.perf_counter() - start
+    timings["total"] = time.perf_counter() - started
+    store.write_manifest(
+        parameters=config.model_dump(mode="json"), model=config.model,
+        model_dir=model if Path(model).is_dir() else None, timings=timings, pool_stats=stats,
+    )  # fmt: skip
+    return {"pool": stats.to_dict(), "timings": timings, "run_dir": str(store.root)}
+
+
+def _timing_totals(store: ExperienceStore) -> dict[str, float]:
+    """Seconds per phase over the shards on disk (a shard redone after a kill counts its last attempt)."""
+    done = set(store.completed_shards())
+    latest: dict[tuple[int, str], dict] = {}
+    path = store.root / TIMINGS_FILE
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            if entry["shard"] in done:
+                latest[(entry["shard"], entry["phase"])] = entry
+    totals: dict[str, float] = {"generate": 0.0, "verify": 0.0, "write": 0.0}
+    for (_, phase), entry in latest.items():
+        totals[phase] += entry["seconds"]
+    return totals
+
+
+def run_collection(
+    config: CollectConfig,
+    generate: Callable = generate_shard,
+    verify: Callable = verify_shard,
+    finish: Callable = finalize,
+    on_shard: Callable[[int, int], None] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The whole collection. `generate` / `verify` / `finish` default to the plain functions above;
+    `flows.collect` passes their Prefect task wrappers, so there is one loop for both."""
+    started = time.perf_counter()
+    store, shards, model = preflight(config)
+    done = set(store.completed_shards())
+    todo = [i for i in range(len(shards)) if i not in done]
+    engine_start = time.perf_counter()
+    if todo:  # started here so that shard timings measure sampling, not start-up
+        shared_engine(model, config.engine)
+    engine_start = time.perf_counter() - engine_start
+    with _progress(progress, len(shards), len(done)) as advance:
+        for index in todo:
+            staging = generate(config, model, index, shards[index])
+            verify(config, index, staging)
+            advance()
+            if on_shard:
+                on_shard(len(shards) - len(todo) + todo.index(index) + 1, len(shards))
+    return {**finish(config, model, started, engine_start), "shards": len(shards), "skipped_shards": len(done)}
+
+
+class _progress:
+    """A rich progress bar over shards (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, done: int) -> None:
+        self.enabled, self.total, self.done = enabled, total, done
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("collect shards"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+        self.bar.start()
+        task = self.bar.add_task("collect", total=self.total, completed=self.done)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.bar.stop()
