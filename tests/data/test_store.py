@@ -117,6 +117,15 @@ def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshol
     assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p1", "p2", "p3", "p3"]
 
 
+def test_pool_of_a_run_without_successes_is_an_empty_readable_file(tmp_path):
+    store = ExperienceStore(tmp_path, run_id="run-a").prepare()
+    store.write_shard(0, [_row("p", i, False) for i in range(3)])
+    stats = store.build_pool()
+    assert (stats.samples, stats.correct, stats.pool_rows, stats.pool_problems) == (3, 0, 0, 0)
+    assert pq.read_table(store.pool_path).schema == TRAJECTORY_SCHEMA
+    assert store.read_pool().num_rows == 0
+
+
 def test_build_pool_refuses_duplicate_row_keys(tmp_path):
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     store.write_shard(0, [_row("p", 0, True)])
