@@ -33,6 +33,7 @@ from data.trajectory import rows_for_problem, to_table
 from tasks.engines import EngineConfig, SamplingConfig
 from tasks.engines.cache import shared_engine
 from tasks.models import resolve_model
+from tasks.progress import progress_bar
 from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
 
 TIMINGS_FILE = "timings.jsonl"
@@ -216,7 +217,7 @@ def run_collection(
     if todo:  # started here so that shard timings measure sampling, not start-up
         shared_engine(model, config.engine)
     engine_start = time.perf_counter() - engine_start
-    with _progress(progress, len(shards), len(done)) as advance:
+    with progress_bar(progress, "collect shards", len(shards), len(done)) as advance:
         for index in todo:
             staging = generate(config, model, index, shards[index])
             verify(config, index, staging)
@@ -224,31 +225,3 @@ def run_collection(
             if on_shard:
                 on_shard(len(shards) - len(todo) + todo.index(index) + 1, len(shards))
     return {**finish(config, model, started, engine_start), "shards": len(shards), "skipped_shards": len(done)}
-
-
-class _progress:
-    """A rich progress bar over shards (a no-op when disabled)."""
-
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
-        self.enabled, self.total, self.done = enabled, total, done
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda: None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("collect shards"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-        self.bar.start()
-        task = self.bar.add_task("collect", total=self.total, completed=self.done)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.bar.stop()

@@ -43,6 +43,7 @@ from data.trajectory import to_table, trajectory_row
 from tasks.engines import SamplingConfig, make_engine
 from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
+from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.training.advantages import group_advantages
 from tasks.training.batch import build_batch
@@ -306,8 +307,8 @@ class Trainer:
             rows = self.evaluate(0)
             if on_step:
                 on_step({"step": 0}, rows)
-        checkpoint = None
-        with _progress(self.progress, config.steps, self.step) as advance:
+        checkpoint, accuracy = None, "n/a"
+        with progress_bar(self.progress, "train", config.steps, self.step) as advance:
             for step in range(self.step + 1, config.steps + 1):
                 row = self.train_step(step)
                 last = step == config.steps
@@ -318,7 +319,9 @@ class Trainer:
                     checkpoint = self.save(step)
                 if on_step:
                     on_step(row, eval_rows)
-                advance(row, eval_rows)
+                if eval_rows:
+                    accuracy = f"{next(r for r in eval_rows if r['data_source'] == 'all')['avg_at_k']:.3f}"
+                advance(f"reward {row['reward_mean']:.3f}  held-out {accuracy}  {row['time_step']:.1f}s/step")
         checkpoint = checkpoint or latest_checkpoint(self.out)
         return TrainResult(self.out, config.steps, checkpoint, self.out / "metrics.parquet", self.out / "eval.parquet")
 
@@ -343,34 +346,3 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-@contextmanager
-def _progress(enabled: bool, total: int, done: int):
-    """A rich progress bar over steps showing reward and the latest held-out accuracy."""
-    if not enabled:
-        yield lambda row, eval_rows: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    state = {"acc": "n/a"}
-    with Progress(
-        TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        TextColumn("{task.fields[info]}"),
-    ) as bar:  # fmt: skip
-        task = bar.add_task("train", total=total, completed=done, info="")
-
-        def advance(row: dict, eval_rows: list[dict] | None) -> None:
-            if eval_rows:
-                overall = next(r for r in eval_rows if r["data_source"] == "all")
-                state["acc"] = f"{overall['avg_at_k']:.3f}"
-            bar.update(task, advance=1, info=f"reward {row['reward_mean']:.3f}  held-out {state['acc']}  step {row['time_step']:.1f}s")
-
-        yield advance
