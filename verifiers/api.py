@@ -36,8 +36,7 @@ def verify_batch(
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses but {len(golds)} gold answers")
     verdicts: list[Verdict | None] = [None] * len(responses)
-    unique: dict[tuple[str, str], int] = {}
-    owners: list[list[int]] = []
+    owners: dict[tuple[str, str], list[int]] = {}
     for index, (response, gold) in enumerate(zip(responses, golds, strict=True)):
         if not isinstance(response, str) or not isinstance(gold, str):
             raise TypeError(
@@ -47,13 +46,13 @@ def verify_batch(
         if len(response) > resolved.max_response_chars:
             verdicts[index] = Verdict(correct=False, extracted=None, reason="too-long", seconds=0.0)
             continue
-        slot = unique.setdefault((response, gold), len(owners))
-        if slot == len(owners):
-            owners.append([])
-        owners[slot].append(index)
-    rows = shared_pool(resolved).run(list(unique), resolved) if unique else []
-    for row, indices in zip(rows, owners, strict=True):
+        owners.setdefault((response, gold), []).append(index)
+    # Sorted by gold, so that the samples of one prompt travel in the same chunk to the same worker,
+    # whose caches (parsed gold, symbolic results) then serve all of them.
+    pairs = sorted(owners, key=lambda pair: pair[1])
+    rows = shared_pool(resolved).run(pairs, resolved) if pairs else []
+    for pair, row in zip(pairs, rows, strict=True):
         verdict = Verdict(*row)
-        for index in indices:
+        for index in owners[pair]:
             verdicts[index] = verdict
     return verdicts  # type: ignore[return-value]

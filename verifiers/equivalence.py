@@ -37,9 +37,10 @@ def parse_latex(text: str) -> list:
     )
 
 
-@lru_cache(maxsize=4096)
-def _parse_gold(text: str) -> tuple:
-    # Gold answers repeat across samples of a prompt and across steps: parse each once per worker.
+@lru_cache(maxsize=8192)
+def _parse(text: str) -> tuple:
+    # Gold answers repeat across samples of a prompt and across steps, and so do final answers: parse
+    # each text once per worker (the LaTeX grammar takes milliseconds to tens of milliseconds).
     return tuple(parse_latex(text))
 
 
@@ -48,7 +49,7 @@ def _gold_rational(text: str) -> Fraction | None:
     value = exact_value(text)
     if value is not None:
         return value
-    parsed = _parse_gold(text)
+    parsed = _parse(text)
     return rational_value(parsed[0]) if parsed else None
 
 
@@ -62,32 +63,33 @@ def rational_value(expression: object) -> Fraction | None:
     return None
 
 
+@lru_cache(maxsize=65536)
 def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | None:
-    """Whether `pred` is equivalent to `gold`; None when either cannot be read as mathematics."""
-    parsed_pred: dict[str, list] = {}
+    """Whether `pred` is equivalent to `gold`; None when either cannot be read as mathematics.
 
-    def read_pred(text: str) -> list:
-        if text not in parsed_pred:
-            parsed_pred[text] = parse_latex(text)
-        return parsed_pred[text]
-
+    Cached per worker: the samples of one prompt often end in the same answer written in different
+    reasoning, and a repeat then costs a dictionary lookup instead of a sympy simplification. A call
+    that times out or fails raises, and lru_cache stores nothing for it.
+    """
     # The rounding rule holds here too: math-verify alone would accept 0.333333 for 1/3. Percent signs
     # are left off for this check and applied by exact_equal.
     gold_value = _gold_rational(gold.text)
     if gold_value is not None:
         pred_value = exact_value(pred.text)
         if pred_value is None:
-            pred_parsed = read_pred(pred.text)
+            pred_parsed = _parse(pred.text)
             if not pred_parsed:
                 return None
             pred_value = rational_value(pred_parsed[0])
         if pred_value is not None:
             return exact_equal(gold, gold_value, pred, pred_value)
-    gold_parsed = _parse_gold(_with_percent(gold))
-    pred_parsed = read_pred(_with_percent(pred))
+    gold_parsed = _parse(_with_percent(gold))
+    pred_parsed = _parse(_with_percent(pred))
     if not gold_parsed or not pred_parsed:
         return None
-    return bool(verify(list(gold_parsed), pred_parsed, float_rounding=float_rounding, timeout_seconds=None))
+    return bool(
+        verify(list(gold_parsed), list(pred_parsed), float_rounding=float_rounding, timeout_seconds=None)
+    )
 
 
 def _with_percent(answer: Answer) -> str:

@@ -14,7 +14,8 @@ Where the answer is looked for, in order:
 3. Otherwise the latest answer phrase: `#### X` (GSM8K), `Answer: X` (DAPO, Minerva), or
    `the (final) answer is X`. The phrase runs to the end of its line, or to the end of the `$...$`,
    `\\(...\\)` or `\\[...\\]` it starts with, and stops at a sentence-ending period.
-4. Otherwise, when `fallback_last_number` is on, the last number in the text (`-12`, `1,234.5`, `3/4`).
+4. Otherwise, when `fallback_last_number` is on, the last number in the text (`-12`, `1,234.5`, `3/4`,
+   `\\frac{3}{4}` with integer parts).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ _UNBRACED_BOX_ARG = re.compile(r"[^\s$]+")
 _ANCHOR = re.compile(r"####|\banswer(?:\*\*)?[ \t]{0,8}(?:is\b|:|：)", re.IGNORECASE)
 _MATH_OPENERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
-_LAST_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_LAST_NUMBER = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}|(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+# A `$` that closes inline math: not the escaped dollar sign `\$`.
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 
 
 def extract_answer(response: str, fallback_last_number: bool = True) -> str | None:
@@ -115,7 +118,7 @@ def last_answer_phrase(text: str) -> str | None:
     rest = text[anchor.end() :].lstrip(" \t:*")
     for opener, closer in _MATH_OPENERS:
         if rest.startswith(opener):
-            end = rest.find(closer, len(opener))
+            end = _closing_delimiter(rest, closer, len(opener))
             if end > 0:
                 return rest[len(opener) : end].strip()
             break
@@ -127,8 +130,15 @@ def last_answer_phrase(text: str) -> str | None:
     return phrase or None
 
 
+def _closing_delimiter(text: str, closer: str, start: int) -> int:
+    if closer == "$":
+        dollar = _UNESCAPED_DOLLAR.search(text, start)
+        return -1 if dollar is None else dollar.start()
+    return text.find(closer, start)
+
+
 def last_number(text: str) -> str | None:
-    """The last number in `text` (integers, decimals, thousands separators, `a/b`), or None."""
+    """The last number in `text` (integers, decimals, thousands separators, `a/b`, `\\frac{a}{b}`), or None."""
     number = _last_match(_LAST_NUMBER, text)
     return None if number is None else number.group()
 

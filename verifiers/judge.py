@@ -19,12 +19,13 @@ interval (`(1,2)`, `[1,2]`), whatever the elements.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from functools import lru_cache
 
 from verifiers.config import VerifierConfig
 from verifiers.equivalence import symbolic_equal
 from verifiers.extract import extract_answer, last_boxed
-from verifiers.fastpath import exact_equal, exact_value
+from verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal
 from verifiers.normalize import Answer, normalize_answer
 from verifiers.verdict import Reason
 
@@ -34,11 +35,11 @@ _OPENERS, _CLOSERS = "([{", ")]}"
 
 
 @lru_cache(maxsize=16384)
-def prepare_gold(gold: str) -> tuple[Answer, object]:
-    """The normalised gold answer and its exact value (a Fraction, or None). Cached per worker."""
+def prepare_gold(gold: str) -> tuple[Answer, Fraction | None, Structure | None]:
+    """The normalised gold answer, its exact value and its exact structure (or None). Cached per worker."""
     boxed = last_boxed(gold) if ("\\boxed" in gold or "\\fbox" in gold) else None
     answer = normalize_answer(boxed if boxed is not None else gold)
-    return answer, exact_value(answer.text)
+    return answer, exact_value(answer.text), exact_structure(answer.text)
 
 
 def judge(response: str, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
@@ -62,10 +63,13 @@ def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bo
     pred = normalize_answer(extracted)
     if not pred.text:
         return False, extracted, "no-answer"
-    gold_answer, gold_value = prepare_gold(gold)
+    gold_answer, gold_value, gold_structure = prepare_gold(gold)
     pred_value = exact_value(pred.text)
     if gold_value is not None and pred_value is not None:
         return _decided(exact_equal(gold_answer, gold_value, pred, pred_value), extracted)
+    pred_structure = exact_structure(pred.text)
+    if gold_structure and pred_structure and not (gold_answer.percent or pred.percent):
+        return _decided(structure_equal(gold_structure, pred_structure), extracted)
     if pred == gold_answer:
         return True, extracted, "equal"
     if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:

@@ -37,6 +37,7 @@ CASES: list[tuple[str, str | None]] = [
     ("The final answer is 3.5. I hope it is correct.", "3.5"),
     ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
     ("the answer is \\(x = 2\\)", "x = 2"),
+    ("The answer is $\\$1,200$.", "\\$1,200"),
     ("So the answer is: 17 apples\nmore text", "17 apples"),
     ("The answer is 3. Wait, Answer: 5", "5"),
     ("Answer: 7\n\\boxed{8}", "8"),  # a box beats a phrase
@@ -45,6 +46,8 @@ CASES: list[tuple[str, str | None]] = [
     ("costs -3 dollars", "-3"),
     ("about 1,234.5 units", "1,234.5"),
     ("ratio 3/4 in the end", "3/4"),
+    ("so we get \\frac{2649}{100}", "\\frac{2649}{100}"),
+    ("so we get -\\dfrac{3}{4} or 5", "5"),
     ("x2 y", None),
     ("no numbers here", None),
     ("", None),

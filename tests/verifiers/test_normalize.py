@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from verifiers.fastpath import exact_value
+from verifiers.fastpath import exact_structure, exact_value, structure_equal
 from verifiers.normalize import Answer, normalize_answer
 
 
@@ -69,3 +69,28 @@ def test_normalize_answer(raw, expected):
 )
 def test_exact_value(text, expected):
     assert exact_value(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "expected"),
+    [
+        ("\\{1,2\\}", "\\{2,1\\}", True),
+        ("\\{1,2\\}", "2, 1", True),
+        ("\\{1,2\\}", "\\{1,2,2\\}", True),
+        ("\\{1,2\\}", "(1,2)", False),
+        ("(1,2)", "(1,2)", True),
+        ("(1,2)", "(2,1)", False),
+        ("(1,2)", "[1,2]", False),
+        ("[1,2)", "[1,2)", True),
+        ("(-\\infty, 3]", "(-\\infty,3]", True),
+        ("(-\\infty, 3]", "(-\\infty,3)", False),
+        ("(\\frac{1}{2}, 3)", "(0.5, 3)", True),
+    ],
+)
+def test_structure_equal(gold, pred, expected):
+    assert structure_equal(exact_structure(gold), exact_structure(pred)) is expected
+
+
+@pytest.mark.parametrize("text", ["3", "(3)", "(1,(2))", "x, y", "\\{1, \\infty\\}", "(1+2, 3)"])
+def test_exact_structure_declines(text):
+    assert exact_structure(text) is None
