@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from data.metrics import pass_at_k
-from data.store import SHARD_PATTERN, ExperienceStore, StoreError, read_trajectory_files
+from data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
+from data.trajectory import PROBLEM_KEY
 
 ALL_SOURCES = "all"
 _COLUMNS = [
@@ -53,11 +54,11 @@ def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> 
     manifest = store.read_manifest() if store is not None else None
     pool = None
     if store is not None and store.pool_path.is_file():
-        pool_ids = read_trajectory_files([store.pool_path], ["problem_id"])["problem_id"]
-        pool_problems = len(pc.unique(pool_ids))
-        n_problems = len(pc.unique(table["problem_id"]))
+        pool_table = read_trajectory_files([store.pool_path], list(PROBLEM_KEY))
+        pool_problems = count_problems(pool_table)
+        n_problems = count_problems(table)
         pool = {
-            "rows": len(pool_ids),
+            "rows": pool_table.num_rows,
             "problems": pool_problems,
             "problem_share": pool_problems / n_problems if n_problems else None,
             "min_correct": ((manifest or {}).get("pool") or {}).get("min_correct"),
@@ -67,7 +68,7 @@ def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> 
         "path": str(path),
         "kind": kind,
         "files": len(files),
-        "problems": len(pc.unique(table["problem_id"])),
+        "problems": count_problems(table),
         "samples": table.num_rows,
         "correct": int(pc.sum(table["correct"].cast(pa.int64())).as_py() or 0),
         "accuracy": accuracy_rows(table),
@@ -236,7 +237,7 @@ def _run_section(manifest: dict[str, Any], table: pa.Table, token_lengths: pa.Ch
     timings = {k: float(v) for k, v in (manifest.get("timings") or {}).items() if isinstance(v, int | float)}
     phases = {k: v for k, v in timings.items() if k != "total"}
     total = timings.get("total", sum(phases.values()) if phases else None)
-    problems = len(pc.unique(table["problem_id"]))
+    problems = count_problems(table)
     tokens = int(pc.sum(token_lengths).as_py() or 0)
 
     def rate(amount: float, seconds: float | None) -> float | None:

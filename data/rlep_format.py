@@ -100,17 +100,19 @@ IMPORT_DEFAULTS: dict[str, Any] = {
 def export_pool(pool_path: Path | str, out_path: Path | str) -> Path:
     """Write the pool at `pool_path` (trajectory schema) as an RLEP/verl training file; returns `out_path`.
 
-    One row per problem, in order of first appearance; `candidates` keep pool order. Raises StoreError
-    when one problem carries two different gold answers or data sources (the pool mixes two datasets).
+    One row per problem (data_source, problem_id), in order of first appearance; `candidates` keep pool
+    order. Raises StoreError when one problem carries two different gold answers (the pool mixes two
+    versions of a dataset).
     """
     pool = read_trajectory_files(
         [Path(pool_path)], ["problem_id", "data_source", "prompt", "problem", "gold_answer", "level", "response"]
     )
-    problems: dict[str, dict[str, Any]] = {}
+    problems: dict[tuple[str, str], dict[str, Any]] = {}
     for row in pool.to_pylist():
-        entry = problems.get(row["problem_id"])
+        key = (row["data_source"], row["problem_id"])
+        entry = problems.get(key)
         if entry is None:
-            problems[row["problem_id"]] = {
+            problems[key] = {
                 "data_source": row["data_source"],
                 "prompt": [{"role": "user", "content": row["prompt"]}],
                 "ability": ABILITY,
@@ -123,11 +125,10 @@ def export_pool(pool_path: Path | str, out_path: Path | str) -> Path:
                 },
             }
             continue
-        if (entry["reward_model"]["ground_truth"], entry["data_source"]) != (row["gold_answer"], row["data_source"]):
+        if entry["reward_model"]["ground_truth"] != row["gold_answer"]:
             raise StoreError(
-                f"{pool_path}: problem {row['problem_id']!r} has two gold answers or data sources "
-                f"({entry['reward_model']['ground_truth']!r}/{entry['data_source']!r} and "
-                f"{row['gold_answer']!r}/{row['data_source']!r})"
+                f"{pool_path}: problem {row['problem_id']!r} of {row['data_source']!r} has two gold answers "
+                f"({entry['reward_model']['ground_truth']!r} and {row['gold_answer']!r})"
             )
         entry["reward_model"]["candidates"].append(row["response"])
     table = pa.Table.from_pylist(list(problems.values()), schema=RLEP_SCHEMA)

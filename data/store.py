@@ -38,7 +38,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data.parquet_io import write_parquet_atomic
-from data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, as_trajectory_table, check_columns, to_table
+from data.trajectory import (
+    PROBLEM_KEY,
+    ROW_KEY,
+    TRAJECTORY_SCHEMA,
+    as_trajectory_table,
+    check_columns,
+    to_table,
+)
 
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})\.parquet$")
 # write_parquet_atomic names its temporary file `.{final name}.{pid}.tmp`.
@@ -243,10 +250,10 @@ class ExperienceStore:
         correct = table.filter(pc.equal(table["correct"], True))
         correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
         keyed = correct.append_column("_norm", normalise_response(correct["response"]))
-        distinct = keyed.group_by(["problem_id", "_norm"], use_threads=False).aggregate([("_row", "min")])
-        per_problem = distinct.group_by("problem_id", use_threads=False).aggregate([("_row_min", "count")])
-        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_min_count"], min_correct))["problem_id"]
-        kept = distinct.filter(pc.is_in(distinct["problem_id"], value_set=qualified))["_row_min"]
+        distinct = keyed.group_by([*PROBLEM_KEY, "_norm"], use_threads=False).aggregate([("_row", "min")])
+        per_problem = distinct.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row_min", "count")])
+        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_min_count"], min_correct))
+        kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
         pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
         write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)
         _fsync_dir(self.root)
@@ -254,9 +261,9 @@ class ExperienceStore:
             min_correct=min_correct,
             samples=table.num_rows,
             correct=correct.num_rows,
-            problems=len(pc.unique(table["problem_id"])),
+            problems=count_problems(table),
             problems_with_correct=per_problem.num_rows,
-            pool_problems=len(qualified),
+            pool_problems=qualified.num_rows,
             pool_rows=pool.num_rows,
             duplicates=correct.num_rows - distinct.num_rows,
             below_min_correct=distinct.num_rows - pool.num_rows,
@@ -285,8 +292,8 @@ class ExperienceStore:
         `pool_stats` (what `build_pool` returned) is recorded under `pool`, so the threshold and the
         dropped-row counts travel with the pool.
         """
-        trajectories = self.read_trajectories(["problem_id", "correct", "response_token_ids"])
-        pool = read_trajectory_files([self.pool_path], ["problem_id"]) if self.pool_path.is_file() else None
+        trajectories = self.read_trajectories([*PROBLEM_KEY, "correct", "response_token_ids"])
+        pool = read_trajectory_files([self.pool_path], list(PROBLEM_KEY)) if self.pool_path.is_file() else None
         files = {}
         for path in [*self.shard_paths(), *([self.pool_path] if pool is not None else [])]:
             files[path.relative_to(self.root).as_posix()] = {
@@ -302,13 +309,13 @@ class ExperienceStore:
             "model": {"id": model, "weights_hash": weights_hash(model_dir) if model_dir is not None else None},
             "packages": package_versions(),
             "counts": {
-                "problems": len(pc.unique(trajectories["problem_id"])),
+                "problems": count_problems(trajectories),
                 "samples": trajectories.num_rows,
                 "correct": pc.sum(trajectories["correct"].cast(pa.int64())).as_py() or 0,
                 "generated_tokens": pc.sum(pc.list_value_length(trajectories["response_token_ids"])).as_py() or 0,
                 "shards": len(self.completed_shards()),
                 "pool_rows": pool.num_rows if pool is not None else None,
-                "pool_problems": len(pc.unique(pool["problem_id"])) if pool is not None else None,
+                "pool_problems": count_problems(pool) if pool is not None else None,
             },
             "files": files,
             "timings": dict(timings or {}),
@@ -343,6 +350,11 @@ def read_trajectory_files(paths: Sequence[Path], columns: Sequence[str] | None =
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
             raise StoreError(f"{path}: columns do not cast to the trajectory schema: {err}") from None
     return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def count_problems(table: pa.Table) -> int:
+    """Distinct (data_source, problem_id) pairs in a table holding both columns."""
+    return table.select(list(PROBLEM_KEY)).group_by(list(PROBLEM_KEY), use_threads=False).aggregate([]).num_rows
 
 
 def _check_unique_keys(table: pa.Table, origin: str) -> None:

@@ -10,7 +10,7 @@ reason it is stored rather than re-derived):
 | column | type | null | meaning |
 |---|---|---|---|
 | `run_id` | string | no | Collection run that produced the row (the run directory's name by convention). |
-| `problem_id` | string | no | Problem id, unique within `data_source`'s source. |
+| `problem_id` | string | no | Problem id, unique within its `data_source` (a problem is the pair). |
 | `data_source` | string | no | Problem family (e.g. `tiny-math/frac`); metrics are reported per family. |
 | `prompt` | string | no | Exact text the model was given (template applied). |
 | `response` | string | no | Sampled answer text, as decoded by the engine. |
@@ -25,7 +25,7 @@ reason it is stored rather than re-derived):
 | `model` | string | no | Model id or path the answer was sampled from. |
 | `sampling` | string | no | JSON (sorted keys) of the sampling parameters: n, temperature, top_p, max_tokens, seed, stop. |
 | `created_at` | timestamp[us, UTC] | no | When the row was built (after verification). |
-| `sample_index` | int32 | no | Position of this answer among the problem's samples in its request (0..n-1); with `run_id`, `problem_id`, `policy_version` it is the row's key, which lets a resumed run prove it wrote no duplicates. |
+| `sample_index` | int32 | no | Position of this answer among the problem's samples in its request (0..n-1); with `run_id`, `policy_version`, `data_source`, `problem_id` it is the row's key, which lets a resumed run prove it wrote no duplicates. |
 | `finish_reason` | string | no | `stop` (end of sequence or a stop string) or `length` (truncated at max_tokens); overlong shaping and pool filters need it. |
 | `level` | int32 | no | Difficulty level of the problem (1 = easiest), 0 when unknown; for per-level metrics. |
 | `prompt_token_ids` | list<int32> | no | Token ids of `prompt` exactly as the engine saw them; re-tokenising text need not give the same ids, and training scores prompt + response. Empty when unknown. |
@@ -80,8 +80,10 @@ TRAJECTORY_SCHEMA = pa.schema(
 
 COLUMNS: tuple[str, ...] = tuple(TRAJECTORY_SCHEMA.names)
 
-# The key of a row within one run: a resumed collection must never write the same key twice.
-ROW_KEY: tuple[str, ...] = ("run_id", "policy_version", "problem_id", "sample_index")
+# Problem ids are unique only within a data source (data.problem.Problem), so a problem is this pair.
+PROBLEM_KEY: tuple[str, ...] = ("data_source", "problem_id")
+# The key of a row: a resumed collection must never write the same key twice.
+ROW_KEY: tuple[str, ...] = ("run_id", "policy_version", *PROBLEM_KEY, "sample_index")
 
 
 class CompletionLike(Protocol):

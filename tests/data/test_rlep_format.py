@@ -150,5 +150,5 @@ def test_export_refuses_a_problem_with_two_gold_answers(tmp_path):
     rows[1] = {**rows[1], "gold_answer": "0.75", "response": "other", "sample_index": 9}
     store.write_shard(0, rows)
     store.build_pool()
-    with pytest.raises(StoreError, match="problem 'q1' has two gold answers or data sources"):
+    with pytest.raises(StoreError, match="problem 'q1' of 'tiny-math/mix' has two gold answers"):
         export_pool(store.pool_path, tmp_path / "out.parquet")

@@ -126,6 +126,16 @@ def test_pool_of_a_run_without_successes_is_an_empty_readable_file(tmp_path):
     assert store.read_pool().num_rows == 0
 
 
+def test_same_problem_id_in_two_data_sources_is_two_problems(tmp_path):
+    # Ids are unique only within a source (CSV row numbers, say), so the pool keys on (data_source, problem_id).
+    store = ExperienceStore(tmp_path, run_id="run-a").prepare()
+    store.write_shard(0, [_row("7", i, True, f"answer {i}", source=source) for source in ("A", "B") for i in range(2)])
+    stats = store.build_pool(min_correct=2)
+    assert (stats.problems, stats.pool_problems, stats.pool_rows, stats.duplicates) == (2, 2, 4, 0)
+    store.write_manifest(parameters={}, model="tiny")
+    assert store.read_manifest()["counts"]["pool_problems"] == 2
+
+
 def test_build_pool_refuses_duplicate_row_keys(tmp_path):
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     store.write_shard(0, [_row("p", 0, True)])
