@@ -1,0 +1,143 @@
+"""Phase I collection through its real code path: schema, pool rule, dedup, resume after SIGKILL, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from data.store import ExperienceStore, StoreError
+from data.trajectory import COLUMNS, ROW_KEY
+from tasks.collect import CollectConfig, run_collection
+from tasks.engines.cache import release_engines
+
+REQUIRED = ["run_id", "problem_id", "data_source", "prompt", "response", "response_token_ids", "behaviour_logprobs",
+            "extracted_answer", "gold_answer", "correct", "verdict_reason", "reward", "policy_version", "model",
+            "sampling", "created_at"]  # fmt: skip
+
+
+def _config(model, out, **kw):
+    settings = dict(model=model, out=str(out), samples_per_prompt=4, min_correct=1, shard_size=5, max_tokens=12,
+                    problems={"source": "tiny-math", "split": "train", "limit": 12},
+                    engine={"backend": "transformers"})  # fmt: skip
+    settings.update(kw)
+    return CollectConfig.model_validate(settings)
+
+
+@pytest.fixture(scope="module")
+def collected(fixture_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("collect") / "run-a"
+    try:
+        result = run_collection(_config(fixture_model, out), progress=False)
+    finally:
+        release_engines()
+    return out, result
+
+
+def test_outputs_and_schema(collected):
+    out, result = collected
+    shards = sorted((out / "trajectories").glob("part-*.parquet"))
+    assert [p.name for p in shards] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    table = pq.read_table(out / "trajectories")
+    assert table.column_names[: len(REQUIRED)] == REQUIRED and set(COLUMNS) == set(table.column_names)
+    assert table.num_rows == 12 * 4 == result["pool"]["samples"]
+    df = table.to_pandas()
+    assert set(df.run_id) == {"run-a"} and set(df.policy_version) == {0}
+    assert (df.response_token_ids.map(len) == df.behaviour_logprobs.map(len)).all()
+    assert json.loads(df.sampling.iloc[0])["n"] == 4
+    assert set(df.verdict_reason) <= {"equal", "not-equal", "no-answer", "parse-error", "too-long", "timeout"}
+    assert (df.reward == df.correct.astype(float)).all()
+    assert not (out / ".staging").exists() or not list((out / ".staging").iterdir())
+
+
+def test_readers_pandas_and_datasets(collected, tmp_path, monkeypatch):
+    out, _ = collected
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    import datasets
+
+    files = sorted(str(p) for p in (out / "trajectories").glob("part-*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert ds.num_rows == 48 and "behaviour_logprobs" in ds.column_names
+    assert len(pd.read_parquet(out / "pool.parquet").columns) == len(COLUMNS)
+
+
+def test_manifest(collected):
+    out, _ = collected
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["samples"] == 48 and manifest["counts"]["shards"] == 3
+    assert manifest["model"]["weights_hash"].startswith("sha256:")
+    assert manifest["parameters"]["samples_per_prompt"] == 4
+    assert {"generate", "verify", "write", "total", "engine_start"} <= set(manifest["timings"])
+    assert sum(f["rows"] for name, f in manifest["files"].items() if name.startswith("trajectories/")) == 48
+
+
+def test_pool_rule_and_dedup(collected, tmp_path):
+    out, _ = collected
+    df = pq.read_table(out / "trajectories").to_pandas()
+    pool = pd.read_parquet(out / "pool.parquet")
+    assert pool.correct.all()
+    assert not pool.duplicated(["problem_id", "response"]).any()
+    # Rebuild with a stricter threshold: only problems with >= 2 correct answers remain.
+    store = ExperienceStore(out, run_id="run-a")
+    stats = store.build_pool(min_correct=2)
+    counts = df[df.correct].groupby("problem_id").size()
+    assert stats.pool_problems == int((counts >= 2).sum())
+    assert set(pd.read_parquet(out / "pool.parquet").problem_id) == set(counts[counts >= 2].index)
+    store.build_pool(min_correct=1)
+
+
+def test_bad_inputs_fail_before_any_work(fixture_model, tmp_path):
+    with pytest.raises(ValueError, match=r"min_correct \(5\) > samples_per_prompt \(4\)"):
+        _config(fixture_model, tmp_path / "x", min_correct=5)
+    with pytest.raises(Exception, match="unknown problem source"):
+        run_collection(_config(fixture_model, tmp_path / "y", problems={"source": "nope"}), progress=False)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(StoreError, match="not writable"):
+        run_collection(_config(fixture_model, blocked / "out"), progress=False)
+    assert not (tmp_path / "y").exists()
+
+
+def _cli(args, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(fixture_model, tmp_path):
+    out = tmp_path / "killed"
+    args = ["collect", "--no-prefect", "--model", fixture_model, "--engine", "transformers", "--limit", "40",
+            "--shard-size", "4", "--samples-per-prompt", "3", "--min-correct", "1", "--max-tokens", "12", "--out", str(out)]  # fmt: skip
+    proc = _cli(args)
+    deadline = time.time() + 240
+    while len(list((out / "trajectories").glob("part-*.parquet"))) < 3:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < deadline, "collection made no progress"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {p.name for p in (out / "trajectories").glob("part-*.parquet")}
+    assert 3 <= len(before) < 10
+    finished = _cli(args)
+    output, _ = finished.communicate(timeout=300)
+    assert finished.returncode == 0, output
+    assert f"{len(before)} already done" in output
+    table = pq.read_table(out / "trajectories")
+    assert table.num_rows == 40 * 3
+    keys = table.select(list(ROW_KEY)).to_pandas()
+    assert not keys.duplicated().any()
+    assert sorted(p.name for p in (out / "trajectories").iterdir()) == [f"part-{i:05d}.parquet" for i in range(10)]
+    assert json.loads((out / "manifest.json").read_text())["counts"]["samples"] == 120
+
+
+def test_cli_bad_input_exit_code_and_nothing_written(tmp_path):
+    proc = _cli(["collect", "--no-prefect", "--source", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")])
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "missing.jsonl: no such file" in output
+    assert not (tmp_path / "o").exists()
