@@ -148,14 +148,13 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from data.inspect import render, summarize
-    from data.store import StoreError
 
     try:
         summary = summarize(args.path, sample_rows=args.rows)
-    except (StoreError, ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary, indent=2))
     else:
         from rich.console import Console
 
@@ -167,7 +166,10 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
     from data.rlep_format import export_pool
 
     source = Path(args.pool)
-    path = export_pool(source / "pool.parquet" if source.is_dir() else source, Path(args.out))
+    try:
+        path = export_pool(source / "pool.parquet" if source.is_dir() else source, Path(args.out))
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
     print(f"wrote {path} (RLEP/verl layout)")
     return 0
 
@@ -175,7 +177,10 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
 def _cmd_pool_import(args: argparse.Namespace) -> int:
     from data.rlep_format import import_pool
 
-    path = import_pool(Path(args.path), Path(args.out), run_id=args.run_id)
+    try:
+        path = import_pool(Path(args.path), Path(args.out), run_id=args.run_id)
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
     print(f"wrote {path} (rlep trajectory schema)")
     return 0
 
