@@ -9,9 +9,11 @@ wrong; a share of varied LaTeX (radicals, polynomials, intervals, sets, percent,
 share (power towers, injections, nested parentheses, a 1 MB response, NUL bytes, ...).
 
 Measured:
-- ours: `verify_batch` over the whole corpus through the worker pool (warm: the pool is started before
-  timing, as in a long training run), fed by two caller threads in slices so a progress bar can move;
-- ours, benign only: the same without the hostile share, which is what the ratio compares;
+- ours: `verify_batch` over the whole corpus through the worker pool (started before timing, as in a
+  long training run, but with empty caches), fed by two caller threads in slices so a progress bar
+  can move;
+- ours, benign only: the same without the hostile share, on fresh workers again; this is what the
+  ratio compares;
 - plain math-verify: `parse("\\boxed{" + gold + "}")`, `parse(response)`, `verify(...)` per pair in this
   process with its default settings (the gold wrapped in a box as verl's math-verify reward does), on the benign pairs only (a hostile pair can hang it: no process boundary).
 
@@ -45,7 +47,7 @@ from rich.table import Table
 
 from verifiers.api import verify_batch
 from verifiers.config import VerifierConfig
-from verifiers.pool import shared_pool
+from verifiers.pool import close_shared_pools, shared_pool
 
 HOSTILE_SHARE = 0.01
 LATEX_SHARE = 0.14
@@ -71,12 +73,13 @@ def run_verify_bench(
     benign = [pair for pair in pairs if not pair.hostile]
     config = VerifierConfig(workers=workers, timeout_seconds=BENCH_TIMEOUT_SECONDS)
 
-    start = time.perf_counter()
-    shared_pool(config).run([("\\boxed{1}", "1")] * config.n_workers, config)
-    pool_start_seconds = time.perf_counter() - start
-
     with Progress(console=console, transient=True) as progress:
+        # Each measured run gets fresh workers: the second run must not find the first one's answers
+        # in the workers' caches.
+        pool_start_seconds = _fresh_pool(config)
         ours_all, ours_all_seconds = _run_ours(pairs, config, progress, "ours, whole corpus")
+        kills = shared_pool(config).kills
+        _fresh_pool(config)
         ours_benign, ours_benign_seconds = _run_ours(benign, config, progress, "ours, benign only")
         plain, plain_latencies, plain_seconds = _run_math_verify(benign, progress)
 
@@ -115,7 +118,7 @@ def run_verify_bench(
             "reasons": dict(Counter(v.reason for v in ours_all)),
             "hostile_reasons": dict(Counter(v.reason for v in hostile_verdicts)),
             "hostile_max_seconds": max((v.seconds for v in hostile_verdicts), default=0.0),
-            "kills": shared_pool(config).kills,
+            "kills": kills,
         },
         "ours_benign": {
             "verdicts_per_second": ours_benign_rate,
@@ -131,6 +134,10 @@ def run_verify_bench(
         },
         "speedup_benign": ours_benign_rate / plain_rate,
         "agreement_benign": sum(agree) / len(agree) if agree else 1.0,
+        "disagreements": {
+            "only_ours_correct": sum(d["ours"] == "equal" for d in disagreements),
+            "only_math_verify_correct": sum(d["ours"] != "equal" for d in disagreements),
+        },
         "accuracy": {
             "ours": sum(v.correct for v in ours_benign) / max(len(benign), 1),
             "math_verify": sum(plain) / max(len(benign), 1),
@@ -144,6 +151,14 @@ def run_verify_bench(
     report["path"] = str(path)
     _print_summary(console, report)
     return report
+
+
+def _fresh_pool(config: VerifierConfig) -> float:
+    """Replace the shared pool by a new, started one; return how long starting it took."""
+    close_shared_pools()
+    start = time.perf_counter()
+    shared_pool(config).run([("\\boxed{1}", "1")] * config.n_workers, config)
+    return time.perf_counter() - start
 
 
 def _run_ours(pairs: list[BenchPair], config: VerifierConfig, progress: Progress, label: str):
