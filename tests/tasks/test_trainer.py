@@ -1,0 +1,161 @@
+"""Training end to end on the fixture model through the real loop (vLLM engine, verifier, replay, update,
+sync, checkpoint), for every replay strategy, plus kill-and-resume of a real process.
+
+The fixture model is almost never right, so a reward signal comes from elsewhere: the RLEP pool holds
+verified successes (the gold answer, boxed), and the other runs use DAPO's overlong penalty, which gives
+answers of different lengths different rewards. Either way advantages are non-zero and weights must move.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from data.parquet_io import write_parquet_atomic
+from data.problem import render_prompt
+from data.sources import ProblemSourceConfig, load_problems
+from data.trajectory import COLUMNS, to_table, trajectory_row
+from tasks.training.checkpoint import latest_checkpoint
+from tasks.training.config import TrainConfig
+from tasks.training.trainer import Trainer
+
+METRIC_COLUMNS = ["step", "reward_mean", "accuracy", "zero_std_group_frac", "clip_frac_low", "clip_frac_high", "kl",
+                  "entropy", "is_ratio_mean", "replay_share", "replay_age_mean", "grad_norm", "time_generate",
+                  "time_verify", "time_train", "time_sync", "tokens_generated_total"]  # fmt: skip
+EVAL_COLUMNS = ["step", "data_source", "avg_at_k", "pass_at_k", "maj_at_k", "k"]
+PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
+
+
+@pytest.fixture(scope="module")
+def gold_pool(tmp_path_factory):
+    """A pool of verified successes for the training problems: each gold answer, boxed, twice spelled."""
+    rows = []
+    for problem in load_problems(ProblemSourceConfig(**PROBLEMS)):
+        for i, text in enumerate([f"\\boxed{{{problem.answer}}}", f"\\boxed{{ {problem.answer} }}"]):
+            rows.append(trajectory_row(problem, render_prompt(problem), response=text, response_token_ids=[], behaviour_logprobs=[],
+                                       finish_reason="stop", correct=True, extracted_answer=problem.answer, verdict_reason="equal",
+                                       reward=1.0, run_id="gold", policy_version=0, model="gold", sampling={}, sample_index=i))  # fmt: skip
+    path = tmp_path_factory.mktemp("pool") / "pool.parquet"
+    write_parquet_atomic(path, to_table(rows))
+    return path
+
+
+def _config(model, out, replay, **kw):
+    settings = dict(model=model, out=str(out), steps=3, prompts_per_step=3, samples_per_prompt=4, max_tokens=12,
+                    eval_every=2, save_every=2, problems=PROBLEMS, engine={"backend": "vllm", "max_num_seqs": 64},
+                    eval_problems={"source": "tiny-math", "split": "test", "limit": 8}, replay=replay,
+                    loss={"overlong_buffer": 8}, optimizer={"lr": 1e-3})  # fmt: skip
+    settings.update(kw)
+    return TrainConfig.model_validate(settings)
+
+
+def _weights(path):
+    return load_file(os.path.join(path, "model.safetensors"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "replay",
+    [{"kind": "none"}, {"kind": "rlep", "replay_per_group": 2}, {"kind": "fifo", "replay_ratio": 0.25},
+     {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2}],  # fmt: skip
+    ids=lambda r: r["kind"],
+)
+def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, replay):
+    if replay["kind"] == "rlep":
+        replay = {**replay, "pool": str(gold_pool)}
+    trainer = Trainer(_config(fixture_model, tmp_path / "run", replay), progress=False)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
+    metrics = pq.read_table(result.metrics_path).to_pandas()
+    assert metrics.step.tolist() == [1, 2, 3]
+    assert set(METRIC_COLUMNS) <= set(metrics.columns)
+    assert metrics.logprob_mismatch.max() < 1e-3  # vLLM and torch agree on the sampled tokens
+    evals = pq.read_table(result.eval_path).to_pandas()
+    assert set(EVAL_COLUMNS) <= set(evals.columns) and sorted(set(evals.step)) == [0, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-2", "step-3"]
+    assert result.final_checkpoint.name == "step-3"
+    fresh = pq.read_table(tmp_path / "run" / "fresh")
+    assert fresh.column_names == list(COLUMNS) and fresh.num_rows == 3 * 3 * 4
+    assert sorted(set(fresh.column("policy_version").to_pylist())) == [0, 1, 2]
+    before, after = _weights(fixture_model), _weights(result.final_checkpoint)
+    assert any(not torch.equal(before[k], after[k]) for k in before), "training did not change the weights"
+    if replay["kind"] == "none":
+        assert (metrics.replay_share == 0).all()
+    elif replay["kind"] == "rlep":
+        # 2 replayed per group of 4 fresh: a third of the batch from step 1, all re-verified as correct.
+        assert metrics.replay_share.tolist() == pytest.approx([2 / 6] * 3)
+        assert (metrics.replay_accuracy == 1.0).all() and metrics.zero_std_group_frac.max() < 1
+    else:
+        assert metrics.replay_share.iloc[0] == 0 and (metrics.replay_share.iloc[1:] > 0).all()
+        assert (metrics.replay_age_mean.iloc[1:] >= 1).all()
+
+
+@pytest.mark.slow
+def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
+    replay = {"kind": "rlep", "pool": str(gold_pool)}
+    config = _config(fixture_model, tmp_path / "kl", replay, steps=2, eval_every=0, save_every=0,
+                     loss={"kl_coef": 0.1, "kl_estimator": "k3", "is_correction": "truncate", "overlong_buffer": 8})  # fmt: skip
+    trainer = Trainer(config, progress=False)
+    assert trainer.ref_model is not None
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    metrics = pq.read_table(tmp_path / "kl" / "metrics.parquet").to_pandas()
+    assert metrics.kl.iloc[0] == 0  # the first update starts at the reference
+    assert metrics.kl.iloc[1] > 0
+    # The gold pool has no behaviour log-probs: nothing to correct, weights stay 1.
+    assert (metrics.is_ratio_mean == 1.0).all()
+    no_kl = Trainer(_config(fixture_model, tmp_path / "nokl", {"kind": "none"}, steps=1), progress=False)
+    try:
+        assert no_kl.ref_model is None  # no reference model is loaded when kl_coef is 0
+    finally:
+        no_kl.close()
+
+
+def _train_cli(args):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "train", "--no-prefect", *args], env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, tmp_path):
+    common = ["--model", fixture_model, "--engine", "transformers", "--steps", "5", "--prompts-per-step", "3",
+              "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
+              "--eval-every", "2", "--save-every", "1", "--overlong-buffer", "8", "--lr", "1e-3",
+              "--replay", "fifo", "--replay-ratio", "0.25"]  # fmt: skip
+    reference = _train_cli([*common, "--out", str(tmp_path / "straight")])
+    output, _ = reference.communicate(timeout=600)
+    assert reference.returncode == 0, output
+
+    out = tmp_path / "killed"
+    proc = _train_cli([*common, "--out", str(out)])
+    deadline = time.time() + 300
+    while latest_checkpoint(out) is None or latest_checkpoint(out).name not in ("step-2", "step-3"):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = _train_cli(["--resume", str(out)])
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output
+
+    straight = pq.read_table(tmp_path / "straight" / "metrics.parquet").to_pandas()
+    again = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert again.step.tolist() == [1, 2, 3, 4, 5]
+    for column in ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss"):
+        assert again[column].tolist() == pytest.approx(straight[column].tolist(), rel=1e-4, abs=1e-6), column
+    a, b = _weights(tmp_path / "straight" / "checkpoints" / "step-5"), _weights(out / "checkpoints" / "step-5")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    evals = pq.read_table(out / "eval.parquet").to_pandas()
+    assert sorted(set(evals.step)) == [0, 2, 4, 5] and not evals.duplicated(["step", "data_source"]).any()
