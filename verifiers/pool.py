@@ -289,7 +289,10 @@ class WorkerPool:
             self._failed_starts += 1
         if worker.process.poll() is None:
             worker.process.kill()
-        worker.process.wait(timeout=5)
+        try:
+            worker.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass  # SIGKILL was sent; a process stuck in the kernel is reaped whenever it ends
         worker.conn.close()
         chunk = worker.chunk
         if chunk is None or chunk.reported >= len(chunk.items):
