@@ -39,9 +39,15 @@ def _config_commands() -> dict[str, tuple[type, Callable]]:
     """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
     from tasks.collect import CollectConfig
     from tasks.evaluate import EvalConfig
+    from tasks.pipeline import PipelineConfig
     from tasks.training.config import TrainConfig
 
-    return {"collect": (CollectConfig, _run_collect), "eval": (EvalConfig, _run_eval), "train": (TrainConfig, _run_train)}
+    return {
+        "collect": (CollectConfig, _run_collect),
+        "train": (TrainConfig, _run_train),
+        "eval": (EvalConfig, _run_eval),
+        "pipeline": (PipelineConfig, _run_pipeline),
+    }
 
 
 def _config(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
@@ -199,6 +205,10 @@ def _run_train(args: argparse.Namespace) -> int:
         config = _config(TrainConfig, args, base_file=saved, extra={"out": str(args.resume)})
     else:
         config = _config(TrainConfig, args)
+    if config.replay.kind == "rlep":
+        from tasks.replay.pool import resolve_pool_path
+
+        resolve_pool_path(config.replay.pool)  # a missing pool fails here, before any model is loaded
     if args.prefect:
         from flows.train import train_flow
 
@@ -220,6 +230,22 @@ def _print_train(result) -> None:
         first, last = overall.iloc[0], overall.iloc[-1]
         print(f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}")
     print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def _run_pipeline(args: argparse.Namespace) -> int:
+    from flows.pipeline import pipeline_flow
+    from tasks.collect import preflight
+    from tasks.pipeline import PipelineConfig
+
+    config = _config(PipelineConfig, args)
+    preflight(config.collect)
+    report = pipeline_flow(config)
+    print(Path(report).read_text())
+    print(f"report: {report}\nplot: {Path(report).parent / 'heldout_accuracy.png'}")
+    return 0
 
 
 # ---------------------------------------------------------------- bench
@@ -285,8 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (model, runner) in _config_commands().items():
         doc = (model.__doc__ or "").strip().splitlines()[0]
         p = command(name, doc, runner)
-        p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
-                       help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the function directly.")
+        if name != "pipeline":  # the pipeline is a DAG of Prefect subflows; it always runs under Prefect
+            p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
+                           help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the function directly.")
         if name == "train":
             p.add_argument("--resume", type=Path, default=None, metavar="OUT",
                            help="Continue the run in OUT from its last checkpoint (its saved settings; flags override).")

@@ -58,15 +58,25 @@ def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tu
 
 
 def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], tuple[str, Any, list | None]]:
+    """Flag per leaf: its `cli_flag` or own name when unique in `model`; when not, prefixed by its parents
+    (`--eval-problems-limit`; a named flag keeps its name after the grandparent: `--collect-engine`)."""
     leaves = list(_leaves(model))
+
+    def short(path: tuple[str, ...], field: Any) -> str:
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        return extra.get("cli_flag") or path[-1]
+
     counts: dict[str, int] = {}
-    for path, _, _ in leaves:
-        counts[path[-1]] = counts.get(path[-1], 0) + 1
+    for path, field, _ in leaves:
+        counts[short(path, field)] = counts.get(short(path, field), 0) + 1
     names = {}
     for path, field, choices in leaves:
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        name = extra.get("cli_flag") or (path[-1] if counts[path[-1]] == 1 else "-".join(path))
-        names[path] = ("--" + str(name).replace("_", "-"), field, choices)
+        name = short(path, field)
+        if counts[name] > 1:
+            name = "-".join([*path[:-2], name]) if name != path[-1] else "-".join(path)
+        names[path] = ("--" + name.replace("_", "-"), field, choices)
+    if len({flag for flag, _, _ in names.values()}) < len(names):  # still ambiguous: full paths
+        names = {path: ("--" + "-".join(path).replace("_", "-"), field, choices) for path, (_, field, choices) in names.items()}
     return names
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.metrics import majority_correct, pass_at_k
-from data.parquet_io import append_rows
+from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
@@ -135,11 +135,11 @@ def _summary(step: int, source: str, groups: list, k: int) -> dict:
 
 
 def write_eval(result: EvalResult, out: Path) -> dict[str, Path]:
-    """Append the summary rows to OUT/eval.parquet and the answers to OUT/eval_samples.parquet."""
+    """Write the summary rows to OUT/eval.parquet and the answers to OUT/eval_samples.parquet (replacing them)."""
     out = Path(out)
     return {
-        "eval": append_rows(out / "eval.parquet", result.rows),
-        "samples": append_rows(out / "eval_samples.parquet", result.samples),
+        "eval": write_parquet_atomic(out / "eval.parquet", result.rows),
+        "samples": write_parquet_atomic(out / "eval_samples.parquet", result.samples),
     }
 
 

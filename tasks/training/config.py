@@ -100,6 +100,4 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
-        if self.replay.kind == "rlep" and self.replay.pool is None:
-            raise ValueError("replay.pool is required when replay is rlep (a pool.parquet from `rlep collect`)")
         return self

@@ -1,0 +1,83 @@
+"""The pipeline's report: what was collected, how each arm learned, where the time went (markdown + PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.plots import plot_learning_curves
+
+PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
+
+
+def _table(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
+    header = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
+    rows = ["| " + " | ".join(floats.format(v) if isinstance(v, float) else str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return header + "\n".join(rows) + "\n"
+
+
+def arm_summary(run_dir: Path) -> dict:
+    """Start/final held-out accuracy, mean step time split and replay share of one training run."""
+    ev = pd.read_parquet(run_dir / "eval.parquet")
+    overall = ev[ev.data_source == "all"].sort_values("step")
+    metrics = pd.read_parquet(run_dir / "metrics.parquet").sort_values("step")
+    phases = {c.removeprefix("time_"): float(metrics[c].mean()) for c in PHASE_COLUMNS if c in metrics}
+    return {
+        "steps": int(metrics.step.max()),
+        "k": int(overall.k.iloc[-1]),
+        "accuracy_start": float(overall.avg_at_k.iloc[0]),
+        "accuracy_final": float(overall.avg_at_k.iloc[-1]),
+        "accuracy_best": float(overall.avg_at_k.max()),
+        "step_seconds": float(metrics.time_step.mean()),
+        "phase_seconds": phases,
+        "replay_share": float(metrics.replay_share.mean()),
+        "train_reward_first": float(metrics.reward_mean.iloc[:5].mean()),
+        "train_reward_last": float(metrics.reward_mean.iloc[-5:].mean()),
+        "logprob_mismatch": float(metrics.logprob_mismatch.mean()) if "logprob_mismatch" in metrics else None,
+    }
+
+
+def write_report(out: Path, arms: dict[str, Path], evaluations: dict[str, Path], collect_dir: Path | None = None) -> Path:
+    """Write OUT/report.md, OUT/report.json and OUT/heldout_accuracy.png; returns the markdown path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_learning_curves(arms, out / "heldout_accuracy.png", title="Held-out accuracy vs step")
+    summaries = {name: arm_summary(Path(d)) for name, d in arms.items()}
+    lines = ["# rlep pipeline report", ""]
+    if collect_dir is not None and (Path(collect_dir) / "manifest.json").exists():
+        manifest = json.loads((Path(collect_dir) / "manifest.json").read_text())
+        counts, timings = manifest["counts"], manifest.get("timings", {})
+        lines += [
+            "## Phase I: collection",
+            "",
+            f"- {counts['problems']} problems x {manifest['parameters']['samples_per_prompt']} samples = {counts['samples']} answers, "
+            f"{counts['correct']} verified correct ({counts['correct'] / max(counts['samples'], 1):.1%})",
+            f"- experience pool: {counts['pool_rows']} answers for {counts['pool_problems']} problems "
+            f"(min_correct = {manifest['parameters']['min_correct']}), `{Path(collect_dir) / 'pool.parquet'}`",
+            "- seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
+            "",
+        ]
+    lines += ["## Phase II: training (held-out accuracy during training)", ""]
+    table = pd.DataFrame(
+        [{"arm": name, "steps": s["steps"], f"start avg@{s['k']}": s["accuracy_start"], "final": s["accuracy_final"],
+          "best": s["accuracy_best"], "train reward first 5": s["train_reward_first"], "last 5": s["train_reward_last"],
+          "replay share": s["replay_share"], "s/step": s["step_seconds"]} for name, s in summaries.items()]  # fmt: skip
+    )
+    lines += [_table(table), f"![held-out accuracy]({png.name})", ""]
+    lines += ["## Final evaluation of each arm's last checkpoint", ""]
+    for name, eval_dir in evaluations.items():
+        ev = pd.read_parquet(Path(eval_dir) / "eval.parquet")[["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]]
+        lines += [f"### {name}", "", _table(ev)]
+    lines += ["## Time per step (seconds, mean)", ""]
+    phases = pd.DataFrame([{"arm": name, **{k: v for k, v in s["phase_seconds"].items()}} for name, s in summaries.items()])
+    lines += [_table(phases)]
+    if "baseline" in summaries and len(summaries) > 1:
+        other = next(n for n in summaries if n != "baseline")
+        ratio = summaries[other]["step_seconds"] / summaries["baseline"]["step_seconds"]
+        lines += [f"Replay overhead: mean step time of `{other}` / `baseline` = {ratio:.3f}.", ""]
+    (out / "report.json").write_text(json.dumps(summaries, indent=2))
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

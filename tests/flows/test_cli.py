@@ -1,0 +1,57 @@
+"""The command line as a user meets it: help, fast start, clear errors with exit code 2, nothing written."""
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+
+from flows.cli import main
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_the_subcommands():
+    out = _run("--help").stdout
+    for command in ("problems", "tiny-model", "collect", "train", "eval", "pipeline", "inspect", "pool", "bench", "show-config"):
+        assert command in out
+
+
+def test_building_the_cli_imports_no_heavy_library():
+    code = "import sys, flows.cli; flows.cli.build_parser(); print(sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy') if m in sys.modules))"
+    assert _run_code(code) == "[]"
+
+
+def _run_code(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+
+
+def test_problems_command_writes_jsonl_and_parquet(tmp_path):
+    assert main(["problems", "--split", "test", "--limit", "25", "--out", str(tmp_path / "p.parquet")]) == 0
+    assert pq.read_table(tmp_path / "p.parquet").num_rows == 25
+    assert main(["problems", "--split", "train", "--limit", "5", "--out", str(tmp_path / "p.jsonl")]) == 0
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 5
+
+
+def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
+    assert main(["problems", "--limit", "0", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert "limit: Input should be greater than or equal to 1" in capsys.readouterr().err
+    assert main(["problems", "--source", str(tmp_path / "none.csv"), "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert "none.csv: no such file" in capsys.readouterr().err
+    assert main(["train", "--replay", "rlep", "--out", str(tmp_path / "t")]) == 2
+    assert "replay.pool" in capsys.readouterr().err
+    assert main(["collect", "--min-correct", "9", "--samples-per-prompt", "4", "--out", str(tmp_path / "c")]) == 2
+    assert "min_correct (9) > samples_per_prompt (4)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_show_config_round_trips(tmp_path, capsys):
+    assert main(["show-config", "train"]) == 0
+    path = tmp_path / "train.yaml"
+    path.write_text(capsys.readouterr().out)
+    assert main(["show-config", "pipeline"]) == 0
+    from flows.options import build_config
+    from tasks.training.config import TrainConfig
+
+    assert build_config(TrainConfig, path) == TrainConfig()
