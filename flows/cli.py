@@ -248,6 +248,21 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- serve
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from flows.deployments import serve_deployments
+
+    if not os.environ.get("PREFECT_API_URL"):
+        print("note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
+              "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).", file=sys.stderr)  # fmt: skip
+    cron = None if args.no_schedule else args.recollect_cron
+    print(f"serving deployments collect, train, evaluate, pipeline, recollect (cron: {cron}); Ctrl-C stops", flush=True)
+    serve_deployments(recollect_cron=cron, train_dir=args.train_dir, pool_store=args.pool_store)
+    return 0
+
+
 # ---------------------------------------------------------------- bench
 
 
@@ -337,6 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="RLEP/verl .parquet file with reward_model.candidates.")
     p.add_argument("--out", required=True, help="Output .parquet file (rlep schema; usable as --pool).")
     p.add_argument("--run-id", default="imported", help="run_id of the imported rows [default: imported].")
+
+    p = sub.add_parser("serve", help="Register the deployments (collect, train, evaluate, pipeline, scheduled recollect) and run them.")
+    p.set_defaults(handler=_cmd_serve)
+    p.add_argument("--recollect-cron", default="0 3 * * *", help="Cron schedule of the recollect deployment [default: daily 03:00].")
+    p.add_argument("--no-schedule", action="store_true", help="Register recollect without a schedule.")
+    p.add_argument("--train-dir", type=Path, default=None, help="Training run whose latest checkpoint recollect samples.")
+    p.add_argument("--pool-store", type=Path, default=Path("runs/pools"), help="Versioned pool store [default: runs/pools].")
 
     bench = sub.add_parser("bench", help="Benchmarks; results go to bench/results/*.json.")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")

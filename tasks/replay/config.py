@@ -25,8 +25,8 @@ class RLEPReplayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["rlep"] = Field("rlep", description="Replay strategy.", json_schema_extra=_KIND)
     pool: Path | None = Field(
-        None, description="pool.parquet from `rlep collect` (or a run directory holding one). Required for rlep "
-        "(the pipeline fills in the pool it has just collected)."
+        None, description="pool.parquet from `rlep collect`, a run directory holding one, a pool version directory, "
+        "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just collected)."
     )
     replay_per_group: int = Field(
         2, ge=1, le=1024, description="M: replayed answers per group (paper: 2 with G=16), drawn uniformly without replacement."

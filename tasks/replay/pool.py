@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.pool_versions import resolve_pool_file
 from tasks.replay.base import Rollout
 
 REQUIRED_COLUMNS = ("problem_id", "data_source", "prompt", "gold_answer", "response", "response_token_ids", "policy_version")
@@ -18,10 +19,8 @@ class PoolError(ValueError):
 
 def resolve_pool_path(path: Path | None) -> Path:
     if path is None:
-        raise PoolError("replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, or its run directory)")
-    path = Path(path)
-    if path.is_dir():
-        path = path / "pool.parquet"
+        raise PoolError("replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool store)")
+    path = resolve_pool_file(path)
     if not path.is_file():
         raise PoolError(f"replay.pool: {path}: no such pool file")
     return path
