@@ -91,6 +91,21 @@ class PoolStore:
         return final
 
 
+def describe_versions(root: Path | str) -> list[dict[str, Any]]:
+    """One row per version: rows, problems, parent, the last contribution's run and model, rows it added."""
+    store = PoolStore(root)
+    rows = []
+    for version in store.versions():
+        lineage = store.lineage(version)
+        last = lineage["contributions"][-1] if lineage["contributions"] else {}
+        rows.append({
+            "version": f"v{version:04d}", "rows": lineage["rows"], "problems": lineage["problems"],
+            "parent": lineage["parent"], "created_at": lineage["created_at"], "added_by": last.get("run_dir"),
+            "model": last.get("model"), "policy_version": last.get("policy_version"), "rows_added": last.get("rows_added"),
+        })  # fmt: skip
+    return rows
+
+
 def resolve_pool_file(path: Path | str) -> Path:
     """The pool file a path names: a .parquet file; a directory holding pool.parquet (a collection run or
     a pool version); or a pool store (its latest version)."""

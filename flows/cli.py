@@ -154,6 +154,24 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from data.inspect import render, summarize
+    from data.pool_versions import POOL_FILE, PoolStore, describe_versions
+
+    store = PoolStore(args.path)
+    if store.versions():  # a pool store: its versions, then the latest version's pool
+        versions = describe_versions(args.path)
+        if args.json:
+            print(json.dumps({"versions": versions, "latest": summarize(store.latest() / POOL_FILE, sample_rows=args.rows)}, indent=2))
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"pool versions in {args.path}")
+        for column in versions[0]:
+            table.add_column(column)
+        for row in versions:
+            table.add_row(*(str(v) for v in row.values()))
+        Console().print(table)
+        args.path = str(store.latest() / POOL_FILE)
 
     try:
         summary = summarize(args.path, sample_rows=args.rows)
