@@ -14,7 +14,7 @@ export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench clean-venv
+.PHONY: setup browser demo test lint bench ui clean-venv
 
 setup: $(STAMP)
 
@@ -34,11 +34,22 @@ demo: setup
 	$(BIN)/rlep tiny-model
 	$(BIN)/rlep eval --model tiny --split test --samples 1 --engine vllm --out runs/demo/eval
 
-test: setup
+# The UI test drives Debian's chromium; install it when this machine can (root + apt-get).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
+
+test: setup browser
 	$(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check flows tasks verifiers data tests
+
+# Prefect server + UI on http://127.0.0.1:4200 (loopback only, analytics off) serving rlep's deployments.
+ui: setup
+	$(BIN)/rlep ui --host 127.0.0.1 --port 4200
 
 bench: setup
 	$(BIN)/rlep bench generate

@@ -281,6 +281,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from flows import server
+
+    log = Path(args.home) / "server.log"
+    Path(args.home).mkdir(parents=True, exist_ok=True)
+    process = server.start_server(args.host, args.port, Path(args.home), log)
+    try:
+        server.wait_healthy(args.host, args.port, process=process)
+        print(f"Prefect UI: http://{args.host}:{args.port}  (server log: {log})", flush=True)
+        os.environ.update(server.server_env(args.host, args.port, Path(args.home)))
+        args.no_schedule = False
+        return _cmd_serve(args)
+    finally:
+        server.stop(process)
+
+
 # ---------------------------------------------------------------- bench
 
 
@@ -375,6 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_serve)
     p.add_argument("--recollect-cron", default="0 3 * * *", help="Cron schedule of the recollect deployment [default: daily 03:00].")
     p.add_argument("--no-schedule", action="store_true", help="Register recollect without a schedule.")
+    p.add_argument("--train-dir", type=Path, default=None, help="Training run whose latest checkpoint recollect samples.")
+    p.add_argument("--pool-store", type=Path, default=Path("runs/pools"), help="Versioned pool store [default: runs/pools].")
+
+    p = sub.add_parser("ui", help="Start a local Prefect server (UI on 127.0.0.1) and serve the deployments; Ctrl-C stops both.")
+    p.set_defaults(handler=_cmd_ui)
+    p.add_argument("--host", default="127.0.0.1", help="Address to listen on [default: 127.0.0.1].")
+    p.add_argument("--port", type=int, default=4200, help="Port of the UI and API [default: 4200].")
+    p.add_argument("--home", default=".prefect", help="PREFECT_HOME for the server's database [default: .prefect].")
+    p.add_argument("--recollect-cron", default="0 3 * * *", help="Cron schedule of the recollect deployment.")
     p.add_argument("--train-dir", type=Path, default=None, help="Training run whose latest checkpoint recollect samples.")
     p.add_argument("--pool-store", type=Path, default=Path("runs/pools"), help="Versioned pool store [default: runs/pools].")
 

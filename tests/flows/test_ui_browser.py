@@ -1,0 +1,95 @@
+"""End to end in a real browser: a Prefect server on a free loopback port, rlep's deployments served,
+the UI rendered by headless Chromium (deployments and the recollect schedule visible), a small collect
+deployment run to completion through the API, its artifacts present. Screenshots are saved under
+$RLEP_SCREENSHOT_DIR (default runs/ui-screenshots). Every process started here is stopped at the end.
+
+Needs Debian's chromium (`make test` installs it when it can: see the Makefile).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flows import server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HOST = "127.0.0.1"
+
+
+def _chromium(url: str, profile: Path, *mode: str) -> str:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1400,900", "--virtual-time-budget=20000"]  # fmt: skip
+    done = subprocess.run([CHROMIUM, *flags, *mode, url], capture_output=True, text=True, timeout=120)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def prefect_ui(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = server.free_port(HOST)
+    proc = server.start_server(HOST, port, home, home / "server.log")
+    try:
+        server.wait_healthy(HOST, port, timeout=180, process=proc)
+        yield port, home
+    finally:
+        server.stop(proc)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_model, tmp_path):
+    port, home = prefect_ui
+    api = f"http://{HOST}:{port}/api"
+    shots = Path(os.environ.get("RLEP_SCREENSHOT_DIR", "runs/ui-screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    env = server.server_env(HOST, port, home)
+    serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--pool-store", str(tmp_path / "pools")],
+                             env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
+                             start_new_session=True)  # fmt: skip
+    try:
+        client = httpx.Client(base_url=api, timeout=30)
+        deadline = time.time() + 180
+        names: set[str] = set()
+        while names < {"collect", "train", "evaluate", "pipeline", "recollect"}:
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.time() < deadline, f"deployments not registered: {names}"
+            time.sleep(1)
+            names = {d["name"] for d in client.post("/deployments/filter", json={}).json()}
+
+        page = _chromium(f"http://{HOST}:{port}/deployments", tmp_path / "profile1", "--dump-dom")
+        for name in ("collect", "train", "evaluate", "pipeline", "recollect"):
+            assert name in page
+        assert "03:00 AM every day" in page
+        _chromium(f"http://{HOST}:{port}/deployments", tmp_path / "profile2", f"--screenshot={shots / 'deployments.png'}")
+        assert (shots / "deployments.png").stat().st_size > 10_000
+
+        collect = next(d for d in client.post("/deployments/filter", json={}).json() if d["name"] == "collect")
+        config = {"model": fixture_model, "out": str(tmp_path / "collect"), "samples_per_prompt": 2, "min_correct": 1,
+                  "shard_size": 4, "max_tokens": 8, "problems": {"source": "tiny-math", "split": "train", "limit": 8},
+                  "engine": {"backend": "transformers"}}  # fmt: skip
+        run = client.post(f"/deployments/{collect['id']}/create_flow_run", json={"parameters": {"config": config}}).json()
+        deadline = time.time() + 300
+        state = None
+        while state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            assert time.time() < deadline, f"collect run still {state}"
+            time.sleep(2)
+            state = client.get(f"/flow_runs/{run['id']}").json()["state"]["type"]
+        assert state == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
+        assert (tmp_path / "collect" / "pool.parquet").exists()
+
+        artifacts = client.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+        keys = {a["key"] for a in artifacts}
+        assert {"collect-accuracy-by-source", "collect-summary"} <= keys
+        assert "progress" in {a["type"] for a in artifacts}
+        _chromium(f"http://{HOST}:{port}/runs/flow-run/{run['id']}", tmp_path / "profile3", f"--screenshot={shots / 'collect-run.png'}")
+        _chromium(f"http://{HOST}:{port}/artifacts", tmp_path / "profile4", f"--screenshot={shots / 'artifacts.png'}")
+        assert (shots / "collect-run.png").exists() and (shots / "artifacts.png").exists()
+    finally:
+        server.stop(serve)
