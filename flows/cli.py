@@ -310,6 +310,19 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_train(args: argparse.Namespace) -> int:
+    from tasks.bench_train import run_train_bench
+    from tasks.collect import preflight
+    from tasks.pipeline import PipelineConfig
+
+    config = _config(PipelineConfig, args)
+    preflight(config.collect)
+    report = run_train_bench(config, Path(args.results))
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
 def _cmd_bench_verify(args: argparse.Namespace) -> int:
     from verifiers.bench import run_verify_bench
 
@@ -409,6 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_bench_generate)
     p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
     add_model_flags(p, GenerateBenchConfig)
+    p = bench_sub.add_parser("train", help="Held-out accuracy before/after, step time split and replay overhead: replay arm vs baseline.")
+    p.set_defaults(handler=_cmd_bench_train)
+    p.add_argument("--config", type=Path, default=None, help="Pipeline YAML (e.g. flows/configs/demo.yaml); flags override it.")
+    p.add_argument("--results", default="bench/results", help="Directory for the JSON result [default: bench/results].")
+    from tasks.pipeline import PipelineConfig
+
+    add_model_flags(p, PipelineConfig)
     p = bench_sub.add_parser("verify", help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency.")
     p.set_defaults(handler=_cmd_bench_verify)
     p.add_argument("--pairs", type=int, default=10_000, help="Number of (response, gold) pairs [default: 10000].")
