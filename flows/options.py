@@ -159,9 +159,12 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    """Merge `update` into `base`. A section that switches variant (its `kind` changes, e.g. replay rlep ->
+    fifo) replaces the default section instead of merging with it: the old variant's settings do not apply."""
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
+        current = base.get(key)
+        if isinstance(value, dict) and isinstance(current, dict) and value.get("kind", current.get("kind")) == current.get("kind"):
+            _deep_merge(current, value)
         else:
             base[key] = value
 
@@ -179,15 +182,17 @@ def format_validation_error(err: ValidationError, origin: str = "") -> str:
 
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
     """`model` validated from YAML `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
-    # Start from the model's defaults so a partial nested section (YAML or flags) keeps the defaults of
-    # its siblings, including nested defaults that differ from the nested class's own.
+    # The user's settings (YAML, then flags) are merged onto the model's defaults, so a partial nested
+    # section keeps the defaults of its siblings, including nested defaults that differ from the nested
+    # class's own.
+    user: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    for path, value in (overrides or {}).items():
+        _set_path(user, path, value)
     try:
         data = model().model_dump()
     except ValidationError:  # a model with required fields: nothing to start from
         data = {}
-    _deep_merge(data, read_yaml(config_file) if config_file else {})
-    for path, value in (overrides or {}).items():
-        _set_path(data, path, value)
+    _deep_merge(data, user)
     try:
         return model.model_validate(data)
     except ValidationError as err:

@@ -97,3 +97,15 @@ def test_none_switches_an_optional_setting_off():
     add_model_flags(parser, Optional_)
     assert build_config(Optional_, None, flag_overrides(parser.parse_args(["--dual-clip", "none"]))).dual_clip is None
     assert build_config(Optional_, None, flag_overrides(parser.parse_args(["--dual-clip", "3"]))).dual_clip == 3.0
+
+
+def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
+    from tasks.pipeline import PipelineConfig
+
+    assert build_config(PipelineConfig, None, {"train.replay.kind": "fifo"}).train.replay.kind == "fifo"
+    path = tmp_path / "p.yaml"
+    path.write_text("train:\n  replay: {kind: prioritized, max_age: 3}\n")
+    replay = build_config(PipelineConfig, path).train.replay
+    assert (replay.kind, replay.max_age) == ("prioritized", 3)
+    # Same variant: a partial section still merges with the default one.
+    assert build_config(PipelineConfig, None, {"train.replay.replay_per_group": "4"}).train.replay.kind == "rlep"
