@@ -172,7 +172,8 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
     stats: PoolStats = store.build_pool(config.min_correct)
     timings = {"engine_start": engine_start, **_timing_totals(store)}
     timings["pool"] = time.perf_counter() - start
-    timings["total"] = time.perf_counter() - started
+    # A resumed run: this invocation's wall time, but never less than the work on disk it stands for.
+    timings["total"] = max(time.perf_counter() - started, sum(timings.values()))
     store.write_manifest(
         parameters=config.model_dump(mode="json"), model=config.model,
         model_dir=model if Path(model).is_dir() else None, timings=timings, pool_stats=stats,
