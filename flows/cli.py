@@ -459,10 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.engines import EngineUnavailable
     from tasks.models import ModelNotFound
     from tasks.replay.pool import PoolError
+    from tasks.training.checkpoint import CheckpointError
 
+    user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)
     try:
         return args.handler(args)
-    except (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError) as err:
+    except user_errors as err:
         print(f"rlep {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.collect import CollectConfig
-from tasks.training.checkpoint import latest_checkpoint
+from tasks.training.checkpoint import CheckpointError, latest_checkpoint
 
 
 class RecollectConfig(BaseModel):
@@ -30,7 +30,7 @@ class RecollectConfig(BaseModel):
         if self.train_dir is not None:
             checkpoint = latest_checkpoint(self.train_dir)
             if checkpoint is None:
-                raise FileNotFoundError(f"train_dir {self.train_dir}: no checkpoint to collect from yet")
+                raise CheckpointError(f"train_dir {self.train_dir}: no checkpoint to collect from yet")
             model = str(checkpoint)
         stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
         return self.collect.model_copy(update={"model": model, "out": self.pool_store / "runs" / stamp, "run_id": f"recollect-{stamp}"})

@@ -14,6 +14,10 @@ from typing import Any
 import torch
 
 TRAINER_STATE_FILE = "trainer_state.pt"
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint where one is needed (e.g. `--resume` of a run that never saved)."""
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 

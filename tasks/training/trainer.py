@@ -47,7 +47,7 @@ from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.training.advantages import group_advantages
 from tasks.training.batch import build_batch
-from tasks.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
 from tasks.training.losses import overlong_penalty
 from tasks.training.prompts import PromptSampler
@@ -95,13 +95,13 @@ class Trainer:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         _seed_everything(config.seed)
 
+        checkpoint = latest_checkpoint(self.out) if resume else None
+        if resume and checkpoint is None:
+            raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.out / 'checkpoints'}")
         self.problems = load_problems(config.problems)
         self.by_id: dict[str, Problem] = {p.id: p for p in self.problems}
         self.eval_problems = load_problems(config.eval_problems)
         self.base_model = resolve_model(config.model, progress=progress)
-        checkpoint = latest_checkpoint(self.out) if resume else None
-        if resume and checkpoint is None:
-            raise FileNotFoundError(f"--resume {self.out}: no complete checkpoint under {self.out / 'checkpoints'}")
         weights = str(checkpoint) if checkpoint else self.base_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
