@@ -1,0 +1,256 @@
+"""The tiny-model build: config validation, training data, caching, and the fixture model end to end.
+
+The fixture config (`TinyModelConfig.fixture()`) builds in seconds; its accuracy is irrelevant here.
+The vLLM test is marked slow and runs vLLM in a subprocess with the engine in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import data.tiny_model as tiny_model
+from data.problem import render_prompt
+from data.tiny_math import answer_forms, generate
+from data.tiny_model import (
+    MODEL_FILES,
+    TinyModelConfig,
+    build_tiny_model,
+    default_model_dir,
+    exact_match,
+    last_boxed,
+    read_build_info,
+    target_text,
+)
+from data.tokenizer import build_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fixture_config() -> TinyModelConfig:
+    return TinyModelConfig.fixture()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, fixture_config) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", fixture_config, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Config
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("hidden_size", 100),  # not a multiple of the head size 64
+        ("hidden_size", 0),
+        ("learning_rate", -1.0),
+        ("steps", 0),
+        ("gold_form_share", 1.5),
+        ("mix", {"add": (1.0, 1.0, 1.0), "division": (1.0, 1.0, 1.0)}),
+        ("mix", {"add": (1.0, 1.0)}),  # one weight per level
+        ("mix", {"add": (1.0, -1.0, 0.0)}),
+        ("mix", {"add": (0.0, 0.0, 0.0)}),
+        ("unknown_knob", 1),
+    ],
+)
+def test_invalid_config_names_the_field(field, value):
+    with pytest.raises(ValidationError) as error:
+        TinyModelConfig(**{field: value})
+    assert field in str(error.value)
+
+
+def test_warmup_must_end_before_training_does():
+    with pytest.raises(ValidationError, match="warmup_steps"):
+        TinyModelConfig(steps=10, warmup_steps=10)
+
+
+def test_every_field_is_documented():
+    for name, field in TinyModelConfig.model_fields.items():
+        assert field.description, name
+
+
+def test_fingerprint_is_stable_and_follows_every_field():
+    base = TinyModelConfig()
+    assert base.fingerprint() == TinyModelConfig().fingerprint()
+    assert base.fingerprint() != TinyModelConfig(seed=1).fingerprint()
+    assert base.fingerprint() != TinyModelConfig(mix={"add": (1.0, 0.0, 0.0)}).fingerprint()
+
+
+def test_default_model_dir_honours_rlep_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLEP_CACHE_DIR", str(tmp_path))
+    config = TinyModelConfig()
+    assert default_model_dir(config) == tmp_path / "models" / f"tiny-math-{config.fingerprint()}"
+    monkeypatch.delenv("RLEP_CACHE_DIR")
+    assert default_model_dir(config).parent == Path.home() / ".cache" / "rlep" / "models"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training data and scoring
+
+
+def test_targets_use_the_gold_form_at_the_configured_rate():
+    rng = random.Random(0)
+    assert {target_text("3/4", rng, 1.0) for _ in range(50)} == {"\\boxed{3/4}"}
+    assert {target_text("-7", rng, 0.0) for _ in range(20)} == {"\\boxed{-7}"}  # one form only
+    others = {target_text("3/4", rng, 0.0) for _ in range(200)}
+    assert others == {f"\\boxed{{{f}}}" for f in answer_forms("3/4")[1:]}
+
+
+def test_training_batches_are_deterministic_and_mask_the_prompt(fixture_config):
+    tokenizer = build_tokenizer()
+    first = tiny_model.training_stream(fixture_config, tokenizer)
+    assert first == tiny_model.training_stream(fixture_config, tokenizer)
+    ids, labels = tiny_model.collate(first[0], tokenizer.pad_token_id)
+    example = first[0][0]
+    row = labels[0].tolist()
+    assert set(row[: example.prompt_len]) == {-100}
+    target = tokenizer.decode(row[example.prompt_len : len(example.input_ids)])
+    assert target.startswith("\\boxed{") and target.endswith("}</s>")
+
+
+def test_training_problems_never_come_from_the_test_split(fixture_config):
+    test_ids = {p.id for p in generate("test", 5000)}
+    pool = tiny_model.training_pool(fixture_config)
+    assert not test_ids & {p.id for problems in pool.values() for p in problems}
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        ("\\boxed{0.75}", "3/4", True),
+        ("\\boxed{\\frac{3}{4}}", "3/4", True),
+        ("\\boxed{-\\frac{253}{100}}", "-2.53", True),
+        ("\\boxed{6/8}", "3/4", True),
+        ("\\boxed{1}\\boxed{12}", "12", True),
+        ("\\boxed{13}", "12", False),
+        ("\\boxed{12", "12", False),
+        ("12", "12", False),
+        ("\\boxed{1/0}", "12", False),
+        ("\\boxed{__import__('os')}", "12", False),
+    ],
+)
+def test_exact_match(response, gold, expected):
+    assert exact_match(response, gold) is expected
+
+
+def test_last_boxed_matches_nested_braces():
+    assert last_boxed("x \\boxed{\\frac{1}{20}} y") == "\\frac{1}{20}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fixture model, end to end
+
+
+def test_build_writes_a_complete_model(built, fixture_config):
+    for name in MODEL_FILES:
+        assert (built / name).is_file(), name
+    info = read_build_info(built)
+    assert info["fingerprint"] == fixture_config.fingerprint()
+    assert info["config"] == fixture_config.model_dump(mode="json")
+    assert info["final_loss"] < info["initial_loss"]
+    accuracy = info["greedy_accuracy"]
+    assert accuracy["n"] == fixture_config.eval_problems and 0 <= accuracy["overall"] <= 1
+    assert sum(row["n"] for row in accuracy["by_data_source"].values()) == accuracy["n"]
+    assert not [p for p in built.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_training_changed_every_parameter(built, fixture_config):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(fixture_config.seed)
+        initial = tiny_model._new_model(fixture_config, build_tokenizer())
+    trained = AutoModelForCausalLM.from_pretrained(built)
+    before = dict(initial.named_parameters())
+    for name, parameter in trained.named_parameters():
+        assert not torch.equal(parameter, before[name]), f"{name} did not change"
+
+
+def test_model_loads_in_transformers_and_stops_at_eos(built):
+    tokenizer = AutoTokenizer.from_pretrained(built)
+    model = AutoModelForCausalLM.from_pretrained(built)
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+    assert model.generation_config.pad_token_id == tokenizer.pad_token_id
+    prompts = [render_prompt(p) for p in generate("test", 4)]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    out = model.generate(**batch, max_new_tokens=24, do_sample=False)
+    completions = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert all(c.startswith("\\boxed{") for c in completions), completions
+    assert (out == tokenizer.eos_token_id).any(dim=1).all()
+
+
+def test_second_build_reuses_the_cache_and_force_rebuilds(built, fixture_config, monkeypatch):
+    stamp = (built / "model.safetensors").stat().st_mtime_ns
+    calls = []
+    train = tiny_model.supervised_train
+    monkeypatch.setattr(tiny_model, "supervised_train", lambda *a, **k: calls.append(1) or train(*a, **k))
+    assert build_tiny_model(built, fixture_config, progress=False) == built
+    assert calls == [] and (built / "model.safetensors").stat().st_mtime_ns == stamp
+    assert build_tiny_model(built, fixture_config, force=True, progress=False) == built
+    assert calls == [1] and read_build_info(built)["fingerprint"] == fixture_config.fingerprint()
+
+
+def test_a_different_config_in_the_same_directory_rebuilds(tmp_path, fixture_config):
+    target = tmp_path / "model"
+    build_tiny_model(target, fixture_config, progress=False)
+    other = fixture_config.model_copy(update={"seed": 1})
+    build_tiny_model(target, other, progress=False)
+    assert read_build_info(target)["fingerprint"] == other.fingerprint()
+
+
+def test_a_failed_build_leaves_nothing_that_looks_complete(tmp_path, fixture_config, monkeypatch):
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(tiny_model, "greedy_accuracy", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        build_tiny_model(tmp_path / "model", fixture_config, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+VLLM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from vllm import LLM, SamplingParams
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    prompts = json.loads(sys.argv[2])
+    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24))
+    print("RESULT " + json.dumps([[o.outputs[0].text, o.outputs[0].finish_reason] for o in outputs]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_model_loads_in_vllm_and_matches_transformers_greedy(built):
+    prompts = [render_prompt(p) for p in generate("test", 6)]
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", VLLM_SCRIPT, str(built), json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))
+    vllm_outputs = json.loads(line.removeprefix("RESULT "))
+    assert all(reason == "stop" for _, reason in vllm_outputs), vllm_outputs
+
+    tokenizer = AutoTokenizer.from_pretrained(built)
+    model = AutoModelForCausalLM.from_pretrained(built)
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    out = model.generate(**batch, max_new_tokens=24, do_sample=False)
+    expected = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert [text for text, _ in vllm_outputs] == expected
