@@ -62,6 +62,10 @@ def test_vllm_engine_interface_and_seed(vllm_engine):
     _check_completions(groups, 4, 12)
     again = vllm_engine.generate(PROMPTS, sampling)
     assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
+    # vLLM tokenizes prompts exactly as the tokenizer the model was trained with.
+    from data.tokenizer import build_tokenizer
+
+    assert [g[0].prompt_token_ids for g in groups] == [build_tokenizer()(p, add_special_tokens=False).input_ids for p in PROMPTS]
 
 
 @pytest.mark.slow
