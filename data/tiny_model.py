@@ -46,7 +46,7 @@ from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.tiny_math import FAMILIES, LEVELS, answer_forms, generate
 
 # Bump when the build code changes what a given config produces, so cached models are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: byte-level tokenizer symbols (AutoTokenizer / vLLM load it as Qwen2Tokenizer)
 BUILD_INFO_FILE = "rlep_build.json"
 MODEL_FILES = (
     "config.json",
