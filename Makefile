@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.rlep-installed-*
 	@touch $@
 
+# The whole mission on the embedded default: tiny model (built if missing) -> collect -> train RLEP and
+# a GRPO baseline -> evaluate -> runs/demo/report.md + runs/demo/heldout_accuracy.png.
 demo: setup
 	$(BIN)/rlep tiny-model
-	$(BIN)/rlep eval --model tiny --split test --samples 1 --engine vllm --out runs/demo/eval
+	$(BIN)/rlep pipeline --config flows/configs/demo.yaml
 
 # The UI test drives Debian's chromium; install it when this machine can (root + apt-get).
 browser:
