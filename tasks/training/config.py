@@ -48,7 +48,7 @@ class OptimizerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(2e-4, gt=0, le=1, description="Learning rate.")
+    lr: float = Field(3e-5, gt=0, le=1, description="Learning rate (tiny model: 2e-4 stayed flat, 5e-4 and 1e-3 collapsed; see README).")
     warmup_steps: int = Field(0, ge=0, le=1_000_000, description="Optimizer steps of linear warm-up.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
