@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import string
 import sys
-from pathlib import Path
-
 from functools import cache
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast

@@ -201,6 +201,14 @@ def test_second_build_reuses_the_cache_and_force_rebuilds(built, fixture_config,
     assert calls == [1] and read_build_info(built)["fingerprint"] == fixture_config.fingerprint()
 
 
+def test_a_build_removes_temp_dirs_left_by_killed_builds(tmp_path, fixture_config):
+    stale = tmp_path / ".model.tmp-999999999"  # no such process
+    (stale / "config.json").parent.mkdir()
+    (stale / "config.json").write_text("{}")
+    build_tiny_model(tmp_path / "model", fixture_config, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 def test_a_different_config_in_the_same_directory_rebuilds(tmp_path, fixture_config):
     target = tmp_path / "model"
     build_tiny_model(target, fixture_config, progress=False)
