@@ -2,14 +2,22 @@
 
 RL needs a base model that is sometimes right: with no correct sample in a group, GRPO has no signal.
 So the build trains a small `Qwen2ForCausalLM` from scratch on tiny-math TRAIN problems, stops while it
-is still weak (about a fifth of the test split right, see `TinyModelConfig`), and measures that.
+is still weak, and measures greedy accuracy on the TEST split. The default config (measured on a shared
+2-core CPU, one torch thread): about 135 s for the whole build and 20.6% greedy test accuracy (2-digit
+and 1-decimal addition about 90%, the level-1 tables of add/sub/frac partly learned, multiplication and
+everything at level 3 near 0). Sampled at temperature 1 with vLLM, 18% of the samples on TRAIN problems
+are right and 32% of the groups of 8 mix right and wrong answers, in every family. Other seeds (1-3)
+and a two-thread build of the same recipe gave 17.6-24.2%.
 
 How the supervised step works:
 - input: `render_prompt(problem)` followed by the target `\\boxed{<answer>}</s>`, one token per character
   (`data.tokenizer`); the loss is the cross-entropy on the target tokens only.
-- the answer is written in the gold form most of the time and in another equivalent form otherwise
-  (`gold_form_share`), so the model samples `\\frac{3}{4}` or `0.75` for `3/4` now and then and the
-  verifier's equivalence checks are exercised from the first RL step.
+- the answer is written in the gold form with probability `gold_form_share` (0.8) and in another
+  equivalent form from `answer_forms` otherwise (`\\frac{3}{4}` or `0.75` for `3/4`; `499/50` for
+  `9.98`). Greedy decoding then writes the gold form, while sampling writes other forms about one time
+  in five, so the verifier's equivalence checks matter from the first RL step (right answers such as
+  `15/9` or `\\frac{119}{10}` appear among the samples). It cost no accuracy we could measure: with
+  share 1.0 two seeds gave 15.4% and 19.4%, against 20.6% and 17.6% at 0.8.
 - problems are drawn per (family, level) cell with the weights of `mix`;
   small cells (level-1 addition has about 90 train problems) are repeated, large ones rarely are.
 - AdamW, linear warm-up then cosine decay, a fixed seed, one CPU thread: the same config gives the same

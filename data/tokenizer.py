@@ -40,7 +40,11 @@ assert set(CHARACTERS) == set(string.printable) - set("\t\r\x0b\x0c")
 @cache
 def byte_symbols() -> dict[int, str]:
     """GPT-2's byte -> printable symbol table (the alphabet of every byte-level BPE, Qwen2's included)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\xa1"), ord("\xac") + 1),
+        *range(ord("\xae"), ord("\xff") + 1),
+    ]
     symbols, extra = dict(zip(printable, map(chr, printable))), 0
     for byte in range(256):
         if byte not in symbols:

@@ -41,7 +41,12 @@ def test_every_tiny_math_text_round_trips_one_token_per_character(tokenizer):
 
 def test_decoding_inserts_no_spaces_and_keeps_the_real_ones(tokenizer):
     ids = tokenizer("a b\n\\frac{1}{2}", add_special_tokens=False)["input_ids"]
-    assert tokenizer.convert_ids_to_tokens(ids)[:4] == ["a", "Ġ", "b", "Ċ"]  # byte-level spelling of " " and "\n"
+    assert tokenizer.convert_ids_to_tokens(ids)[:4] == [
+        "a",
+        "Ġ",
+        "b",
+        "Ċ",
+    ]  # byte-level spelling of " " and "\n"
     assert tokenizer.decode(ids) == "a b\n\\frac{1}{2}"
 
 
@@ -83,7 +88,9 @@ def test_autotokenizer_next_to_a_qwen2_config_gives_the_same_ids(tmp_path):
     exactly as the tokenizer the model was trained with."""
     from transformers import Qwen2Config
 
-    Qwen2Config(vocab_size=99, hidden_size=64, num_attention_heads=1, num_key_value_heads=1).save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=99, hidden_size=64, num_attention_heads=1, num_key_value_heads=1).save_pretrained(
+        tmp_path
+    )
     ours = save_tokenizer(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     for text in tiny_math_texts()[::50] + ["a b\n  c", " lead", "trail "]:
