@@ -16,8 +16,10 @@ duplicate rows; `build_pool` checks the row key anyway and refuses duplicates.
 The pool follows RLEP (arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7,
 top-p 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two
 valid reasoning paths (`min_correct`, default 2 here too). The paper does not say how repeats count; here
-an answer is kept once per problem (see `normalise_response`) and the threshold counts distinct answers,
-so a pooled problem always offers `min_correct` different paths to replay.
+the threshold counts verified-correct samples (how reliably the policy solves the problem), and each
+distinct answer is then kept once per problem (see `normalise_response`). Counting distinct answers
+instead would empty the pool of short-answer tasks, where correct samples are mostly the same string
+(tiny-math: 9 of 400 problems kept instead of most of the solved ones).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class PoolStats:
     correct: int  # of which verified correct
     problems: int  # distinct problems in the trajectories
     problems_with_correct: int  # problems with at least one correct answer
-    pool_problems: int  # problems with at least `min_correct` distinct correct answers
+    pool_problems: int  # problems with at least `min_correct` correct answers
     pool_rows: int  # rows written to the pool
     duplicates: int  # correct rows repeating an earlier answer to the same problem
     below_min_correct: int  # distinct correct answers dropped: their problem had fewer than `min_correct`
@@ -238,9 +240,8 @@ class ExperienceStore:
     def build_pool(self, min_correct: int = 2) -> PoolStats:
         """Write DIR/pool.parquet from the completed shards and return what was kept.
 
-        Of correct rows whose (problem_id, normalise_response(response)) match, the first in
-        shard-then-row order is kept; problems left with fewer than `min_correct` distinct correct answers
-        are dropped. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row
+        Problems with fewer than `min_correct` correct rows are dropped; of the remaining correct rows whose
+        (problem_id, normalise_response(response)) match, the first in shard-then-row order is kept. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row
         key repeats, since that means a shard was written twice under different shard numbers.
         """
         if min_correct < 1:
@@ -251,8 +252,8 @@ class ExperienceStore:
         correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
         keyed = correct.append_column("_norm", normalise_response(correct["response"]))
         distinct = keyed.group_by([*PROBLEM_KEY, "_norm"], use_threads=False).aggregate([("_row", "min")])
-        per_problem = distinct.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row_min", "count")])
-        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_min_count"], min_correct))
+        per_problem = keyed.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row", "count")])
+        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))
         kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
         pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
         write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)

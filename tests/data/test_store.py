@@ -89,6 +89,7 @@ def test_write_shard_refuses_rows_of_another_run_and_foreign_tables(tmp_path):
 
 
 def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshold(tmp_path):
+    """The threshold counts correct samples; the pool then keeps each distinct answer once."""
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:6])
@@ -100,17 +101,15 @@ def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshol
         "correct": 7,
         "problems": 4,
         "problems_with_correct": 3,
-        "pool_problems": 1,  # p3: two distinct answers
-        "pool_rows": 2,
+        "pool_problems": 2,  # p2 (two correct samples, one answer) and p3 (four samples, two answers)
+        "pool_rows": 3,
         "duplicates": 3,  # p2: one layout repeat; p3: one exact repeat and one with a trailing newline
-        "below_min_correct": 2,  # p1's single answer; p2's one distinct answer
+        "below_min_correct": 1,  # p1's single correct answer
     }
     assert stats.correct == stats.pool_rows + stats.duplicates + stats.below_min_correct
     pool = pq.read_table(store.pool_path)
     assert pool.schema == TRAJECTORY_SCHEMA
-    assert list(zip(pool["problem_id"].to_pylist(), pool["sample_index"].to_pylist(), strict=True)) == [
-        ("p3", 0), ("p3", 2)
-    ]
+    assert pool["problem_id"].to_pylist() == ["p2", "p3", "p3"]
     assert all(pool["correct"].to_pylist())
     loose = store.build_pool(min_correct=1)
     assert (loose.pool_rows, loose.pool_problems, loose.below_min_correct) == (4, 3, 0)
@@ -184,7 +183,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
     assert manifest["model"] == {"id": "tiny", "weights_hash": weights_hash(model)}
     assert manifest["counts"] == {
         "problems": 4, "samples": 16, "correct": 7, "generated_tokens": 32, "shards": 2,
-        "pool_rows": 2, "pool_problems": 1,
+        "pool_rows": 3, "pool_problems": 2,
     }
     assert manifest["timings"] == timings
     assert manifest["pool"] == stats.to_dict()

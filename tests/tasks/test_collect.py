@@ -85,9 +85,8 @@ def test_pool_rule_and_dedup(collected, tmp_path):
     # Rebuild with a stricter threshold: only problems with >= 2 correct answers remain.
     store = ExperienceStore(out, run_id="run-a")
     stats = store.build_pool(min_correct=2)
-    # min_correct counts distinct answers (after whitespace normalisation), as RLEP's "valid reasoning paths".
-    correct = df[df.correct].assign(norm=lambda d: d.response.str.strip().str.replace(r"\s+", " ", regex=True))
-    counts = correct.drop_duplicates(["problem_id", "norm"]).groupby("problem_id").size()
+    # min_correct counts verified-correct samples; the pool then holds each distinct answer once.
+    counts = df[df.correct].groupby("problem_id").size()
     assert stats.pool_problems == int((counts >= 2).sum())
     assert set(pd.read_parquet(out / "pool.parquet").problem_id) == set(counts[counts >= 2].index)
     store.build_pool(min_correct=1)
