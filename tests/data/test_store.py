@@ -193,7 +193,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
         assert entry["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest() == file_sha256(file)
         assert entry["rows"] == pq.read_table(file).num_rows
         assert entry["bytes"] == file.stat().st_size
-    assert [manifest["files"][n]["rows"] for n in sorted(manifest["files"])] == [2, 10, 6]
+    assert [manifest["files"][n]["rows"] for n in sorted(manifest["files"])] == [3, 10, 6]
     assert manifest["packages"]["pyarrow"] == pa.__version__
     assert set(manifest["packages"]) == {"rlep", "torch", "transformers", "vllm", "prefect", "pyarrow", "math-verify"}
     assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
@@ -238,7 +238,7 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
     frame = pd.concat([pd.read_parquet(p) for p in store.shard_paths()], ignore_index=True)
     assert list(frame.columns) == list(TRAJECTORY_SCHEMA.names) and len(frame) == 16
     assert list(frame.loc[0, "response_token_ids"]) == [1, 2]
-    assert pd.read_parquet(store.pool_path)["problem_id"].tolist() == ["p3", "p3"]
+    assert pd.read_parquet(store.pool_path)["problem_id"].tolist() == ["p2", "p3", "p3"]
     files = {"train": [str(p) for p in store.shard_paths()], "pool": str(store.pool_path)}
     loaded = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
     assert (loaded["train"].num_rows, loaded["pool"].num_rows) == (16, 2)
