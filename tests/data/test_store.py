@@ -241,7 +241,7 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
     assert pd.read_parquet(store.pool_path)["problem_id"].tolist() == ["p2", "p3", "p3"]
     files = {"train": [str(p) for p in store.shard_paths()], "pool": str(store.pool_path)}
     loaded = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
-    assert (loaded["train"].num_rows, loaded["pool"].num_rows) == (16, 2)
+    assert (loaded["train"].num_rows, loaded["pool"].num_rows) == (16, 3)
     assert loaded["train"].column_names == list(TRAJECTORY_SCHEMA.names)
     assert loaded["train"][0]["response_token_ids"] == [1, 2] and loaded["train"][0]["created_at"] is not None
 
