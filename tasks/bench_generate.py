@@ -7,17 +7,14 @@ returned token ids, so early stops are not counted as work. Writes bench/results
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from data.problem import render_prompt
 from data.tiny_math import generate as tiny_math_problems
+from tasks.bench_report import write_bench_report
 from tasks.engines import EngineConfig, SamplingConfig, make_engine
 from tasks.models import resolve_model
 
@@ -72,16 +69,7 @@ def run_generate_bench(config: GenerateBenchConfig) -> dict:
     summary = {name: round(r["tokens_per_second"], 1) for name, r in results.items()}
     if "vllm" in results and "transformers" in results:
         summary["vllm_over_transformers"] = round(results["vllm"]["tokens_per_second"] / results["transformers"]["tokens_per_second"], 3)
-    report = {
-        "benchmark": "generate",
-        "created_at": datetime.now(timezone.utc).isoformat(),
-        "config": config.model_dump(mode="json"),
-        "model_path": model,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "results": results,
-        "summary": summary,
-    }
-    config.out.mkdir(parents=True, exist_ok=True)
-    path = config.out / f"generate-{datetime.now():%Y%m%d-%H%M%S}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = write_bench_report(
+        "generate", config.out, config=config.model_dump(mode="json"), model_path=model, results=results, summary=summary
+    )
     return {"summary": summary, "path": str(path)}

@@ -9,12 +9,9 @@ the config's `out`).
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-from datetime import datetime, timezone
 from pathlib import Path
 
+from tasks.bench_report import write_bench_report
 from tasks.collect import run_collection
 from tasks.engines.cache import release_engines
 from tasks.pipeline import PipelineConfig
@@ -42,16 +39,8 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
     replay_arms = [n for n in arms if n != "baseline"]
     if "baseline" in arms and replay_arms:
         summary["replay_overhead"] = arms[replay_arms[0]]["step_seconds"] / arms["baseline"]["step_seconds"]
-    report = {
-        "benchmark": "train",
-        "created_at": datetime.now(timezone.utc).isoformat(),
-        "config": config.model_dump(mode="json"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "collect": {"pool": collected["pool"], "timings": collected["timings"]},
-        "arms": arms,
-        "summary": summary,
-    }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"train-{datetime.now():%Y%m%d-%H%M%S}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = write_bench_report(
+        "train", out_dir, config=config.model_dump(mode="json"),
+        collect={"pool": collected["pool"], "timings": collected["timings"]}, arms=arms, summary=summary,
+    )  # fmt: skip
     return {"summary": summary, "path": str(path)}
