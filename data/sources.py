@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data import tiny_math
 from data.problem import Problem
@@ -42,6 +42,16 @@ class ProblemSourceConfig(BaseModel):
     tiny_math_size: int = Field(
         2000, ge=1, le=100_000, description="How many tiny-math problems the split has before `limit`."
     )
+    families: list[Literal["add", "sub", "mul", "frac", "decimal"]] = Field(
+        default_factory=lambda: list(tiny_math.FAMILIES),
+        min_length=1,
+        description="tiny-math only: the families to draw from (a task or curriculum), in equal shares.",
+    )
+    levels: list[Literal[1, 2, 3]] = Field(
+        default_factory=lambda: list(tiny_math.LEVELS),
+        min_length=1,
+        description="tiny-math only: the difficulty levels to draw from (1 = easiest).",
+    )
     problem_column: str = Field("problem", min_length=1, description="Column holding the problem text.")
     answer_column: str = Field("answer", min_length=1, description="Column holding the gold answer.")
     id_column: str | None = Field(
@@ -52,13 +62,20 @@ class ProblemSourceConfig(BaseModel):
         description="Column naming the problem family; default: `data_source` if present, else the file name.",
     )
 
+    @model_validator(mode="after")
+    def _tiny_math_only(self) -> ProblemSourceConfig:
+        narrowed = set(self.families) != set(tiny_math.FAMILIES) or set(self.levels) != set(tiny_math.LEVELS)
+        if narrowed and self.source != "tiny-math":
+            raise ValueError(f"families / levels select tiny-math problems; source {self.source!r} is not tiny-math")
+        return self
+
 
 def load_problems(config: ProblemSourceConfig) -> list[Problem]:
     """The problems `config` names, in source order, at most `config.limit` of them."""
     if config.source == "tiny-math":
         size = config.limit if config.limit is not None else config.tiny_math_size
         try:
-            return tiny_math.generate(config.split, size, seed=config.seed)
+            return tiny_math.generate(config.split, size, seed=config.seed, families=config.families, levels=config.levels)
         except ValueError as err:
             raise ProblemSourceError(f"tiny-math: {err}") from None
     if config.source.startswith(HF_PREFIX):

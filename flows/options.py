@@ -104,6 +104,13 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], ski
         elif _is_list(field.annotation):
             kwargs["nargs"] = "*"
             kwargs["metavar"] = "VALUE"
+            item = (get_args(field.annotation) or (str,))[0]
+            item_choices = _literal_choices(item)
+            if item_choices:  # e.g. `--levels 1 2`: argparse checks and converts each value
+                kwargs["choices"], kwargs["type"] = item_choices, type(item_choices[0])
+                kwargs["metavar"] = "{" + ",".join(map(str, item_choices)) + "}"
+            elif item in (int, float):
+                kwargs["type"] = item
         elif choices:
             kwargs["choices"] = choices
             kwargs["type"] = type(choices[0])

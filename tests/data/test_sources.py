@@ -16,6 +16,21 @@ def test_tiny_math_builtin_with_limit():
     assert len(problems) == 7 and all(p.data_source.startswith("tiny-math/") for p in problems)
 
 
+def test_tiny_math_families_and_levels_select_cells():
+    problems = _load("tiny-math", split="test", limit=40, families=["decimal", "sub"], levels=[1])
+    assert len(problems) == 40
+    assert {(p.data_source, p.level) for p in problems} == {("tiny-math/decimal", 1), ("tiny-math/sub", 1)}
+
+
+def test_families_and_levels_are_tiny_math_only(tmp_path):
+    with pytest.raises(ValueError, match="source 'x.jsonl' is not tiny-math"):
+        ProblemSourceConfig(source="x.jsonl", levels=[1])
+    with pytest.raises(ValueError, match="families"):
+        ProblemSourceConfig(families=["geometry"])
+    with pytest.raises(ValueError, match="levels"):
+        ProblemSourceConfig(levels=[])
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_write_then_read_round_trip(tmp_path, suffix):
     problems = _load("tiny-math", split="train", limit=20)

@@ -1,6 +1,7 @@
 """YAML + flag configuration: one source of settings, one clear message per bad field."""
 
 import argparse
+from typing import Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,7 @@ class Outer(BaseModel):
     temperature: float = Field(1.0, ge=0, le=10, description="temperature")
     greedy: bool = Field(False, description="greedy")
     stop: list[str] = Field(default_factory=list, description="stops")
+    levels: list[Literal[1, 2, 3]] = Field(default_factory=lambda: [1, 2, 3], description="levels")
     inner: Inner = Field(default_factory=Inner)
 
 
@@ -41,6 +43,13 @@ def test_flags_are_leaf_names_unless_ambiguous():
     config = build_config(Outer, None, flag_overrides(args))
     assert (config.temperature, config.inner.split, config.inner.backend, config.seed, config.inner.seed) == (0.5, "test", "vllm", 3, 4)
     assert flag_overrides(_parse([])) == {}
+
+
+def test_list_of_literal_ints_converts_and_checks_each_value(capsys):
+    assert build_config(Outer, None, flag_overrides(_parse(["--levels", "1", "3"]))).levels == [1, 3]
+    with pytest.raises(SystemExit):
+        _parse(["--levels", "4"])
+    assert "invalid choice: 4" in capsys.readouterr().err
 
 
 def test_yaml_then_flags(tmp_path):
