@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from data import tiny_math
 from data.problem import Problem
@@ -45,12 +45,12 @@ class ProblemSourceConfig(BaseModel):
     families: list[Literal["add", "sub", "mul", "frac", "decimal"]] = Field(
         default_factory=lambda: list(tiny_math.FAMILIES),
         min_length=1,
-        description="tiny-math only: the families to draw from (a task or curriculum), in equal shares.",
+        description="tiny-math: the families to draw from, in equal shares (ignored for files).",
     )
     levels: list[Literal[1, 2, 3]] = Field(
         default_factory=lambda: list(tiny_math.LEVELS),
         min_length=1,
-        description="tiny-math only: the difficulty levels to draw from (1 = easiest).",
+        description="tiny-math: the difficulty levels to draw from, 1 = easiest (ignored for files).",
     )
     problem_column: str = Field("problem", min_length=1, description="Column holding the problem text.")
     answer_column: str = Field("answer", min_length=1, description="Column holding the gold answer.")
@@ -62,12 +62,15 @@ class ProblemSourceConfig(BaseModel):
         description="Column naming the problem family; default: `data_source` if present, else the file name.",
     )
 
-    @model_validator(mode="after")
-    def _tiny_math_only(self) -> ProblemSourceConfig:
-        narrowed = set(self.families) != set(tiny_math.FAMILIES) or set(self.levels) != set(tiny_math.LEVELS)
-        if narrowed and self.source != "tiny-math":
-            raise ValueError(f"families / levels select tiny-math problems; source {self.source!r} is not tiny-math")
-        return self
+
+# The default task of `rlep collect / train / eval`: 1-decimal addition (a.b+c.d), the tiny-math cell the
+# default tiny model is half-way through learning, so GRPO has both signal and room (data/tiny_model.py).
+DEFAULT_TASK = {"families": ["decimal"], "levels": [1]}
+
+
+def default_task(split: str, **settings: Any) -> ProblemSourceConfig:
+    """A `ProblemSourceConfig` of the default task's `split`."""
+    return ProblemSourceConfig(split=split, **DEFAULT_TASK, **settings)
 
 
 def load_problems(config: ProblemSourceConfig) -> list[Problem]:

@@ -15,7 +15,7 @@ from tasks.bench_report import write_bench_report
 from tasks.collect import run_collection
 from tasks.engines.cache import release_engines
 from tasks.pipeline import PipelineConfig
-from tasks.report import arm_summary
+from tasks.report import arm_summary, replay_overhead
 from tasks.training.trainer import Trainer
 
 
@@ -38,7 +38,7 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
                       "sync_share": a["phase_seconds"].get("sync", 0.0) / a["step_seconds"]} for name, a in arms.items()}  # fmt: skip
     replay_arms = [n for n in arms if n != "baseline"]
     if "baseline" in arms and replay_arms:
-        summary["replay_overhead"] = arms[replay_arms[0]]["step_seconds"] / arms["baseline"]["step_seconds"]
+        summary["replay_overhead"] = replay_overhead(arms[replay_arms[0]], arms["baseline"])
     path = write_bench_report(
         "train", out_dir, config=config.model_dump(mode="json"),
         collect={"pool": collected["pool"], "timings": collected["timings"]}, arms=arms, summary=summary,

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from data.sources import ProblemSourceConfig, load_problems
+from data.sources import ProblemSourceConfig, default_task, load_problems
 from data.store import ExperienceStore, PoolStats, read_trajectory_files
 from data.trajectory import rows_for_problem, to_table
 from tasks.engines import EngineConfig, SamplingConfig
@@ -47,7 +47,7 @@ class CollectConfig(BaseModel):
 
     model: str = Field("tiny", min_length=1, description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's tiny model.")
     problems: ProblemSourceConfig = Field(
-        default_factory=lambda: ProblemSourceConfig(split="train", limit=200), description="Problems to collect answers for."
+        default_factory=lambda: default_task("train", limit=200), description="Problems to collect answers for."
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
     samples_per_prompt: int = Field(8, ge=1, le=4096, description="Answers sampled per problem (RLEP: 64).")

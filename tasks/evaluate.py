@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.metrics import majority_correct, pass_at_k
 from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from data.sources import ProblemSourceConfig, load_problems
+from data.sources import ProblemSourceConfig, default_task, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
 from tasks.models import resolve_model
 from verifiers import VerifierConfig, verify_batch
@@ -35,7 +35,7 @@ class EvalConfig(BaseModel):
         description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
     )
     problems: ProblemSourceConfig = Field(
-        default_factory=lambda: ProblemSourceConfig(split="test", tiny_math_size=500),
+        default_factory=lambda: default_task("test", tiny_math_size=500),
         description="Which problems to evaluate on.",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.sources import ProblemSourceConfig, ProblemSourceError, load_problems, write_problems
+from data.sources import ProblemSourceConfig, ProblemSourceError, default_task, load_problems, write_problems
 
 
 def _load(source, **kwargs):
@@ -22,13 +22,19 @@ def test_tiny_math_families_and_levels_select_cells():
     assert {(p.data_source, p.level) for p in problems} == {("tiny-math/decimal", 1), ("tiny-math/sub", 1)}
 
 
-def test_families_and_levels_are_tiny_math_only(tmp_path):
-    with pytest.raises(ValueError, match="source 'x.jsonl' is not tiny-math"):
-        ProblemSourceConfig(source="x.jsonl", levels=[1])
+def test_families_and_levels_are_checked_and_ignored_for_files(tmp_path):
     with pytest.raises(ValueError, match="families"):
         ProblemSourceConfig(families=["geometry"])
     with pytest.raises(ValueError, match="levels"):
         ProblemSourceConfig(levels=[])
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"problem": "1+1=?", "answer": "2"}\n')
+    assert [p.answer for p in _load(path, families=["decimal"], levels=[1])] == ["2"]
+
+
+def test_default_task_is_one_decimal_addition():
+    problems = load_problems(default_task("test", limit=20))
+    assert {(p.data_source, p.level) for p in problems} == {("tiny-math/decimal", 1)}
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
