@@ -32,7 +32,9 @@ $(STAMP): pyproject.toml
 
 # The whole mission on the embedded default: tiny model (built if missing) -> collect -> train RLEP and
 # a GRPO baseline -> evaluate -> runs/demo/report.md + runs/demo/heldout_accuracy.png.
+# Each demo starts from an empty runs/demo (a collection directory is only resumed with identical settings).
 demo: setup
+	rm -rf runs/demo
 	$(BIN)/rlep tiny-model
 	$(BIN)/rlep pipeline --config flows/configs/demo.yaml
 

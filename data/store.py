@@ -322,7 +322,7 @@ class ExperienceStore:
             "timings": dict(timings or {}),
             "pool": pool_stats.to_dict() if pool_stats is not None else None,
         }
-        _write_text_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+        write_text_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
         return self.manifest_path
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -387,7 +387,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:

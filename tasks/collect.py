@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, default_task, load_problems
-from data.store import ExperienceStore, PoolStats, read_trajectory_files
+from data.store import ExperienceStore, PoolStats, StoreError, read_trajectory_files, write_text_atomic
 from data.trajectory import rows_for_problem, to_table
 from tasks.engines import EngineConfig, SamplingConfig
 from tasks.engines.cache import shared_engine
@@ -37,6 +37,7 @@ from tasks.progress import progress_bar
 from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
 
 TIMINGS_FILE = "timings.jsonl"
+SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -99,11 +100,34 @@ def plan_shards(config: CollectConfig) -> list[list[Problem]]:
 
 
 def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem]], str]:
-    """Every check a user can fail, before any work: problems readable, output writable, model present."""
+    """Every check a user can fail, before any work: problems readable, output writable, model present,
+    and a directory with finished shards holds the same collection (else its shards would be reused)."""
     shards = plan_shards(config)
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     model = resolve_model(config.model)
+    _check_same_collection(config, model, store)
     return store, shards, model
+
+
+def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
+    """The settings that decide what the shards contain (not where they go or how the pool is cut)."""
+    settings = config.model_dump(mode="json", exclude={"out", "min_correct"})
+    return {**settings, "model": str(Path(model).resolve()) if Path(model).exists() else model}
+
+
+def _check_same_collection(config: CollectConfig, model: str, store: ExperienceStore) -> None:
+    path = store.root / SETTINGS_FILE
+    settings = _content_settings(config, model)
+    if store.completed_shards() or (store.root / ".staging").is_dir():
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        if saved != settings:
+            changed = sorted(k for k in settings if saved.get(k) != settings[k]) if saved else ["(no record)"]
+            raise StoreError(
+                f"{store.root} holds shards of a different collection (changed: {', '.join(changed)}); "
+                "resuming would mix them. Use a new --out, or delete the directory to start over."
+            )
+        return
+    write_text_atomic(path, json.dumps(settings, indent=2, sort_keys=True))
 
 
 def _staging_path(store: ExperienceStore, shard: int) -> Path:

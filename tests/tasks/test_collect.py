@@ -104,6 +104,21 @@ def test_bad_inputs_fail_before_any_work(fixture_model, tmp_path):
     assert not (tmp_path / "y").exists()
 
 
+def test_rerun_reuses_shards_only_of_the_same_collection(collected, fixture_model):
+    out, _ = collected
+    shard_times = {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()}
+    try:
+        again = run_collection(_config(fixture_model, out, min_correct=2), progress=False)  # pool cut only: allowed
+    finally:
+        release_engines()
+    assert again["skipped_shards"] == 3
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
+    with pytest.raises(StoreError, match=r"different collection \(changed: problems, samples_per_prompt\)"):
+        run_collection(_config(fixture_model, out, samples_per_prompt=3, problems={"source": "tiny-math", "limit": 12, "levels": [1]}),
+                       progress=False)  # fmt: skip
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
+
+
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, start_new_session=True,
