@@ -3,7 +3,7 @@
     collect (Phase I: verified pool from the base model or a checkpoint)
       -> train (Phase II, the chosen replay strategy on that pool)
       -> train baseline (optional: replay none, same seed and budget)
-      -> evaluate (every arm's final checkpoint on the held-out split, K samples)
+      -> evaluate (the starting model and every arm's final checkpoint on the held-out split, K samples)
       -> report (report.md + learning-curve PNG comparing the arms)
 
 `rlep pipeline --config configs/demo.yaml` runs it (that is `make demo`); `pipeline_flow(PipelineConfig())`
@@ -36,6 +36,9 @@ def pipeline_flow(config: PipelineConfig = PipelineConfig()) -> str:
     """Run collect -> train (replay, baseline) -> evaluate -> report; returns the report's path."""
     collected = collect_flow(config.collect)
     arm_dirs, evaluations = {}, {}
+    base_out = config.out / "eval" / "base"  # the starting policy, so the final numbers have a "before"
+    evaluate_flow(config.evaluate.model_copy(update={"model": config.train.model, "out": base_out}))
+    evaluations["base"] = str(base_out)
     for name, train_config in config.arms().items():
         result = train_flow(train_config)
         arm_dirs[name] = str(result.out)

@@ -85,7 +85,7 @@ def write_report(out: Path, arms: dict[str, Path], evaluations: dict[str, Path],
           "replay share": s["replay_share"], "s/step": s["step_seconds"]} for name, s in summaries.items()]  # fmt: skip
     )
     lines += [_table(table), f"![held-out accuracy]({png.name})", ""]
-    lines += ["## Final evaluation of each arm's last checkpoint", ""]
+    lines += ["## Held-out evaluation: the starting model (`base`) and each arm's last checkpoint", ""]
     for name, eval_dir in evaluations.items():
         ev = pd.read_parquet(Path(eval_dir) / "eval.parquet")[["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]]
         lines += [f"### {name}", "", _table(ev)]

@@ -42,11 +42,12 @@ def test_pipeline_runs_every_stage_and_reports(prefect_server, fixture_model, tm
         assert (out / arm / "checkpoints" / "step-2" / "model.safetensors").exists()
         assert (out / "eval" / arm / "eval.parquet").exists()
     assert (out / "collect" / "pool.parquet").exists()
+    assert (out / "eval" / "base" / "eval.parquet").exists() and "### base" in text
 
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs()
         names = sorted(client.read_flow(r.flow_id).name for r in runs)
         keys = {a.key for a in client.read_artifacts()}
-    assert names.count("train") == 2 and names.count("evaluate") == 2 and {"collect", "pipeline"} <= set(names)
+    assert names.count("train") == 2 and names.count("evaluate") == 3 and {"collect", "pipeline"} <= set(names)
     assert all(r.state.is_completed() for r in runs)
     assert {"pipeline-report", "train-summary", "train-eval", "collect-summary", "eval-summary"} <= keys
