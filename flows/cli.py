@@ -232,9 +232,9 @@ def _run_train(args: argparse.Namespace) -> int:
 
         result = train_flow(config, resume=bool(args.resume))
     else:
-        from flows.train import run_training
+        from tasks.training.trainer import train
 
-        result = run_training.fn(config, resume=bool(args.resume))
+        result = train(config, resume=bool(args.resume))
     _print_train(result)
     return 0
 

@@ -18,9 +18,8 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from tasks.plots import plot_learning_curves
 from tasks.training.config import TrainConfig
-from tasks.training.trainer import Trainer, TrainResult
+from tasks.training.trainer import TrainResult, train
 
 METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "clip_frac_high", "entropy", "grad_norm", "time_step")
 
@@ -31,11 +30,13 @@ def _rounded(row: dict) -> dict:
 
 @task(name="run-training")
 def run_training(config: TrainConfig, resume: bool = False, progress: bool = True) -> TrainResult:
-    """The training loop, reporting into artifacts as it goes."""
-    trainer = Trainer(config, resume=resume, progress=progress)
-    artifact = create_progress_artifact(progress=100.0 * trainer.step / config.steps, description=f"training {trainer.run_id}")
+    """The training loop (`tasks.training.trainer.train`), reporting into artifacts as it goes."""
+    artifact = None
 
     def on_step(row: dict, eval_rows: list[dict] | None) -> None:
+        nonlocal artifact
+        if artifact is None:
+            artifact = create_progress_artifact(progress=0.0, description=f"training {config.run_id or Path(config.out).name}")
         update_progress_artifact(artifact_id=artifact, progress=100.0 * row["step"] / config.steps)
         if eval_rows:
             create_table_artifact(key="train-eval", table=[_rounded(r) for r in eval_rows],
@@ -44,23 +45,20 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
             create_table_artifact(key="train-metrics", table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
                                   description=f"metrics of step {row['step']}")  # fmt: skip
 
-    try:
-        return trainer.run(on_step)
-    finally:
-        trainer.close()
+    return train(config, resume=resume, progress=progress, on_step=on_step)
 
 
 @flow(name="train", log_prints=True)
 def train_flow(config: TrainConfig = TrainConfig(), resume: bool = False) -> TrainResult:
     """Train `config.model` with `config.replay`; writes metrics, evaluation, checkpoints and rollouts under `config.out`."""
     result = run_training(config, resume=resume)
-    curve = plot_learning_curves({config.replay.kind: result.out}, Path(result.out) / "learning_curve.png")
     create_markdown_artifact(
         key="train-summary",
         markdown=(
             f"# Training `{config.replay.kind}` ({result.steps} steps)\n\n"
             f"- run directory: `{result.out}`\n- final checkpoint: `{result.final_checkpoint}`\n"
-            f"- metrics: `{result.metrics_path}`\n- evaluation: `{result.eval_path}`\n- learning curve: `{curve}`\n"
+            f"- metrics: `{result.metrics_path}`\n- evaluation: `{result.eval_path}`\n"
+            f"- learning curve: `{Path(result.out) / 'learning_curve.png'}`\n"
         ),
     )
     return result

@@ -16,7 +16,7 @@ from tasks.collect import run_collection
 from tasks.engines.cache import release_engines
 from tasks.pipeline import PipelineConfig
 from tasks.report import arm_summary, replay_overhead
-from tasks.training.trainer import Trainer
+from tasks.training.trainer import train
 
 
 def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"), progress: bool = True) -> dict:
@@ -26,11 +26,7 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
         release_engines()
     arms = {}
     for name, train_config in config.arms().items():
-        trainer = Trainer(train_config, progress=progress)
-        try:
-            result = trainer.run()
-        finally:
-            trainer.close()
+        result = train(train_config, progress=progress)
         arms[name] = arm_summary(result.out)
         print(f"{name}: held-out avg@{arms[name]['k']} {arms[name]['accuracy_start']:.3f} -> {arms[name]['accuracy_final']:.3f}, "
               f"{arms[name]['step_seconds']:.2f} s/step")  # fmt: skip

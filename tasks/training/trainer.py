@@ -326,6 +326,24 @@ class Trainer:
         return TrainResult(self.out, config.steps, checkpoint, self.out / "metrics.parquet", self.out / "eval.parquet")
 
 
+def train(
+    config: TrainConfig,
+    resume: bool = False,
+    progress: bool = True,
+    on_step: Callable[[dict, list[dict] | None], None] | None = None,
+) -> TrainResult:
+    """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png."""
+    from tasks.plots import plot_learning_curves
+
+    trainer = Trainer(config, resume=resume, progress=progress)
+    try:
+        result = trainer.run(on_step)
+    finally:
+        trainer.close()
+    plot_learning_curves({config.replay.kind: result.out}, result.out / "learning_curve.png")
+    return result
+
+
 def _fill_advantages(groups: list[Group], scale_by_std: bool) -> float:
     """Group-relative advantages for every rollout without one; returns the share of such groups whose
     rewards are all equal (no learning signal)."""

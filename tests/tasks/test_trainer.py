@@ -136,6 +136,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, tmp_pat
     reference = _train_cli([*common, "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output
+    assert "Artifact creation outside" not in output  # --no-prefect does not talk to Prefect
+    assert (tmp_path / "straight" / "learning_curve.png").stat().st_size > 5_000
 
     out = tmp_path / "killed"
     proc = _train_cli([*common, "--out", str(out)])
