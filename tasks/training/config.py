@@ -90,6 +90,11 @@ class TrainConfig(BaseModel):
     mini_batch_size: int | None = Field(
         None, ge=1, le=1_000_000, description="Sequences per optimizer step; null = the whole batch (one update per epoch)."
     )
+    micro_batch_size: int | None = Field(
+        64, ge=1, le=1_000_000,
+        description="Sequences per forward/backward pass; gradients are accumulated over the mini-batch, so the update is "
+        "the same for any value (bounds activation memory; regular shapes are faster on a CPU). null = the whole mini-batch.",
+    )
     eval_every: int = Field(10, ge=0, le=1_000_000, description="Evaluate every this many steps (and at 0 and the end); 0 = only at the end.")
     eval_samples: int = Field(1, ge=1, le=1024, description="K answers per held-out problem; 1 = greedy.")
     save_every: int = Field(20, ge=0, le=1_000_000, description="Checkpoint every this many steps (and at the end); 0 = only at the end.")

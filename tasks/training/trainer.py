@@ -148,7 +148,8 @@ class Trainer:
             batch = build_batch(rollouts, self.tokenizer.pad_token_id, step)
             train_metrics = policy_update(
                 self.policy, self.optimizer, self.scheduler, batch, config.loss, config.optimizer.grad_clip,
-                ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size, ref_model=self.ref_model,
+                ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size,
+                micro_batch_size=config.micro_batch_size, ref_model=self.ref_model,
                 horizon=config.max_tokens, generator=self.torch_generator,
             )  # fmt: skip
         with timer("sync"):
