@@ -112,13 +112,14 @@ def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem
 def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
     """The settings that decide what the shards contain (not where they go or how the pool is cut)."""
     settings = config.model_dump(mode="json", exclude={"out", "min_correct"})
-    return {**settings, "model": str(Path(model).resolve()) if Path(model).exists() else model}
+    return {**settings, "model": str(Path(model).resolve()) if Path(model).exists() else model,
+            "run_id": config.resolved_run_id(), "policy_version": config.resolved_policy_version()}  # fmt: skip
 
 
 def _check_same_collection(config: CollectConfig, model: str, store: ExperienceStore) -> None:
     path = store.root / SETTINGS_FILE
     settings = _content_settings(config, model)
-    if store.completed_shards() or (store.root / ".staging").is_dir():
+    if store.completed_shards() or any((store.root / ".staging").glob("*.parquet")):
         saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
         if saved != settings:
             changed = sorted(k for k in settings if saved.get(k) != settings[k]) if saved else ["(no record)"]
