@@ -1,0 +1,21 @@
+"""The README's GPU configuration sketch stays a valid pipeline configuration."""
+
+from pathlib import Path
+
+from flows.options import build_config
+from tasks.pipeline import PipelineConfig
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_gpu_sketch_is_a_valid_pipeline_config(tmp_path):
+    text = README.read_text(encoding="utf-8")
+    block = text[text.index("# my_gpu.yaml (sketch)") :]
+    path = tmp_path / "my_gpu.yaml"
+    path.write_text(block[: block.index("```")])
+    config = build_config(PipelineConfig, path)
+    assert config.train.model == config.collect.model == "Qwen/Qwen2.5-Math-1.5B"
+    # every stage reads the real data, none falls back to the tiny-math default task
+    sources = [config.collect.problems, config.train.problems, config.train.eval_problems, config.evaluate.problems]
+    assert all(s.source.startswith("hf:") for s in sources)
+    assert config.train.engine.dtype == "bfloat16" and config.train.micro_batch_size == 4
