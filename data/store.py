@@ -196,7 +196,7 @@ class ExperienceStore:
         for directory in (self.root, self.trajectories_dir):
             for path in directory.iterdir():
                 match = TEMP_PATTERN.match(path.name)
-                if match and not _process_alive(int(match.group(1))):
+                if match and not process_alive(int(match.group(1))):
                     path.unlink(missing_ok=True)
         return self
 
@@ -366,7 +366,8 @@ def _check_unique_keys(table: pa.Table, origin: str) -> None:
         raise StoreError(f"{origin}: {repeated.num_rows} row keys appear more than once, e.g. {example}")
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (this process counts as alive)."""
     if pid == os.getpid():
         return True
     try:

@@ -589,22 +589,13 @@ def build_tiny_model(
 
 def _remove_stale_temp_dirs(out_dir: Path) -> None:
     """Delete temp dirs of earlier builds of `out_dir` whose process is gone (killed builds leave them)."""
+    from data.store import process_alive
+
     for path in out_dir.parent.glob(f".{out_dir.name}.*-*"):
         pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _process_alive(int(pid)):
+        # this process builds one model at a time, so a dir with its own pid is a leftover too
+        if pid.isdigit() and (int(pid) == os.getpid() or not process_alive(int(pid))):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _move_into_place(tmp_dir: Path, out_dir: Path) -> None:
