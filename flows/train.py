@@ -36,7 +36,7 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
     def on_step(row: dict, eval_rows: list[dict] | None) -> None:
         nonlocal artifact
         if artifact is None:
-            artifact = create_progress_artifact(progress=0.0, description=f"training {config.run_id or Path(config.out).name}")
+            artifact = create_progress_artifact(progress=0.0, description=f"training {config.resolved_run_id()}")
         update_progress_artifact(artifact_id=artifact, progress=100.0 * row["step"] / config.steps)
         if eval_rows:
             create_table_artifact(key="train-eval", table=[_rounded(r) for r in eval_rows],

@@ -109,3 +109,7 @@ class TrainConfig(BaseModel):
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
         return self
+
+    def resolved_run_id(self) -> str:
+        """`run_id`, or the out directory's name (as for collection runs)."""
+        return self.run_id or Path(self.out).resolve().name

@@ -90,7 +90,7 @@ class Trainer:
 
         self.config = config
         self.out = Path(config.out)
-        self.run_id = config.run_id or self.out.resolve().name
+        self.run_id = config.resolved_run_id()
         self.progress = progress
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         _seed_everything(config.seed)
