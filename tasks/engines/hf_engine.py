@@ -61,14 +61,15 @@ class TransformersEngine:
             top_k=None,
             num_return_sequences=sampling.n,
             max_new_tokens=sampling.max_tokens,
-            output_logits=True,
+            output_scores=True,
             return_dict_in_generate=True,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
         new_tokens = out.sequences[:, encoded.input_ids.shape[1] :]
-        # Raw logits (before temperature / top-p): the same convention as vLLM's returned log-probs.
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)
+        # Processed scores (after temperature and top-p): the sampling distribution, the same convention as
+        # the vLLM engine's behaviour log-probs (`logprobs_mode="processed_logprobs"`).
+        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
         token_logprobs = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         results: list[list[Completion]] = []
         for i in range(len(prompts)):

@@ -68,6 +68,9 @@ class VLLMEngine:
             enforce_eager=config.enforce_eager,
             seed=config.seed,
             enable_prefix_caching=False,
+            # Behaviour log-probs of the distribution actually sampled (after temperature and top-p), the
+            # mu of importance corrections; vLLM's default returns the raw model's.
+            logprobs_mode="processed_logprobs",
         )
 
     def generate(

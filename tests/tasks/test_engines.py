@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
-from tasks.logprobs import completion_logprobs
+from tasks.training.logprobs import completion_logprobs
 
 PROMPTS = ["Q: 3+4=?\nPut the final answer in \\boxed{}.\nA: ", "Q: 12*3=?\nPut the final answer in \\boxed{}.\nA: "]
 # float32 on both sides; the remaining gap comes from different kernels (vLLM's CPU attention vs torch
@@ -86,14 +86,17 @@ def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engin
         assert vllm_greedy == hf_greedy
         assert vllm_greedy != before, "perturbed weights should change the greedy answers"
 
-        sampled = vllm_engine.generate(PROMPTS, SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=3))
+        # At a temperature != 1 the behaviour log-probs are those of the sampling distribution, and the
+        # trainer's recomputation at the same temperature matches them (at temperature 1 it would not).
+        sampled = vllm_engine.generate(PROMPTS, SamplingConfig(n=4, temperature=0.7, max_tokens=16, seed=3))
         flat = [c for g in sampled for c in g]
-        recomputed = completion_logprobs(
-            model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], hf_engine.tokenizer.pad_token_id
-        )
+        args = ([c.prompt_token_ids for c in flat], [c.token_ids for c in flat], hf_engine.tokenizer.pad_token_id)
+        recomputed = completion_logprobs(model, *args, temperature=0.7)
         gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
         assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0
         assert max(gaps) < LOGPROB_TOLERANCE
+        untempered = completion_logprobs(model, *args, temperature=1.0)
+        assert max(abs(a - b) for c, r in zip(flat, untempered) for a, b in zip(c.logprobs, r)) > 10 * LOGPROB_TOLERANCE
     finally:
         model.load_state_dict(original)
         vllm_engine.load_weights(original)

@@ -1,4 +1,11 @@
-"""Per-token log-probs of given completions under a torch causal LM (the trainer's view of a sample)."""
+"""Per-token log-probs of given completions under a torch causal LM (the trainer's view of a sample).
+
+The distribution is the one rollouts are *sampled* from: logits divided by the sampling temperature (as
+verl does), so a fresh rollout's ratio against vLLM's behaviour log-probs (`logprobs_mode=
+"processed_logprobs"`) is 1 up to numerics. Top-p is not applied: with top_p < 1 the sampler renormalises
+over the nucleus, so behaviour log-probs are higher than the trainer's by log(1 / nucleus mass) on each
+token; the trainer's `logprob_mismatch` metric shows that gap (see docs/training.md).
+"""
 
 from __future__ import annotations
 
@@ -29,9 +36,14 @@ def pad_sequences(
     return input_ids, attention_mask, completion_mask
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32)."""
+def token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32),
+    under the model's logits divided by `temperature`."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
     logp_all = logits.log_softmax(-1)
     targets = input_ids[:, 1:].unsqueeze(-1)
     logp = logp_all.gather(-1, targets).squeeze(-1)
@@ -41,9 +53,13 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
 
 @torch.no_grad()
 def completion_logprobs(
-    model: torch.nn.Module, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
 ) -> list[list[float]]:
-    """For each (prompt, completion) pair, the model's log-prob of every completion token."""
+    """For each (prompt, completion) pair, the model's log-prob (at `temperature`) of every completion token."""
     input_ids, attention_mask, mask = pad_sequences(prompts, completions, pad_id)
-    logp, _ = token_logprobs(model, input_ids, attention_mask)
+    logp, _ = token_logprobs(model, input_ids, attention_mask, temperature)
     return [row[m.bool()].tolist() for row, m in zip(logp, mask)]
