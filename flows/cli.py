@@ -324,9 +324,9 @@ def _cmd_bench_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_verify(args: argparse.Namespace) -> int:
-    from verifiers.bench import run_verify_bench
+    from verifiers.bench import run_from_arguments
 
-    run_verify_bench(n_pairs=args.pairs, out_dir=Path(args.out), workers=args.workers, seed=args.seed)
+    run_from_arguments(args)
     return 0
 
 
@@ -429,12 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.pipeline import PipelineConfig
 
     add_model_flags(p, PipelineConfig)
-    p = bench_sub.add_parser("verify", help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency.")
+    p = bench_sub.add_parser(
+        "verify",
+        help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency, peak RSS; "
+        "or, with --peer DIR, agreement on Math-Verify's regression cases.",
+    )
     p.set_defaults(handler=_cmd_bench_verify)
-    p.add_argument("--pairs", type=int, default=10_000, help="Number of (response, gold) pairs [default: 10000].")
-    p.add_argument("--workers", type=int, default=None, help="Verifier worker processes [default: cores].")
-    p.add_argument("--seed", type=int, default=0, help="Corpus seed [default: 0].")
-    p.add_argument("--out", default="bench/results", help="Directory for the JSON result [default: bench/results].")
+    from verifiers.bench import add_arguments as add_verify_bench_arguments
+
+    add_verify_bench_arguments(p)
 
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
     p.add_argument("command_name", choices=sorted(_config_commands()), metavar="COMMAND")

@@ -6,7 +6,7 @@
 
 Answers are extracted (verifiers.extract), normalised (verifiers.normalize), compared exactly when they
 are plain numbers (verifiers.fastpath) and symbolically otherwise (verifiers.equivalence), all inside a
-pool of worker processes with hard time and memory limits (verifiers.pool, verifiers.worker). Policies
+pool of worker processes with hard time and memory limits (verifiers.sandbox, verifiers.worker). Policies
 are documented in docs/verifiers.md. Importing this package loads neither sympy nor torch.
 """
 

@@ -1,7 +1,7 @@
 """The verifier's entry points: `verify` and `verify_batch`.
 
 The caller's process only validates options, refuses over-long responses and removes duplicate pairs;
-all extraction and comparison happens in the worker pool (verifiers.pool) under the hard limits, so no
+all extraction and comparison happens in the worker pool (verifiers.sandbox) under the hard limits, so no
 model output is parsed in the caller. Hostile input yields a verdict (`timeout`, `too-long`,
 `parse-error`, `memory`, `crash`), never an exception.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verifiers.config import VerifierConfig, config_from_options
-from verifiers.pool import shared_pool
+from verifiers.sandbox import shared_pool
 from verifiers.verdict import Verdict
 
 

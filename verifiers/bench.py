@@ -1,12 +1,15 @@
 """Benchmark: rlep's `verify_batch` against plain math-verify, on the same corpus, in the same run.
 
     python -m verifiers.bench --pairs 10000          # or: rlep bench verify --pairs 10000
+    rlep bench verify --pairs 100000 --hostile-share 0.1 --skip-math-verify   # load test
+    rlep bench verify --peer /path/to/Math-Verify     # Math-Verify's regression cases (verifiers.peer)
 
 The corpus (seeded) mimics what the trainer verifies: tiny-math style answers (integers, negatives,
 fractions written as `0.75`, `3/4` or `\\frac{3}{4}`, decimals) in the answer formats models use (boxed,
 `Answer:`, `####`, "the answer is", bare last number, with and without `<think>`), about a third of them
 wrong; a share of varied LaTeX (radicals, polynomials, intervals, sets, percent, units); and a 1% hostile
-share (power towers, injections, nested parentheses, a 1 MB response, NUL bytes, ...).
+share by default (`--hostile-share`; power towers, injections, nested parentheses, a 1 MB response, NUL
+bytes, ...).
 
 Measured:
 - ours: `verify_batch` over the whole corpus through the worker pool (started before timing, as in a
@@ -16,6 +19,9 @@ Measured:
   ratio compares;
 - plain math-verify: `parse("\\boxed{" + gold + "}")`, `parse(response)`, `verify(...)` per pair in this
   process with its default settings (the gold wrapped in a box as verl's math-verify reward does), on the benign pairs only (a hostile pair can hang it: no process boundary).
+
+Also reported, for load tests: peak RSS of this process (`ru_maxrss`) and of the workers (`VmHWM`, read
+before the pool closes), and whether any worker process is left after the pool is closed.
 
 Reported: verdicts/s of each, the ratio, agreement on benign pairs (with examples of disagreements),
 p50/p99 of per-answer latency (our workers' time per answer; math-verify's wall time per pair), and the
@@ -31,14 +37,12 @@ import argparse
 import json
 import logging
 import os
-import random
+import resource
 import statistics
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from fractions import Fraction
 from pathlib import Path
 
 from rich.console import Console
@@ -46,30 +50,31 @@ from rich.progress import Progress
 from rich.table import Table
 
 from verifiers.api import verify_batch
+from verifiers.bench_corpus import HOSTILE_SHARE, BenchPair, build_corpus
 from verifiers.config import VerifierConfig
-from verifiers.pool import close_shared_pools, shared_pool
+from verifiers.sandbox import close_shared_pools, shared_pool
 
-HOSTILE_SHARE = 0.01
-LATEX_SHARE = 0.14
-WRONG_SHARE = 0.3
 BENCH_TIMEOUT_SECONDS = 1.0
 SLICE = 250
 
 
-@dataclass(frozen=True)
-class BenchPair:
-    response: str
-    gold: str
-    kind: str
-    hostile: bool = False
-
-
 def run_verify_bench(
-    n_pairs: int = 10000, out_dir: Path = Path("bench/results"), workers: int | None = None, seed: int = 0
+    n_pairs: int = 10000,
+    out_dir: Path = Path("bench/results"),
+    workers: int | None = None,
+    seed: int = 0,
+    hostile_share: float = HOSTILE_SHARE,
+    skip_math_verify: bool = False,
 ) -> dict:
-    """Build the corpus, time both verifiers, print a summary and write it as JSON; return the report."""
+    """Build the corpus, time both verifiers, print a summary and write it as JSON; return the report.
+
+    `skip_math_verify` leaves plain math-verify out (a load test of 100k pairs would spend most of its
+    time there); the speed-up and agreement are then not reported.
+    """
+    if not 0 <= hostile_share <= 1:
+        raise ValueError(f"hostile_share must be in [0, 1], got {hostile_share}")
     console = Console()
-    pairs = build_corpus(n_pairs, seed)
+    pairs = build_corpus(n_pairs, seed, hostile_share)
     benign = [pair for pair in pairs if not pair.hostile]
     config = VerifierConfig(workers=workers, timeout_seconds=BENCH_TIMEOUT_SECONDS)
 
@@ -79,9 +84,16 @@ def run_verify_bench(
         pool_start_seconds = _fresh_pool(config)
         ours_all, ours_all_seconds = _run_ours(pairs, config, progress, "ours, whole corpus")
         kills = shared_pool(config).kills
+        worker_peak_rss_mb = _workers_peak_rss_mb(shared_pool(config).worker_pids())
         _fresh_pool(config)
         ours_benign, ours_benign_seconds = _run_ours(benign, config, progress, "ours, benign only")
-        plain, plain_latencies, plain_seconds = _run_math_verify(benign, progress)
+        worker_pids = shared_pool(config).worker_pids()
+        if skip_math_verify:
+            plain, plain_latencies, plain_seconds = [v.correct for v in ours_benign], [0.0], float("nan")
+        else:
+            plain, plain_latencies, plain_seconds = _run_math_verify(benign, progress)
+    close_shared_pools()
+    workers_left = [pid for pid in worker_pids if _alive(pid)]
 
     ours_benign_rate = len(benign) / ours_benign_seconds
     plain_rate = len(benign) / plain_seconds
@@ -132,6 +144,11 @@ def run_verify_bench(
             "latency_p50_ms": _percentile(plain_latencies, 50) * 1e3,
             "latency_p99_ms": _percentile(plain_latencies, 99) * 1e3,
         },
+        "hostile_share": hostile_share,
+        "caller_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_peak_rss_mb": worker_peak_rss_mb,
+        "workers_left_after_close": workers_left,
+        "math_verify_skipped": skip_math_verify,
         "speedup_benign": ours_benign_rate / plain_rate,
         "agreement_benign": sum(agree) / len(agree) if agree else 1.0,
         "disagreements": {
@@ -151,6 +168,29 @@ def run_verify_bench(
     report["path"] = str(path)
     _print_summary(console, report)
     return report
+
+
+def _workers_peak_rss_mb(pids: list[int]) -> float:
+    """The largest peak resident set (`VmHWM`) among live worker processes, in MiB (Linux; else 0)."""
+    peak = 0.0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) / 1024)
+    return peak
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _fresh_pool(config: VerifierConfig) -> float:
@@ -217,155 +257,70 @@ def _print_summary(console: Console, report: dict) -> None:
             f"{row['seconds']:.2f}",
         )
     console.print(table)
+    if not report["math_verify_skipped"]:
+        console.print(
+            f"speed-up (benign) {report['speedup_benign']:.1f}x, "
+            f"agreement (benign) {report['agreement_benign']:.2%}"
+        )
     console.print(
-        f"speed-up (benign) {report['speedup_benign']:.1f}x, agreement (benign) {report['agreement_benign']:.2%}, "
-        f"hostile reasons {report['ours']['hostile_reasons']}, kills {report['ours']['kills']}"
+        f"hostile share {report['hostile_share']:.0%}, hostile reasons {report['ours']['hostile_reasons']}, "
+        f"hostile max {report['ours']['hostile_max_seconds']:.2f} s, kills {report['ours']['kills']}"
+    )
+    console.print(
+        f"peak RSS: caller {report['caller_peak_rss_mb']:.0f} MiB, worker {report['worker_peak_rss_mb']:.0f} MiB; "
+        f"workers left after close: {len(report['workers_left_after_close'])}"
     )
     console.print(f"wrote {report['path']}")
 
 
-def build_corpus(n_pairs: int, seed: int = 0) -> list[BenchPair]:
-    """`n_pairs` (response, gold) pairs: tiny-math style, varied LaTeX and a hostile share (see module doc)."""
-    rng = random.Random(f"verify-bench/{seed}")
-    pairs = []
-    for _ in range(n_pairs):
-        draw = rng.random()
-        if draw < HOSTILE_SHARE:
-            pairs.append(_hostile_pair(rng))
-        elif draw < HOSTILE_SHARE + LATEX_SHARE:
-            pairs.append(_latex_pair(rng))
-        else:
-            pairs.append(_arithmetic_pair(rng))
-    return pairs
-
-
-def _arithmetic_pair(rng: random.Random) -> BenchPair:
-    kind = rng.choice(("integer", "integer", "negative", "fraction", "decimal"))
-    if kind == "integer":
-        value = Fraction(rng.randint(0, 99_999))
-    elif kind == "negative":
-        value = Fraction(-rng.randint(1, 9_999))
-    elif kind == "fraction":
-        value = Fraction(rng.randint(1, 99), rng.choice((2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20, 25)))
-    else:
-        value = Fraction(rng.randint(-9_999, 9_999), 100)
-    # Gold strings as tiny-math writes them: integers, reduced fractions, decimals without trailing zeros.
-    gold = _decimal(value) if kind == "decimal" else _canonical(value)
-    answer = value if rng.random() >= WRONG_SHARE else value + rng.choice((1, -1, 10, Fraction(1, 2)))
-    return BenchPair(_render(rng, rng.choice(_written_forms(answer))), gold, kind)
-
-
-def _canonical(value: Fraction) -> str:
-    if value.denominator == 1:
-        return str(value.numerator)
-    return f"{value.numerator}/{value.denominator}"
-
-
-def _decimal(value: Fraction) -> str:
-    text = f"{float(value):.6f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
-
-
-def _written_forms(value: Fraction) -> list[str]:
-    forms = [_canonical(value)]
-    if value.denominator == 1:
-        forms.append(f"{value.numerator}.0")
-        if abs(value) >= 1000:
-            forms.append(f"{value.numerator:,}")
-    else:
-        sign = "-" if value < 0 else ""
-        p, q = abs(value.numerator), value.denominator
-        forms += [f"{sign}\\frac{{{p}}}{{{q}}}", f"{sign}\\dfrac{{{p}}}{{{q}}}", f"{value.numerator}/{q}"]
-        if 10**6 % q == 0:
-            forms.append(_decimal(value))
-    return forms
-
-
-_THINKING = (
-    "Let me add the numbers step by step. 12 + 7 = 19, then carry the 1.",
-    "First compute the product, 6 times 7 is 42; then adjust.",
-    "We need a common denominator of 12 here.",
-)
-
-
-def _render(rng: random.Random, answer: str) -> str:
-    style = rng.randrange(7)
-    if style == 0:
-        text = f"\\boxed{{{answer}}}"
-    elif style == 1:
-        text = f"The sum is computed above. The answer is ${answer}$."
-    elif style == 2:
-        text = f"{rng.choice(_THINKING)}\n#### {answer}"
-    elif style == 3:
-        text = f"{rng.choice(_THINKING)}\nAnswer: {answer}"
-    elif style == 4:
-        text = f"<think>{rng.choice(_THINKING)}</think>So the result is $\\boxed{{{answer}}}$."
-    elif style == 5:
-        text = f"{rng.choice(_THINKING)} Therefore the final answer is $\\boxed{{{answer}}}$"
-    else:
-        text = f"{rng.choice(_THINKING)} So we get {answer}"
-    return text
-
-
-def _latex_case(rng: random.Random) -> tuple[str, str, str]:
-    """(gold, a right answer, a wrong answer) in varied LaTeX, with random numbers so that few repeat."""
-    a = rng.randint(2, 30)
-    b = rng.randint(a + 1, 60)
-    k = rng.choice((2, 3, 5, 6, 7, 10, 11))
-    e = a % 12 + 1
-    cases = (
-        (f"\\frac{{\\sqrt{{{k}}}}}{{{k}}}", f"\\frac{{1}}{{\\sqrt{{{k}}}}}", f"\\sqrt{{{k}}}"),
-        (f"{a}\\sqrt{{{k}}}", f"\\sqrt{{{a * a * k}}}", f"{a + 1}\\sqrt{{{k}}}"),
-        (f"x^2+{2 * a}x+{a * a}", f"(x+{a})^2", f"(x-{a})^2"),
-        (f"x^2-{a * a}", f"(x-{a})(x+{a})", f"(x-{a})^2"),
-        (f"\\frac{{{a}\\pi}}{{{b}}}", f"{a}\\pi/{b}", f"\\frac{{{b}\\pi}}{{{a}}}"),
-        (f"[{a},{b})", f"[{a},{b})", f"({a},{b})"),
-        (f"(-\\infty, {a}]", f"(-\\infty,{a}]", f"(-\\infty,{a})"),
-        (f"\\{{{a},{b},{a + b}\\}}", f"\\{{{a + b},{a},{b}\\}}", f"\\{{{a},{b}\\}}"),
-        (f"({a},{b})", f"({a}, {b})", f"({b},{a})"),
-        (f"{a}\\%", f"{a}\\%", f"{a + 1}\\%"),
-        (f"{a}", f"{a}^\\circ", f"{a + 1}^\\circ"),
-        (f"{a}", f"{a}\\text{{ cm}}", f"{a + 1}\\text{{ cm}}"),
-        (f"{a}", f"x = {a}", f"x = {a + 1}"),
-        (f"{a * 1000 + b}", f"\\${a},{b:03d}", f"\\${a + 1},{b:03d}"),
-        (f"2^{{{e}}}", str(2**e), str(2 ** (e + 1))),
-        (f"\\frac{{{a}}}{{{b}}}", f"\\tfrac{{{a}}}{{{b}}}", f"\\tfrac{{{b}}}{{{a}}}"),
-    )
-    return rng.choice(cases)
-
-
-def _latex_pair(rng: random.Random) -> BenchPair:
-    gold, right, wrong = _latex_case(rng)
-    answer = right if rng.random() >= WRONG_SHARE else wrong
-    return BenchPair(_render(rng, answer), gold, "latex")
-
-
-_HOSTILE_RESPONSES = (
-    "\\boxed{9^{9^{9^{9}}}}",
-    "\\boxed{__import__('os').system('true')}",
-    "\\boxed{" + "(" * 5000 + "1" + ")" * 5000 + "}",
-    "x" * 1_000_000,
-    "\\boxed{\x001\x00}",
-    "\\boxed{{{{1",
-    "\\boxed{１２}",
-    "\\boxed{}",
-    "\\boxed{" + "2^{" * 100 + "2" + "}" * 100 + "}",
-    "Answer: __import__('os').getcwd()",
-)
-
-
-def _hostile_pair(rng: random.Random) -> BenchPair:
-    return BenchPair(rng.choice(_HOSTILE_RESPONSES), str(rng.randint(1, 20)), "hostile", hostile=True)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=int, default=10_000)
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_arguments(parser)
     args = parser.parse_args(argv)
-    run_verify_bench(n_pairs=args.pairs, out_dir=args.out, workers=args.workers, seed=args.seed)
+    run_from_arguments(args)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bench's command-line options (shared by `python -m verifiers.bench` and `rlep bench verify`)."""
+    parser.add_argument("--pairs", type=int, default=10_000, help="Corpus size [default: 10000].")
+    parser.add_argument("--workers", type=int, default=None, help="Worker processes [default: CPU count].")
+    parser.add_argument("--seed", type=int, default=0, help="Corpus seed [default: 0].")
+    parser.add_argument(
+        "--hostile-share",
+        type=float,
+        default=HOSTILE_SHARE,
+        help=f"Share of hostile answers in the corpus, 0..1 [default: {HOSTILE_SHARE}].",
+    )
+    parser.add_argument(
+        "--skip-math-verify",
+        action="store_true",
+        help="Do not time plain math-verify (for load tests); no speed-up or agreement then.",
+    )
+    parser.add_argument(
+        "--peer",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
+        "huggingface/Math-Verify at DIR and print the agreement.",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="Directory for the JSON result [default: bench/results].")
+
+
+def run_from_arguments(args: argparse.Namespace) -> dict:
+    """Run the bench the parsed options ask for."""
+    if args.peer is not None:
+        from verifiers.peer import run_peer_bench
+
+        return run_peer_bench(Path(args.peer), out_dir=Path(args.out), workers=args.workers)
+    return run_verify_bench(
+        n_pairs=args.pairs,
+        out_dir=Path(args.out),
+        workers=args.workers,
+        seed=args.seed,
+        hostile_share=args.hostile_share,
+        skip_math_verify=args.skip_math_verify,
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Symbolic equivalence of two normalised answers: sympy, through math-verify.
 
-This runs only inside the worker processes of `verifiers.pool`, where the hard time and memory limits
+This runs only inside the worker processes of `verifiers.sandbox`, where the hard time and memory limits
 apply: LaTeX parsing and sympy simplification can take unbounded time on hostile input, and some of it
 is C code that no signal interrupts. math-verify's own timeouts (signal.alarm) are switched off; the
 worker's soft timer and the pool's kill bound the time instead.
@@ -90,6 +90,38 @@ def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | No
     return bool(
         verify(list(gold_parsed), list(pred_parsed), float_rounding=float_rounding, timeout_seconds=None)
     )
+
+
+@lru_cache(maxsize=4096)
+def equations_equal(gold_equation: str, pred_equation: str) -> bool | None:
+    """Whether two equations `a = b` and `c = d` have the same solution set, by a sufficient test:
+    `(a - b) / (c - d)` simplifies to a non-zero number (equal up to a constant factor, which covers
+    `2x+4y-3=0` vs `y=-\\frac{1}{2}x+\\frac{3}{4}` and scaled conics). None when either is not one
+    equation or cannot be read.
+    """
+    sides = [_equation_sides(gold_equation), _equation_sides(pred_equation)]
+    if None in sides:
+        return None
+    differences = []
+    for left, right in sides:
+        left_parsed, right_parsed = _parse(left), _parse(right)
+        if not left_parsed or not right_parsed:
+            return None
+        left_value, right_value = left_parsed[0], right_parsed[0]
+        if not isinstance(left_value, sympy.Expr) or not isinstance(right_value, sympy.Expr):
+            return None
+        differences.append(left_value - right_value)
+    if differences[1] == 0 or not differences[0].free_symbols:
+        return None
+    ratio = sympy.simplify(differences[0] / differences[1])
+    return bool(ratio.is_number and ratio.is_finite and ratio != 0)
+
+
+def _equation_sides(equation: str) -> tuple[str, str] | None:
+    if equation.count("=") != 1 or "," in equation:
+        return None
+    left, right = equation.split("=")
+    return (left.strip(), right.strip()) if left.strip() and right.strip() else None
 
 
 def _with_percent(answer: Answer) -> str:

@@ -23,12 +23,13 @@ from fractions import Fraction
 from functools import lru_cache
 
 from verifiers.config import VerifierConfig
-from verifiers.equivalence import symbolic_equal
-from verifiers.extract import extract_answer, last_boxed
+from verifiers.equivalence import equations_equal, symbolic_equal
+from verifiers.extract import extract_answer
 from verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal
 from verifiers.normalize import Answer, normalize_answer
 from verifiers.verdict import Reason
 
+_MARKED_GOLD = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
 _PYTHON_LOOKING = re.compile(r"__|\b(?:import|lambda|exec|eval|getattr|globals|locals|compile|open)\b")
 _MAX_NESTING = 64
 _OPENERS, _CLOSERS = "([{", ")]}"
@@ -37,8 +38,11 @@ _OPENERS, _CLOSERS = "([{", ")]}"
 @lru_cache(maxsize=16384)
 def prepare_gold(gold: str) -> tuple[Answer, Fraction | None, Structure | None]:
     """The normalised gold answer, its exact value and its exact structure (or None). Cached per worker."""
-    boxed = last_boxed(gold) if ("\\boxed" in gold or "\\fbox" in gold) else None
-    answer = normalize_answer(boxed if boxed is not None else gold)
+    # A gold written as a response (a dataset's solution, or Math-Verify's `$...$` golds) is read with
+    # the response's extraction rules, minus the last-number fallback; a bare gold answer is used whole.
+    marked = _MARKED_GOLD.search(gold) is not None
+    extracted = extract_answer(gold, fallback_last_number=False) if marked else None
+    answer = normalize_answer(extracted if extracted is not None else gold)
     return answer, exact_value(answer.text), exact_structure(answer.text)
 
 
@@ -77,6 +81,10 @@ def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bo
     if {_shape(pred.text), _shape(gold_answer.text)} == {"set", "tuple"}:
         return False, extracted, "not-equal"
     equal = symbolic_equal(gold_answer, pred, config.float_rounding)
+    if not equal and gold_answer.equation and pred.equation:
+        # Two equations that are not the same value after `x =` is dropped may still describe the same
+        # solution set (`2x+4y=3` vs `y = -x/2 + 3/4`).
+        equal = equations_equal(gold_answer.equation, pred.equation) or equal
     if equal is None:
         return False, extracted, "parse-error"
     return _decided(equal, extracted)

@@ -18,8 +18,17 @@ Policies (documented in docs/verifiers.md):
 - Units: a `\\text{...}`/`\\mathrm{...}`/`\\mbox{...}` group of words, or trailing words of two or more
   letters separated by a space, after a number or a closing brace is dropped (`5\\text{ cm}`,
   `12 apples`). A single letter is never dropped (`2 x` keeps its `x`).
-- `x = 3` -> `3`: a leading single-variable left-hand side is dropped, and in a chain `x = 1+2 = 3` the
-  last part is kept. Answers with a comma (`x=1, y=2`) are left whole for the symbolic comparison.
+- `x = 3` -> `3`: a leading left-hand side that names the answer is dropped: a single variable, a tuple
+  of variables (`(p,q) = (3,2)`) or an expression of letters only (`\\frac{NO}{BO} = \\frac12`,
+  `V_1:V_2 = 11:21`); in a chain `x = 1+2 = 3` the last part is kept. Numbered solutions of one name
+  (`x_1 = a, x_2 = b`) become the list `a,b`; other answers with a comma (`x=1, y=2`) are left whole
+  for the symbolic comparison. The whole equation is kept aside (`Answer.equation`) for the equation
+  rule of verifiers.equivalence.
+- A whole `\\text{...}`/`\\mathrm{...}` answer is unwrapped (`\\text{E}` == `E`), a choice `(B)` is `B`,
+  a whole `{...}` group is its content (`{1,2}` is the list `1,2`), and answers of three or more letters
+  and spaces compare case-insensitively (`Even` == `even`). `and`/`or` between items are commas.
+- `\\!` (a negative space, used in `11,\\!111`) is removed; `\\sqrt3` -> `\\sqrt{3}`; `\\cfrac` -> `\\frac`.
+- Relations, `\\approx`, `x \\in S` and matrices: see verifiers.relations.
 - `\\dfrac`, `\\tfrac` -> `\\frac`, and `\\frac34` -> `\\frac{3}{4}`.
 - Mixed numbers: an integer directly followed by a proper fraction of integers is their sum:
   `2\\frac12` and `2 1/2` both mean 5/2 (written `(2+\\frac{1}{2})`). An improper fraction after an
@@ -30,9 +39,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verifiers.extract import last_boxed
+from verifiers.relations import (
+    cut_approximation,
+    drop_membership,
+    inequality_as_interval,
+    unify_matrices,
+    unify_relations,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,9 @@ class Answer:
 
     text: str
     percent: bool = False
+    # The whole equation when the answer was one (`y = 2x+1`, `2x+4y=3`), kept for the equation rule of
+    # verifiers.equivalence; not part of equality, so `x = 3` and `3` are still the same Answer.
+    equation: str | None = field(default=None, compare=False)
 
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
@@ -60,7 +79,17 @@ _SYMBOL = re.compile("|".join(map(re.escape, _SYMBOLS)))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DELIMITERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|biggl|biggr|bigg|Bigg)(?![A-Za-z])\.?")
-_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
+# `\\\\` (a matrix row break) is matched first so that `\\\\ 0` is not read as a `\\ ` space.
+_SPACING = re.compile(r"\\\\|\\[,;: ]|\\q?quad(?![A-Za-z])|~")
+_CONJUNCTION = re.compile(r"\s*(?:\\text\{\s*(?:and|or)\s*\}|,?\s+(?:and|or)\s+)\s*")
+_NEGATIVE_SPACE = re.compile(r"\\!\s*")
+_WHOLE_TEXT = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_CHOICE = re.compile(r"\(([A-Ea-e])\)")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z ]+[A-Za-z]")
+_SQRT_DIGIT = re.compile(r"\\sqrt\s*(\d)")
+_TUPLE_LHS = re.compile(r"^\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])+\s*\)\s*=(?!=)")
+_LETTERS_LHS = re.compile(r"^[^=\d]*[A-Za-z][^=\d]*=(?!=)")
+_SUBSCRIPT = re.compile(r"_\{?[A-Za-z0-9]+\}?")
 _DISPLAYSTYLE = re.compile(r"\\(?:displaystyle|textstyle)(?![A-Za-z])")
 _DEGREES = re.compile(
     r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![A-Za-z])|°|\\degree(?![A-Za-z])|\\text\{\s*degrees?\s*\}"
@@ -72,7 +101,7 @@ _TEXT_GROUP = re.compile(
     r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}" + _UNIT_POWER
 )
 _UNIT_WORDS = re.compile(rf"\s*[A-Za-z]{{2,}}{_UNIT_POWER}(?:[\s.]+[A-Za-z]{{2,}}{_UNIT_POWER})*\s*")
-_FRAC_NAME = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_FRAC_NAME = re.compile(r"\\[dtc]frac(?![A-Za-z])")
 _FRAC_DIGIT_ARGS = re.compile(r"\\frac\s*(\d)\s*(\d)|\\frac\s*(\d)\s*(?=\{)|\\frac\s*(\{[^{}]*\})\s*(\d)")
 # Digit counts are capped so that int() never meets Python's 4,300-digit conversion limit.
 _MIXED_LATEX = re.compile(r"(?<![\d.}^_])(\d{1,40})\s*\\frac\{(\d{1,40})\}\{(\d{1,40})\}")
@@ -81,6 +110,8 @@ _THOUSANDS = re.compile(r"^-?\d{1,3}(?:(?:,|\{,\}|\s)\d{3})+(?:\.\d+)?$")
 _THOUSANDS_SEPARATOR = re.compile(r",|\{,\}|\s")
 _VARIABLE_LHS = re.compile(r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?\s*=(?!=)")
 _WHITESPACE = re.compile(r"\s+")
+_INDEXED_LABEL = re.compile(r"\s*([A-Za-z])_\{?([A-Za-z0-9]{1,8})\}?\s*=(?!=)")
+_RELATION_WORD = re.compile(r"\\(?:leq|geq|neq)|[<>]")
 
 
 def normalize_answer(raw: str) -> Answer:
@@ -92,19 +123,26 @@ def normalize_answer(raw: str) -> Answer:
         text = whole_box
     text = _DISPLAYSTYLE.sub("", text)
     text = _SIZING.sub("", text)
-    text = _SPACING.sub(" ", text)
+    text = _NEGATIVE_SPACE.sub("", text)
+    text = _SPACING.sub(lambda space: space.group() if space.group() == "\\\\" else " ", text)
     text = _DEGREES.sub("", text)
+    text = _CONJUNCTION.sub(",", text)
     text, percent = _strip_percent(text)
     text = _CURRENCY.sub("", text)
     text = _drop_units(text)
     text = _WHITESPACE.sub(" ", text).strip().rstrip(".").strip()
-    text = _strip_variable(text)
+    text = _unwrap_whole_group(text)
+    text = unify_matrices(unify_relations(text))
+    text = drop_membership(cut_approximation(text))
+    equation = text if "=" in text else None
+    text = inequality_as_interval(_strip_variable(text))
     if _THOUSANDS.match(text):
         text = _THOUSANDS_SEPARATOR.sub("", text)
     text = _FRAC_NAME.sub("\\\\frac", text)
     text = _FRAC_DIGIT_ARGS.sub(_brace_frac_args, text)
+    text = _SQRT_DIGIT.sub(r"\\sqrt{\1}", text)
     text = _mixed_numbers(text)
-    return Answer(text=text, percent=percent)
+    return Answer(text=text, percent=percent, equation=equation)
 
 
 def _fold_unicode(text: str) -> str:
@@ -149,13 +187,61 @@ def _drop_units(text: str) -> str:
     return text
 
 
+def _unwrap_whole_group(text: str) -> str:
+    """`\\text{E}` -> `E`, `(B)` -> `B`, `{1,2}` -> `1,2`; answers of words compare case-insensitively."""
+    whole = _WHOLE_TEXT.fullmatch(text)
+    if whole is not None:
+        text = whole.group(1).strip()
+    choice = _CHOICE.fullmatch(text)
+    if choice is not None:
+        text = choice.group(1)
+    if text.startswith("{") and text.endswith("}") and "{" not in text[1:-1] and "}" not in text[1:-1]:
+        text = text[1:-1].strip()
+    if len(text) >= 3 and _WORDS.fullmatch(text):
+        text = text.lower()
+    return text
+
+
 def _strip_variable(text: str) -> str:
+    """Drop a left-hand side that names what the answer is (`x =`, `(p,q) =`, `\\frac{NO}{BO} =`)."""
+    if _TUPLE_LHS.match(text):
+        return text.rsplit("=", 1)[1].strip()
     if "," in text:
-        return text
+        return _strip_indexed_labels(text)
     lhs = _VARIABLE_LHS.match(text)
     if lhs is None:
-        return text
+        letters_lhs = _LETTERS_LHS.match(_SUBSCRIPT.sub("", text))
+        if letters_lhs is None or _RELATION_WORD.search(text):
+            return text
     return text.rsplit("=", 1)[1].strip()
+
+
+def _strip_indexed_labels(text: str) -> str:
+    """`x_1 = a, x_2 = b` -> `a,b`: solutions numbered with one name are a list of values (a set, as
+    their order carries no meaning). Different names (`x=1, y=2`) are left whole."""
+    elements = _top_level_split(text)
+    labels = [_INDEXED_LABEL.match(element) for element in elements]
+    if len(elements) < 2 or None in labels:
+        return text
+    names = {label.group(1) for label in labels}
+    indices = [label.group(2) for label in labels]
+    if len(names) != 1 or len(set(indices)) != len(indices):
+        return text
+    return ",".join(element[label.end() :].strip() for element, label in zip(elements, labels, strict=True))
+
+
+def _top_level_split(text: str) -> list[str]:
+    elements, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            elements.append(text[start:index])
+            start = index + 1
+    elements.append(text[start:])
+    return elements
 
 
 def _brace_frac_args(frac: re.Match) -> str:

@@ -1,11 +1,16 @@
-"""The benchmark's corpus and report (a smoke test; throughput is measured by running the benchmark)."""
+"""The benchmark's corpus and report (a smoke test; throughput is measured by running the benchmark),
+and the peer benchmark's reading of a Math-Verify-style test file (a small one written here)."""
 
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 
+import pytest
+
 from verifiers.bench import build_corpus, run_verify_bench
+from verifiers.peer import PeerCase, load_peer_cases, run_peer_cases
 
 
 def test_corpus_has_every_share_and_is_deterministic():
@@ -17,10 +22,66 @@ def test_corpus_has_every_share_and_is_deterministic():
     assert corpus != build_corpus(3000, seed=2)
 
 
-def test_report_is_written(tmp_path):
-    report = run_verify_bench(n_pairs=80, out_dir=tmp_path, workers=2, seed=3)
+def test_hostile_share_is_the_one_asked_for():
+    corpus = build_corpus(5000, seed=1, hostile_share=0.1)
+    share = sum(pair.hostile for pair in corpus) / len(corpus)
+    assert 0.09 < share < 0.11
+
+
+def test_report_is_written_and_no_worker_is_left(tmp_path):
+    report = run_verify_bench(n_pairs=80, out_dir=tmp_path, workers=2, seed=3, hostile_share=0.1)
     written = json.loads((tmp_path / report["path"].split("/")[-1]).read_text())
     for key in ("ours", "ours_benign", "math_verify", "speedup_benign", "agreement_benign"):
         assert key in written
     assert written["n_pairs"] == 80
     assert written["ours"]["latency_p99_ms"] >= written["ours"]["latency_p50_ms"]
+    assert written["workers_left_after_close"] == []
+    assert written["worker_peak_rss_mb"] > 10  # a worker with sympy loaded is tens of MiB
+    assert written["caller_peak_rss_mb"] > 10
+
+
+_PEER_FILE = '''
+import pytest
+
+def compare_strings(gold, pred, match_types=["latex", "expr"], precision=6):
+    raise AssertionError("never called: the file is parsed, not run")
+
+@pytest.mark.parametrize("gold,pred,expected", [("$1$", "$1$", 1), ("$2$", "$3$", 0)])
+def test_latex_default(gold, pred, expected):
+    assert compare_strings(gold, pred, match_types=["latex"]) == expected
+
+@pytest.mark.parametrize("gold,pred,expected", [("$4$", "so \\\\boxed{4}", 1)])
+def test_both_default(gold, pred, expected):
+    assert compare_strings(gold, pred) == expected
+
+@pytest.mark.parametrize("gold,pred,expected", [("5", "5", 1)])
+def test_expr_only(gold, pred, expected):
+    assert compare_strings(gold, pred, match_types=["expr"]) == expected
+
+@pytest.mark.parametrize("gold,pred,expected", [("$0.1$", "$0.11$", 1)])
+def test_other_precision(gold, pred, expected):
+    assert compare_strings(gold, pred, match_types=["latex"], precision=1) == expected
+'''
+
+
+def _checkout(tmp_path, files: dict[str, str]):
+    for name in ("tests/test_all.py", "tests/test_numina_cases.py", "tests/test_open_thoughts.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(files.get(name, "")))
+    return tmp_path
+
+
+def test_peer_cases_are_the_latex_default_setting_rows(tmp_path):
+    cases = load_peer_cases(_checkout(tmp_path, {"tests/test_all.py": _PEER_FILE}))
+    assert cases == [
+        PeerCase("test_all.py::test_latex_default", "$1$", "$1$", True),
+        PeerCase("test_all.py::test_latex_default", "$2$", "$3$", False),
+        PeerCase("test_all.py::test_both_default", "$4$", "so \\boxed{4}", True),
+    ]
+    report = run_peer_cases(cases)
+    assert (report["agree"], report["n_cases"], report["disagreements"]) == (3, 3, [])
+
+
+def test_peer_needs_a_checkout(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Math-Verify"):
+        load_peer_cases(tmp_path)

@@ -9,7 +9,18 @@ from verifiers.extract import extract_answer, last_boxed
 CASES: list[tuple[str, str | None]] = [
     # Boxes: the last complete one counts; nested braces; \fbox; unbraced argument.
     ("so \\boxed{42}", "42"),
-    ("first \\boxed{1} then \\boxed{2}", "2"),
+    ("first \\boxed{1}. Then \\boxed{2}", "2"),  # a sentence end separates the boxes
+    ("found \\boxed{1} earlier, with 3 steps, then \\boxed{2}", "2"),  # a digit in between: separate
+    # Several boxes written as one answer: joined by commas.
+    ("\\boxed{1} and \\boxed{2}", "1,2"),
+    ("$\\boxed{4}\\boxed{5}$", "4,5"),
+    ("\\(\\boxed{-1}\\) or \\(\\boxed{6}\\).", "-1,6"),
+    ("\\boxed{(1, 2)} \\quad \\text{and} \\quad \\boxed{(2, 1)}", "(1, 2),(2, 1)"),
+    ("\\boxed{a}, \\boxed{b}, \\boxed{c}", "a,b,c"),
+    ("\\boxed{1}\n\nSecond part: \\boxed{2}", "2"),
+    # Boxes inside display math.
+    ("So \\[ \\boxed{x^2} \\] holds.", "x^2"),
+    ("$$\\boxed{\\frac{1}{2}}$$", "\\frac{1}{2}"),
     ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
     ("\\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
     ("\\fbox{7}", "7"),
@@ -40,7 +51,27 @@ CASES: list[tuple[str, str | None]] = [
     ("The answer is $\\$1,200$.", "\\$1,200"),
     ("So the answer is: 17 apples\nmore text", "17 apples"),
     ("The answer is 3. Wait, Answer: 5", "5"),
-    ("Answer: 7\n\\boxed{8}", "8"),  # a box beats a phrase
+    ("Answer: 7\n\\boxed{8}", "8"),  # the later of box and phrase counts
+    ("so \\boxed{200} and later \\boxed{255}. Final Answer: The final answer is $10,455$.", "10,455"),
+    ("Answer: it started 3 hours ago", "3"),
+    # A phrase that is prose ending in a number gives the number.
+    ("Final Answer: The largest $n$ is 34.", "34"),
+    ("Answer: the total is 1,200", "1,200"),
+    ("Answer: the total is $x+1$", "the total is $x+1$"),  # no number: the phrase as written
+    ("Answer: 2 and 9", "2 and 9"),  # one connecting word is not prose
+    # No box and no phrase: the last math span, before the last-number fallback.
+    ("so $x \\geq 5$ is the solution.", "x \\geq 5"),
+    ("hence \\( (9+1) \\) in total", "(9+1)"),
+    ("with $a=1$, we get \\[\\frac13\\] as the result", "\\frac13"),
+    ("we get $d = \\frac{90}{n}$, so there are 12 sequences", "12"),  # a number after the span is later
+    ("so the error grows by 100%.", "100"),
+    ("$1$ and $2$ or $3$", "1,2,3"),  # spans joined by and/or/commas only
+    ("let $a$ be the side, then $b$", "b"),
+    ("$$\\text{E}$$", "\\text{E}"),
+    ("it costs \\$5 and \\$7", "7"),  # escaped dollars are not delimiters
+    ("the value $ $ then $3$", "3"),  # an empty span is skipped
+    ("an unclosed $x+1", "1"),
+    ("\\\\(2\\\\) is no span, 4", "4"),
     # Fallback: the last number.
     ("I think 5 then 7", "7"),
     ("costs -3 dollars", "-3"),

@@ -14,27 +14,29 @@ from verifiers import verify_batch
 TIMEOUT = 1.0
 GRACE = 0.3
 
-# (name, response, reasons allowed). Gold is "2" for every row except where the name says otherwise.
-HOSTILE: list[tuple[str, str, set[str]]] = [
-    ("power tower", "\\boxed{9^{9^{9^{9}}}}", {"timeout", "not-equal", "parse-error"}),
-    ("huge power", "\\boxed{10^{10^{9}}}", {"timeout", "not-equal", "parse-error"}),
-    ("factorial", "\\boxed{100000!}", {"timeout", "not-equal", "parse-error"}),
-    ("huge factorial", "\\boxed{(10^{8})!}", {"timeout", "not-equal", "parse-error"}),
-    ("nested parentheses", "\\boxed{" + "(" * 5000 + "2" + ")" * 5000 + "}", {"too-long", "parse-error"}),
-    ("nested, short", "\\boxed{" + "(" * 200 + "2" + ")" * 200 + "}", {"parse-error"}),
-    ("1 MB response", "The answer is " + "9" * 1_000_000, {"too-long"}),
-    ("1 MB of text then a box", "x" * 1_000_000 + "\\boxed{2}", {"too-long"}),
-    ("NUL bytes", "\x00\\boxed{\x003\x00}\x00", {"not-equal"}),
-    ("unbalanced braces", "\\boxed{{{{\\frac{3", {"not-equal"}),
-    ("unbalanced closers", "\\boxed{3}}}}}", {"not-equal"}),
-    ("empty box", "\\boxed{}", {"no-answer"}),
-    ("empty box after a good one", "\\boxed{2} \\boxed{}", {"no-answer"}),
-    ("only whitespace", "   \n\t ", {"no-answer"}),
-    ("deep exponent", "\\boxed{" + "2^{" * 200 + "2" + "}" * 200 + "}", {"parse-error", "timeout"}),
-    ("many boxes", "\\boxed{1}" * 10_000, {"not-equal"}),
-    ("long answer", "\\boxed{" + "1+" * 2000 + "1}", {"too-long"}),
-    ("latex garbage", "\\boxed{\\frac{\\frac{\\frac{}{}}{}}{\\sqrt[}}", {"parse-error", "not-equal"}),
-    ("control characters", "\\boxed{\x1b[31m2\x1b[0m}", {"not-equal", "parse-error", "equal"}),
+# (name, response, the verdict's reason). Gold is "2" for every row. Each row names the one reason its
+# answer gets: `timeout` where the computation has no end in sight (a power tower is never finished), the
+# exact decision everywhere else.
+HOSTILE: list[tuple[str, str, str]] = [
+    ("power tower", "\\boxed{9^{9^{9^{9}}}}", "timeout"),
+    ("huge power", "\\boxed{10^{10^{9}}}", "timeout"),
+    ("factorial", "\\boxed{100000!}", "not-equal"),  # ~0.1 s of sympy: evaluated, and not 2
+    ("huge factorial", "\\boxed{(10^{8})!}", "timeout"),
+    ("nested parentheses", "\\boxed{" + "(" * 5000 + "2" + ")" * 5000 + "}", "too-long"),
+    ("nested, short", "\\boxed{" + "(" * 200 + "2" + ")" * 200 + "}", "parse-error"),
+    ("1 MB response", "The answer is " + "9" * 1_000_000, "too-long"),
+    ("1 MB of text then a box", "x" * 1_000_000 + "\\boxed{2}", "too-long"),
+    ("NUL bytes", "\x00\\boxed{\x003\x00}\x00", "not-equal"),
+    ("unbalanced braces", "\\boxed{{{{\\frac{3", "not-equal"),
+    ("unbalanced closers", "\\boxed{3}}}}}", "not-equal"),
+    ("empty box", "\\boxed{}", "no-answer"),
+    ("empty box after a good one", "\\boxed{2} \\boxed{}", "no-answer"),
+    ("only whitespace", "   \n\t ", "no-answer"),
+    ("deep exponent", "\\boxed{" + "2^{" * 200 + "2" + "}" * 200 + "}", "parse-error"),
+    ("many boxes", "\\boxed{1}" * 10_000, "too-long"),  # joined into one list answer of 20,000 characters
+    ("long answer", "\\boxed{" + "1+" * 2000 + "1}", "too-long"),
+    ("latex garbage", "\\boxed{\\frac{\\frac{\\frac{}{}}{}}{\\sqrt[}}", "parse-error"),
+    ("control characters", "\\boxed{\x1b[31m2\x1b[0m}", "parse-error"),  # `[31m2 [0m` is no number
 ]
 
 
@@ -45,9 +47,9 @@ def test_hostile_corpus_returns_verdicts_within_limits():
         responses, ["2"] * len(responses), timeout_seconds=TIMEOUT, kill_grace_seconds=GRACE
     )
     elapsed = time.monotonic() - start
-    for (name, _, allowed), verdict in zip(HOSTILE, verdicts, strict=True):
-        assert verdict.reason in allowed, (name, verdict)
-        assert not verdict.correct or verdict.reason == "equal", (name, verdict)
+    for (name, _, reason), verdict in zip(HOSTILE, verdicts, strict=True):
+        assert verdict.reason == reason, (name, verdict)
+        assert not verdict.correct, (name, verdict)
         assert verdict.seconds <= TIMEOUT + GRACE + 1.0, (name, verdict)
     # Every answer is bounded, so the batch is too (slow answers run in parallel on the workers).
     assert elapsed < 20, elapsed

@@ -24,7 +24,7 @@ from verifiers.normalize import Answer, normalize_answer
         ("5\\text{ cm}^2", Answer("5")),
         ("12 apples", Answer("12")),
         ("2 x", Answer("2 x")),
-        ("\\text{Monday}", Answer("\\text{Monday}")),
+        ("\\text{Monday}", Answer("monday")),  # a whole text answer: unwrapped, words case-folded
         ("x = 3", Answer("3")),
         ("x = 1+2 = 3", Answer("3")),
         ("x=1, y=2", Answer("x=1, y=2")),

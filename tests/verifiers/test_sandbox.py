@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from verifiers import VerifierConfig, verify, verify_batch
-from verifiers.pool import shared_pool
+from verifiers.sandbox import shared_pool
 from verifiers.worker import AnswerTimeout, _on_alarm, judge_with_limits
 
 # Slow for seconds to hours depending on the machine, in steps the soft timer can interrupt.
@@ -166,3 +166,47 @@ def test_worker_soft_timeout_interrupts_python_code(monkeypatch, alarm_handler):
     result = judge_with_limits("\\boxed{1}", "1", VerifierConfig(timeout_seconds=0.1))
     assert result[2] == "timeout"
     assert time.monotonic() - start < 1.0
+
+
+def _worker_on(pool, response: str):
+    """The pool's worker whose current chunk holds `response` first among its unreported answers."""
+    for worker in list(pool._workers):
+        chunk = worker.chunk
+        if chunk is not None and chunk.reported < len(chunk.items) and chunk.items[chunk.reported][0] == response:
+            return worker
+    return None
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_a_busy_worker_mid_batch_gives_crash_and_the_batch_and_the_next_go_on():
+    # A dedicated pool size, so that no other test's workers are involved. The stuck answer's gold
+    # "0" sorts first, so it is the first answer of the first chunk: killing the worker that holds
+    # that chunk blames exactly that answer, whenever the kill lands.
+    options = {"workers": 2, "timeout_seconds": 60.0, "chunk_size": 8, "memory_limit_mb": 1000}
+    config = VerifierConfig(**options)
+    pool = shared_pool(config)
+    verify("\\boxed{1}", "1", **options)
+    responses, golds, expected = _batch(1, 40)
+    result: list = []
+    caller = threading.Thread(
+        target=lambda: result.append(verify_batch([SLOW_ANSWER, *responses], ["0", *golds], config=config))
+    )
+    caller.start()
+    deadline = time.monotonic() + 60
+    while (busy := _worker_on(pool, SLOW_ANSWER)) is None:
+        assert time.monotonic() < deadline, "the stuck answer never reached a worker"
+        time.sleep(0.01)
+    killed = busy.process.pid
+    os.kill(killed, signal.SIGKILL)
+    caller.join(timeout=60)
+    assert not caller.is_alive()
+    stuck, *rest = result[0]
+    assert stuck.reason == "crash" and not stuck.correct
+    # The rest of the killed worker's chunk was re-queued: every other answer is decided as usual.
+    assert [verdict.correct for verdict in rest] == expected
+    assert {verdict.reason for verdict in rest} == {"equal", "not-equal"}
+    # The worker was replaced and the next batch runs on a full pool.
+    responses, golds, expected = _batch(100, 40)
+    assert [v.correct for v in verify_batch(responses, golds, config=config)] == expected
+    pids = pool.worker_pids()
+    assert len(pids) == 2 and killed not in pids

@@ -1,0 +1,141 @@
+"""Peer benchmark: Math-Verify's own regression cases, run against rlep's verifier.
+
+    rlep bench verify --peer /path/to/Math-Verify      # a local checkout; never vendored, not run in CI
+
+huggingface/Math-Verify keeps its regression cases as `gold, pred, expected` tables that its tests feed
+to a `compare_strings(gold, pred, match_types=[...])` helper. This module reads those tables out of
+`tests/test_all.py`, `tests/test_numina_cases.py` and `tests/test_open_thoughts.py` with `ast` (the files
+are parsed, never imported or executed) and keeps the cases that use LaTeX extraction with default
+settings: the test body calls `compare_strings(gold, pred, match_types=[..."latex"...])` and passes no
+other option (no `precision=`, `strict=`, `allow_set_relation_comp=`).
+
+Each case is judged as math-verify judges it: both strings are *responses* (extraction runs on the gold
+too), and the expected value is the one written in their table. Agreement is the share of cases where
+our verdict equals that expected value.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+PEER_FILES = ("tests/test_all.py", "tests/test_numina_cases.py", "tests/test_open_thoughts.py")
+_DEFAULT_OPTIONS = {"match_types"}
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCase:
+    """One row of a peer table: gold and prediction as written there, and the expected verdict."""
+
+    source: str  # "file.py::test_name"
+    gold: str
+    pred: str
+    expected: bool
+
+
+def load_peer_cases(checkout: Path) -> list[PeerCase]:
+    """The default-settings LaTeX `compare_strings` cases of a Math-Verify checkout at `checkout`."""
+    cases: list[PeerCase] = []
+    for relative in PEER_FILES:
+        path = Path(checkout) / relative
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: --peer expects a checkout of huggingface/Math-Verify")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for function in tree.body:
+            if isinstance(function, ast.FunctionDef) and _uses_latex_defaults(function):
+                rows = _parametrized_rows(function)
+                cases += [PeerCase(f"{path.name}::{function.name}", *row) for row in rows]
+    return cases
+
+
+def _uses_latex_defaults(function: ast.FunctionDef) -> bool:
+    calls = [
+        node
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compare_strings"
+    ]
+    if len(calls) != 1:
+        return False
+    keywords = {keyword.arg: keyword.value for keyword in calls[0].keywords}
+    if set(keywords) - _DEFAULT_OPTIONS:
+        return False
+    match_types = keywords.get("match_types")
+    if match_types is None:
+        return True  # their default is ["latex", "expr"]
+    try:
+        return "latex" in ast.literal_eval(match_types)
+    except ValueError:
+        return False
+
+
+def _parametrized_rows(function: ast.FunctionDef) -> list[tuple[str, str, bool]]:
+    for decorator in function.decorator_list:
+        if not (isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", None) == "parametrize"):
+            continue
+        names = ast.literal_eval(decorator.args[0])
+        if [name.strip() for name in names.split(",")] != ["gold", "pred", "expected"]:
+            return []
+        rows = ast.literal_eval(decorator.args[1])
+        return [(gold, pred, bool(expected)) for gold, pred, expected in rows]
+    return []
+
+
+def run_peer_cases(cases: list[PeerCase], config=None) -> dict:
+    """Judge every case with rlep's verifier; the agreement count and the cases that disagree."""
+    from verifiers.api import verify_batch
+
+    verdicts = verify_batch([case.pred for case in cases], [case.gold for case in cases], config=config)
+    disagreements = [
+        {
+            "source": case.source,
+            "gold": case.gold,
+            "pred": case.pred,
+            "expected": case.expected,
+            "ours": verdict.reason,
+            "extracted": verdict.extracted,
+        }
+        for case, verdict in zip(cases, verdicts, strict=True)
+        if verdict.correct != case.expected
+    ]
+    return {
+        "n_cases": len(cases),
+        "agree": len(cases) - len(disagreements),
+        "agreement": (len(cases) - len(disagreements)) / max(len(cases), 1),
+        "disagreements": disagreements,
+    }
+
+
+def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), workers: int | None = None) -> dict:
+    """Math-Verify's regression cases from a local checkout, judged by rlep (verifiers.peer); print and
+    write the agreement and every disagreement."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from verifiers.config import VerifierConfig
+
+    console = Console()
+    cases = load_peer_cases(checkout)
+    start = time.perf_counter()
+    report = run_peer_cases(cases, VerifierConfig(workers=workers))
+    report.update(
+        created_at=datetime.now(timezone.utc).isoformat(),
+        checkout=str(checkout),
+        seconds=time.perf_counter() - start,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"verify-peer-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    table = Table(title="disagreements with Math-Verify's expected verdicts")
+    for column in ("case", "gold", "pred", "expected", "ours"):
+        table.add_column(column, overflow="fold")
+    for row in report["disagreements"]:
+        table.add_row(row["source"], row["gold"][:80], row["pred"][-80:], str(row["expected"]), row["ours"])
+    console.print(table)
+    console.print(
+        f"peer agreement: {report['agree']} of {report['n_cases']} ({report['agreement']:.1%}); wrote {path}"
+    )
+    return report
