@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+PoolKey = tuple[str, str]  # (data_source, problem_id): ids are unique only within a source (they can be row numbers)
+
 
 @dataclass
 class Rollout:
@@ -34,6 +36,11 @@ class Rollout:
     finish_reason: str = "stop"
     sample_index: int = 0
 
+    def age(self, step: int) -> int:
+        """Policy updates between the weights that generated this rollout and those being trained at `step`
+        (at step t the engine and the trainer start from version t-1)."""
+        return (step - 1) - self.policy_version
+
 
 @dataclass
 class Group:
@@ -48,18 +55,21 @@ class Group:
 
 
 class ReplayStrategy(Protocol):
-    """Decides, per training step, which stored rollouts join the fresh ones.
+    """Decides, per training step, what stored rollouts join the fresh ones; called in two visible lines.
 
-    `select(fresh, step)` returns the step's training groups (the fresh groups, possibly extended, plus any
-    replay-only groups); `add(fresh, step)` is called after advantages are known, to store what the
-    strategy keeps. `state_dict` / `load_state_dict` make a run resumable.
+    `join(fresh, step)`, before scoring: returns the step's groups, where a strategy may add members to a fresh
+    group so they share its advantage statistics (RLEP). `mix(groups, step)`, after advantages are known:
+    stores what the strategy keeps and returns the rollouts the step trains on (FIFO draws its whole batch
+    from its buffer; prioritized adds drawn rollouts on top of the fresh ones). Rollouts it returns from
+    earlier steps carry `origin="replay"` and the advantage computed when they were generated.
+    `state_dict` / `load_state_dict` make a run resumable.
     """
 
     name: str
 
-    def select(self, fresh: list[Group], step: int) -> list[Group]: ...
+    def join(self, fresh: list[Group], step: int) -> list[Group]: ...
 
-    def add(self, fresh: list[Group], step: int) -> None: ...
+    def mix(self, groups: list[Group], step: int) -> list[Rollout]: ...
 
     def stats(self) -> dict[str, float]: ...
 

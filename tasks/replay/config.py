@@ -35,14 +35,33 @@ class RLEPReplayConfig(BaseModel):
 
 
 class FIFOReplayConfig(BaseModel):
-    """FIFO replay (arXiv 2604.08706): the run's own rollouts go into a first-in-first-out buffer of capacity N;
-    each step samples from it uniformly without removing."""
+    """FIFO replay (arXiv 2604.08706): every generated rollout goes into a first-in-first-out buffer of capacity
+    N; each step trains on a batch drawn uniformly from the buffer, without removing. Generating fewer rollouts
+    per step than the batch consumes is where the compute saving comes from."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["fifo"] = Field("fifo", description="Replay strategy.", json_schema_extra=_KIND)
     buffer_size: int = Field(1024, ge=1, le=10_000_000, description="N: rollouts the buffer holds; the oldest leave first.")
     replay_ratio: float = Field(
-        0.25, ge=0, lt=1, description="Share of the training batch that is replayed: fresh / (1 - ratio) rollouts in all."
+        0.25, ge=0, lt=1,
+        description="1 - fresh / batch: the training batch is (rollouts generated this step) / (1 - replay_ratio) "
+        "rollouts drawn from the buffer. Ignored when batch_size is set.",
+    )  # fmt: skip
+    batch_size: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Rollouts trained per step, drawn from the buffer (e.g. the baseline's batch for a compute-matched "
+        "comparison with fewer prompts_per_step); null = from replay_ratio.",
+    )  # fmt: skip
+    fresh_anchored: bool = Field(
+        False, description="Keep every rollout generated this step in the batch and draw only the rest from older ones "
+        "(the prioritized paper's design); off = the paper's uniform draw over the whole buffer."
+    )
+    positive_share: float = Field(
+        0.0, ge=0, le=1, description="Share of the draws reserved for correct rollouts (the paper's bias toward positive "
+        "trajectories); 0 = unbiased."
+    )
+    max_age: int | None = Field(
+        None, ge=0, le=1_000_000, description="Rollouts more than this many policy versions old leave the buffer; null = only FIFO order."
     )
 
 
@@ -52,7 +71,9 @@ class PrioritizedReplayConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["prioritized"] = Field("prioritized", description="Replay strategy.", json_schema_extra=_KIND)
-    buffer_size: int = Field(1024, ge=1, le=10_000_000, description="N: most rollouts kept; lowest priority leaves first.")
+    buffer_size: int = Field(
+        1024, ge=1, le=10_000_000, description="N: most rollouts kept; after age eviction, the lowest priority leaves first."
+    )
     max_age: int = Field(4, ge=1, le=1_000_000, description="tau_max: rollouts older than this many steps are evicted.")
     priority_alpha: float = Field(1.0, ge=0, le=10, description="alpha: sampling probability ~ (|advantage| + eps)^alpha; 0 = uniform.")
     priority_eps: float = Field(1e-3, gt=0, le=1, description="eps: keeps every stored rollout sampleable.")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from tasks.replay.base import ReplayStrategy
 from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from tasks.replay.pool import load_pool
+from data.problem import Problem
+from tasks.replay.pool import PoolKey, load_pool
 from tasks.replay.strategies import FIFOReplay, NoReplay, PrioritizedReplay, RLEPReplay
 
 
-def make_replay(config, seed: int = 0, problem_ids: set[str] | None = None) -> ReplayStrategy:
-    """The strategy for `config`; `problem_ids` (the training problems) lets RLEP check its pool covers some."""
+def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None = None) -> ReplayStrategy:
+    """The strategy for `config`; `problems` (the training problems by key) lets RLEP check its pool against them."""
     if isinstance(config, RLEPReplayConfig):
-        return RLEPReplay(config, load_pool(config.pool, problem_ids), seed=seed)
+        return RLEPReplay(config, load_pool(config.pool, problems), seed=seed)
     if isinstance(config, FIFOReplayConfig):
         return FIFOReplay(config, seed=seed)
     if isinstance(config, PrioritizedReplayConfig):

@@ -1,5 +1,9 @@
-"""The four replay strategies. Each is small on purpose: the trainer calls `select` and `add` in one
-visible line each, and everything else (scoring, advantages, the loss) is shared."""
+"""The four replay strategies behind one interface (`join` before scoring, `mix` after advantages).
+
+Each class docstring states what its paper does, what we do, and every departure; the README's table of
+designs says the same in one line each. Scoring, advantages and the loss are shared and do not know which
+strategy runs.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +14,29 @@ from typing import Any
 
 import numpy as np
 
-from tasks.replay.base import Group, Rollout
+from tasks.replay.base import Group, PoolKey, Rollout
 from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 
-
-def age(rollout: Rollout, step: int) -> int:
-    """Policy updates since `rollout` was generated: at step t the engine holds the weights of version t-1."""
-    return (step - 1) - rollout.policy_version
 
 
 def _as_replayed(rollout: Rollout) -> Rollout:
     return replace(rollout, origin="replay")
 
 
+def _flatten(groups: list[Group]) -> list[Rollout]:
+    return [r for g in groups for r in g.rollouts]
+
+
 class NoReplay:
-    """Plain GRPO: the fresh groups, unchanged."""
+    """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged."""
 
     name = "none"
 
-    def select(self, fresh: list[Group], step: int) -> list[Group]:
+    def join(self, fresh: list[Group], step: int) -> list[Group]:
         return fresh
 
-    def add(self, fresh: list[Group], step: int) -> None:
-        pass
+    def mix(self, groups: list[Group], step: int) -> list[Rollout]:
+        return _flatten(groups)
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -45,27 +49,33 @@ class NoReplay:
 
 
 class RLEPReplay:
-    """RLEP: each fresh group gains up to M verified answers to the same prompt from a fixed pool.
+    """RLEP (Zhang et al. 2025, arXiv 2507.07451).
 
-    Paper-faithful defaults: replayed answers are drawn uniformly (without replacement within a group),
-    re-scored by the verifier, and share the group's advantage statistics; the trainer recomputes their
-    log-probs with the current policy, so without `is_correction` they are treated as on-policy.
-    Prompts with no pooled answer keep their G fresh answers.
+    Paper: phase 1 trains a policy with RL and collects its verified successes; phase 2 restarts from the
+    base model, and every GRPO group holds G fresh answers plus M answers replayed from that pool for the same
+    prompt (16 + 2), with advantages over all G+M; replayed answers are treated as on-policy (their log-probs
+    recomputed by the current policy, no importance correction), PPO clip 0.2 / 0.28, token-mean, no KL.
+    Here: the same per-group mix (`join`), M = `replay_per_group`, drawn uniformly without replacement from
+    the prompt's pooled answers; the phases are run by the pipeline (explore -> collect -> train from base).
+    Departures: replayed answers are re-scored by the current verifier when `rescore` (the paper's pool holds
+    only verified successes, so this only guards against a changed verifier); a prompt with fewer than M
+    pooled answers replays what it has (the trainer records the effective M); `loss.is_correction=truncate`
+    can weight replayed tokens against their stored behaviour log-probs (off in the paper).
     """
 
     name = "rlep"
 
-    def __init__(self, config: RLEPReplayConfig, pool: dict[str, list[Rollout]], seed: int = 0) -> None:
+    def __init__(self, config: RLEPReplayConfig, pool: dict[PoolKey, list[Rollout]], seed: int = 0) -> None:
         self.config = config
         self.pool = pool
         self.rng = random.Random(seed)
 
-    def select(self, fresh: list[Group], step: int) -> list[Group]:
+    def join(self, fresh: list[Group], step: int) -> list[Group]:
         groups = []
         for group in fresh:
-            candidates = self.pool.get(group.problem_id, [])
-            picks = self.rng.sample(candidates, min(self.config.replay_per_group, len(candidates)))
             anchor = group.rollouts[0]
+            candidates = self.pool.get((anchor.data_source, anchor.problem_id), [])
+            picks = self.rng.sample(candidates, min(self.config.replay_per_group, len(candidates)))
             replayed = [
                 replace(
                     pick,
@@ -81,8 +91,8 @@ class RLEPReplay:
             groups.append(Group(group.problem_id, group.rollouts + replayed))
         return groups
 
-    def add(self, fresh: list[Group], step: int) -> None:
-        pass  # the pool is fixed (collected in Phase I)
+    def mix(self, groups: list[Group], step: int) -> list[Rollout]:
+        return _flatten(groups)  # the pool is fixed (collected in phase 1)
 
     def stats(self) -> dict[str, float]:
         return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values())}
@@ -95,9 +105,21 @@ class RLEPReplay:
 
 
 class FIFOReplay:
-    """FIFO replay: every fresh rollout (with the advantage computed at its step) enters a buffer of capacity
-    N, oldest out first; each step draws `ratio / (1 - ratio)` x (fresh count) rollouts uniformly, without
-    removing them, so replayed rollouts are that share of the batch. Draws within a step are distinct."""
+    """FIFO replay for asynchronous RL (arXiv 2604.08706).
+
+    Paper: inference keeps pushing rollouts into a FIFO buffer of size N; the trainer samples its batch
+    uniformly from the buffer without removing; generating fewer rollouts than the trainer consumes saves up
+    to ~40% of the compute at equal accuracy; buffer size and replay ratio are the knobs, with an optional
+    bias toward positive trajectories, and losses beyond GRPO (AsymRE: `loss.objective=asymre`).
+    Here: each step's rollouts (with the advantages of their generation groups) enter the buffer, oldest out
+    first, and the step trains on `batch_size` (default fresh / (1 - replay_ratio)) rollouts drawn uniformly
+    from the whole buffer, distinct within a step; rollouts of earlier steps are marked replayed.
+    `positive_share` reserves that share of the draws for correct rollouts; `max_age` evicts old ones;
+    `fresh_anchored` keeps all of this step's rollouts (the prioritized paper's design, not this paper's).
+    Departures: the trainer is synchronous unless `mode: async` runs generation alongside it; advantages are
+    those computed when a rollout was generated (not recomputed); while the buffer holds fewer rollouts than
+    the batch, the step trains on the whole buffer.
+    """
 
     name = "fifo"
 
@@ -106,15 +128,37 @@ class FIFOReplay:
         self.buffer: deque[Rollout] = deque(maxlen=config.buffer_size)
         self.rng = random.Random(seed)
 
-    def select(self, fresh: list[Group], step: int) -> list[Group]:
-        n_fresh = sum(len(g.rollouts) for g in fresh)
-        wanted = round(self.config.replay_ratio / (1 - self.config.replay_ratio) * n_fresh)
-        picks = self.rng.sample(range(len(self.buffer)), min(wanted, len(self.buffer)))
-        replayed = [_as_replayed(self.buffer[i]) for i in picks]
-        return fresh + [Group(r.problem_id, [r]) for r in replayed]
+    def join(self, fresh: list[Group], step: int) -> list[Group]:
+        return fresh
 
-    def add(self, fresh: list[Group], step: int) -> None:
-        self.buffer.extend(r for g in fresh for r in g.rollouts if r.origin == "fresh")
+    def batch_size(self, n_fresh: int) -> int:
+        if self.config.batch_size is not None:
+            return self.config.batch_size
+        return round(n_fresh / (1 - self.config.replay_ratio))
+
+    def mix(self, groups: list[Group], step: int) -> list[Rollout]:
+        fresh = [r for r in _flatten(groups) if r.origin == "fresh"]
+        if self.config.max_age is not None:
+            kept = [r for r in self.buffer if r.age(step) <= self.config.max_age]
+            self.buffer = deque(kept, maxlen=self.config.buffer_size)
+        self.buffer.extend(fresh)  # the oldest leave first when full
+        first_fresh = len(self.buffer) - min(len(fresh), len(self.buffer))
+        wanted = min(self.batch_size(len(fresh)), len(self.buffer))
+        if self.config.fresh_anchored:
+            picks = self._draw(range(first_fresh), wanted - len(fresh))
+            return fresh + [_as_replayed(self.buffer[i]) for i in picks]
+        picks = self._draw(range(len(self.buffer)), wanted)
+        return [self.buffer[i] if i >= first_fresh else _as_replayed(self.buffer[i]) for i in picks]
+
+    def _draw(self, candidates: range, count: int) -> list[int]:
+        """`count` distinct indices from `candidates`, uniformly, `positive_share` of them from correct rollouts."""
+        count = max(0, min(count, len(candidates)))
+        positive = [i for i in candidates if self.buffer[i].correct]
+        n_positive = min(round(self.config.positive_share * count), len(positive))
+        picks = self.rng.sample(positive, n_positive)
+        chosen = set(picks)
+        rest = [i for i in candidates if i not in chosen]
+        return sorted(picks + self.rng.sample(rest, count - n_positive))
 
     def stats(self) -> dict[str, float]:
         return {"buffer_size": len(self.buffer)}
@@ -128,10 +172,19 @@ class FIFOReplay:
 
 
 class PrioritizedReplay:
-    """Advantage-prioritized replay: a rollout-level buffer; groups whose rewards are all equal are not stored
-    (their advantages are 0); rollouts older than tau_max policy updates are evicted; draws are without
-    replacement with probability ~ (|A| + eps)^alpha; batches are fresh-anchored (all fresh rollouts, plus
-    `replay_fraction` x fresh count replayed ones). Over capacity, the lowest-priority rollouts leave first."""
+    """Advantage-prioritized replay (arXiv 2606.04560).
+
+    Paper: a rollout-level buffer; rollouts older than tau_max policy updates are evicted; replayed rollouts
+    are sampled with probability increasing in |advantage|; batches are fresh-anchored (every fresh rollout is
+    trained on, replayed ones are added on top).
+    Here: the same, with probability ~ (|A| + eps)^alpha, draws without replacement within a step, and
+    `replay_fraction` x (fresh count) replayed rollouts per step. Choices the paper's description leaves open,
+    made here: groups whose rewards are all equal are not stored (their advantages are 0, so they could never
+    be drawn with any weight); priorities are the advantages computed at generation and are not updated after
+    a rollout is replayed; no PER-style importance weights for the non-uniform draw (`loss.is_correction`
+    corrects staleness only); eviction by age comes first, then, over capacity, the lowest priorities leave;
+    replay draws come from earlier steps only (this step's rollouts are in the batch already).
+    """
 
     name = "prioritized"
 
@@ -145,26 +198,35 @@ class PrioritizedReplay:
         return (adv + self.config.priority_eps) ** self.config.priority_alpha
 
     def evict(self, step: int) -> None:
-        self.buffer = [r for r in self.buffer if age(r, step) <= self.config.max_age]
+        """Drop rollouts older than tau_max at `step`."""
+        self.buffer = [r for r in self.buffer if r.age(step) <= self.config.max_age]
 
-    def select(self, fresh: list[Group], step: int) -> list[Group]:
+    def join(self, fresh: list[Group], step: int) -> list[Group]:
+        return fresh
+
+    def mix(self, groups: list[Group], step: int) -> list[Rollout]:
+        fresh = [r for r in _flatten(groups) if r.origin == "fresh"]
         self.evict(step)
+        replayed = self._draw(len(fresh), step)
+        self._store(groups, step)
+        return fresh + replayed
+
+    def _draw(self, n_fresh: int, step: int) -> list[Rollout]:
         if step <= self.config.replay_warmup_steps or not self.buffer:
-            return fresh
-        n_fresh = sum(len(g.rollouts) for g in fresh)
+            return []
         wanted = min(round(self.config.replay_fraction * n_fresh), len(self.buffer))
         if wanted == 0:
-            return fresh
+            return []
         p = self.priorities()
         picks = self.rng.choice(len(self.buffer), size=wanted, replace=False, p=p / p.sum())
-        return fresh + [Group(self.buffer[i].problem_id, [_as_replayed(self.buffer[i])]) for i in picks]
+        return [_as_replayed(self.buffer[i]) for i in sorted(picks)]
 
-    def add(self, fresh: list[Group], step: int) -> None:
-        for group in fresh:
+    def _store(self, groups: list[Group], step: int) -> None:
+        for group in groups:
             rollouts = [r for r in group.rollouts if r.origin == "fresh"]
-            rewards = {r.reward for r in rollouts}
-            if len(rewards) > 1:  # zero reward variance: no signal, not stored
+            if len({r.reward for r in rollouts}) > 1:  # zero reward variance: no signal, not stored
                 self.buffer.extend(rollouts)
+        self.evict(step + 1)  # what expires before the next draw goes first, not fresh low-|A| rollouts
         if len(self.buffer) > self.config.buffer_size:
             keep = np.argsort(-self.priorities(), kind="stable")[: self.config.buffer_size]
             self.buffer = [self.buffer[i] for i in sorted(keep)]

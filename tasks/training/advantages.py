@@ -33,3 +33,20 @@ def group_advantages(
         centred = r - r.mean()
         advantages[members] = centred / (r.std() + eps) if scale_by_std else centred
     return advantages, zero_var
+
+
+def asymre_advantages(rewards: torch.Tensor, group_ids: Sequence[int] | torch.Tensor, delta_v: float = -0.1) -> torch.Tensor:
+    """AsymRE advantages [N] = r - V with V = (mean reward of the answer's group) + delta_v.
+
+    The group mean estimates the expected reward of the sampling policy on that prompt (V^mu); the paper
+    (arXiv 2506.20520) proves policy improvement for V below V^mu and sees collapse at or above it, and uses
+    a slightly negative shift. So an all-wrong group gets a small positive advantage -delta_v on every answer,
+    and an all-right group 0 - delta_v as well: the positive side is favoured, as the paper intends.
+    """
+    rewards = rewards.float()
+    ids = torch.as_tensor(group_ids)
+    advantages = torch.zeros_like(rewards)
+    for group in ids.unique():
+        members = ids == group
+        advantages[members] = rewards[members] - (rewards[members].mean() + delta_v)
+    return advantages

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.logprobs import pad_sequences
 from tasks.replay.base import Rollout
+from tasks.training.logprobs import pad_sequences
 
 
 @dataclass
@@ -67,5 +67,5 @@ def build_batch(rollouts: Sequence[Rollout], pad_id: int, step: int) -> Training
         advantages=torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
         is_replay=torch.tensor([r.origin == "replay" for r in rollouts]),
         has_behaviour=has_behaviour,
-        age=torch.tensor([(step - 1) - r.policy_version for r in rollouts], dtype=torch.float32),
+        age=torch.tensor([r.age(step) for r in rollouts], dtype=torch.float32),
     )

@@ -20,6 +20,14 @@ class LossConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    objective: Literal["ppo-clip", "asymre"] = Field(
+        "ppo-clip",
+        description="`ppo-clip`: GRPO advantages with the clipped ratio (RLEP's recipe). `asymre`: Asymmetric REINFORCE "
+        "(arXiv 2506.20520), advantage r - (group mean + asymre_delta_v), no ratio or clip (the FIFO paper's off-policy loss).",
+    )
+    asymre_delta_v: float = Field(
+        -0.1, ge=-1, le=1, description="AsymRE: shift of the baseline V from the group's mean reward; below 0 favours positives."
+    )
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
     clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
     dual_clip: float | None = Field(
@@ -41,6 +49,12 @@ class LossConfig(BaseModel):
     )
     overlong_factor: float = Field(1.0, ge=0, le=10, description="Largest overlong penalty.")
     scale_advantages_by_std: bool = Field(True, description="GRPO's division by the group std (off = Dr. GRPO).")
+    token_mean_over: Literal["all", "fresh"] = Field(
+        "all",
+        description="token-mean only: divide the summed token losses by all tokens of the mini-batch, or by its fresh "
+        "(non-replayed) tokens only. With `all`, replayed tokens enlarge the denominator, so a replay arm takes smaller "
+        "steps on fresh data than the baseline at the same lr; `fresh` keeps the fresh step size equal.",
+    )
 
 
 class OptimizerConfig(BaseModel):
@@ -48,10 +62,7 @@ class OptimizerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(
-        2e-4, gt=0, le=1,
-        description="Learning rate (tiny model, 1-decimal addition, 80 steps: 1e-4 and 2e-4 learn, 4e-4 dips before it learns; see README).",
-    )
+    lr: float = Field(2e-4, gt=0, le=1, description="Peak learning rate (the tiny model's choice is explained in docs/training.md).")
     warmup_steps: int = Field(0, ge=0, le=1_000_000, description="Optimizer steps of linear warm-up.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
@@ -88,7 +99,10 @@ class TrainConfig(BaseModel):
     max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per rollout.")
     ppo_epochs: int = Field(1, ge=1, le=100, description="Passes over each step's batch.")
     mini_batch_size: int | None = Field(
-        None, ge=1, le=1_000_000, description="Sequences per optimizer step; null = the whole batch (one update per epoch)."
+        64, ge=1, le=1_000_000,
+        description="Sequences per optimizer step: a step's batch is split into mini-batches, one update each, all against "
+        "the log-probs fixed before the first (so the clip acts from the second update on; RLEP: 512 prompts in mini-batches "
+        "of 64 = 8 updates). null = the whole batch (one update per epoch, ratio 1, the clip never acts).",
     )
     micro_batch_size: int | None = Field(
         64, ge=1, le=1_000_000,

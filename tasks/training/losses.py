@@ -1,7 +1,7 @@
 """Policy-gradient loss with the policy constraints of the RLEP recipe, as pure functions.
 
 Shapes: B sequences, T token positions (completion tokens only, right-padded); `mask` [B, T] is 1 on real
-completion tokens. Every function returns the value and a dict of float metrics.
+completion tokens. The two objectives return the value and a dict of float metrics; the helpers return tensors.
 
 - Clipped importance ratio with separate low/high bounds (PPO, Schulman et al. 2017; "clip-higher" from
   DAPO, arXiv 2503.14476: 0.2 / 0.28, the RLEP defaults).
@@ -9,6 +9,9 @@ completion tokens. Every function returns the value and a dict of float metrics.
 - Loss aggregation as in verl: `token-mean` (DAPO; RLEP's default), `seq-mean-token-mean` (original GRPO),
   `seq-mean-token-sum-norm` (Dr. GRPO, arXiv 2503.20783: token sums divided by a constant horizon).
 - KL to a frozen reference with the k1 or k3 estimator (Schulman, "Approximating KL divergence", 2020).
+- Asymmetric REINFORCE (AsymRE; Arnal et al. 2025, arXiv 2506.20520): the off-policy REINFORCE objective
+  E_mu[(r - V) log pi] with no ratio and no clip; V slightly below the expected reward keeps it stable on
+  stale data (its advantages come from `advantages.asymre_advantages`).
 - Truncated importance weights for stale samples (TIS; as in IMPALA's truncated rho, Espeholt et al. 2018):
   w = min(pi_old / mu, cap) with mu the behaviour policy that generated the sample.
 """
@@ -81,6 +84,32 @@ def clipped_policy_loss(
             "dual_clip_frac": (dual_active & real).sum().item() / n,
             "ratio_mean": (ratio * mask).sum().item() / n,
         }
+    return value, metrics
+
+
+def asymre_loss(
+    logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    aggregation: Aggregation = "token-mean",
+    token_weights: torch.Tensor | None = None,
+    horizon: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """AsymRE loss (to minimise): -(r - V) * log pi per token, aggregated.
+
+    logp, mask, token_weights: [B, T]; advantages: [B] = r - V (see `asymre_advantages`). No importance
+    ratio and no clipping: the paper's off-policy REINFORCE; the bias from sampling with mu is what V's
+    asymmetry controls. Metrics: the share of tokens with a positive advantage (`positive_token_frac`).
+    """
+    adv = advantages.unsqueeze(-1).to(logp.dtype)
+    loss = -adv * logp
+    if token_weights is not None:
+        loss = loss * token_weights.detach()
+    value = aggregate(loss, mask, aggregation, horizon)
+    real = mask.bool()
+    n = real.sum().clamp(min=1).item()
+    with torch.no_grad():
+        metrics = {"positive_token_frac": ((adv > 0) & real).sum().item() / n}
     return value, metrics
 
 

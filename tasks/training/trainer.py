@@ -3,18 +3,21 @@
 Each step reads top to bottom as named, timed phases:
 
     generate   G fresh answers per prompt from the vLLM engine (weights = current policy)
-    replay     the replay strategy adds stored answers (RLEP: M pooled answers join each group;
-               FIFO / prioritized: extra rollouts with their stored advantages)
+    replay     `replay.join`: RLEP's M pooled answers join their prompt's group
     verify     every answer without a verdict is checked by the sandboxed verifier and rewarded
-    advantage  group-relative advantages over each group's members (G + M for RLEP)
-    train      PPO-clip epochs on the torch policy (transformers model)
+    advantage  group-relative advantages over each group's members (G + M for RLEP); AsymRE's r - V
+    replay     `replay.mix`: the strategy stores what it keeps and returns the batch (FIFO: drawn from its
+               buffer; prioritized: fresh + drawn by |advantage|)
+    train      PPO-clip (or AsymRE) updates on the torch policy, one per mini-batch, against log-probs fixed
+               before the first
     sync       the new weights are loaded into the engine in place
 
 How it departs from the papers it implements (all explicit settings): the default model is a tiny
 character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
 dynamic sampling (DAPO), so groups with equal rewards simply contribute no gradient and are counted in
 `zero_std_group_frac`; replayed answers are re-scored, and their log-probs recomputed by the current
-policy (RLEP's choice), unless `loss.is_correction=truncate`.
+policy (RLEP's choice), unless `loss.is_correction=truncate`. Each replay design's own departures are in
+its class docstring (tasks/replay/strategies.py).
 
 Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect/pool.parquet`,
 `rlep train --resume runs/train` (after a kill).
@@ -45,10 +48,10 @@ from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
 from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
-from tasks.training.advantages import group_advantages
+from tasks.training.advantages import asymre_advantages, group_advantages
 from tasks.training.batch import build_batch
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
-from tasks.training.config import TrainConfig
+from tasks.training.config import LossConfig, TrainConfig
 from tasks.training.losses import overlong_penalty
 from tasks.training.prompts import PromptSampler
 from tasks.training.update import policy_update
@@ -118,7 +121,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda n: min(1.0, (n + 1) / opt.warmup_steps) if opt.warmup_steps else 1.0
         )
-        self.replay = make_replay(config.replay, seed=config.seed, problem_ids=set(self.by_id))
+        self.replay = make_replay(config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems})
         self.sampler = PromptSampler(self.problems, seed=config.seed)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
@@ -137,26 +140,27 @@ class Trainer:
         with timer("generate"):
             fresh = self._generate(problems, step)
         with timer("replay"):
-            groups = self.replay.select(fresh, step)
+            groups = self.replay.join(fresh, step)
+            self._tokenize_missing([r for g in groups for r in g.rollouts])
         with timer("verify"):
             self._score([r for g in groups for r in g.rollouts if r.reward is None])
         with timer("advantage"):
-            zero_std_frac = _fill_advantages(groups, config.loss.scale_advantages_by_std)
-            self.replay.add(fresh, step)
-        rollouts = [r for g in groups for r in g.rollouts]
+            zero_std_frac = _fill_advantages(groups, config.loss)
+        with timer("replay"):
+            rollouts = self.replay.mix(groups, step)
         with timer("train"):
             batch = build_batch(rollouts, self.tokenizer.pad_token_id, step)
             train_metrics = policy_update(
                 self.policy, self.optimizer, self.scheduler, batch, config.loss, config.optimizer.grad_clip,
                 ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size,
                 micro_batch_size=config.micro_batch_size, ref_model=self.ref_model,
-                horizon=config.max_tokens, generator=self.torch_generator,
+                horizon=config.max_tokens, generator=self.torch_generator, temperature=config.temperature,
             )  # fmt: skip
         with timer("sync"):
             self.engine.load_weights(self.policy.state_dict())
         self.step = step
         self._write_fresh(fresh, step)
-        return self._metrics_row(step, fresh, rollouts, zero_std_frac, train_metrics, timer)
+        return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer)
 
     def _generate(self, problems: list[Problem], step: int) -> list[Group]:
         config = self.config
@@ -184,14 +188,18 @@ class Trainer:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
+    def _tokenize_missing(self, rollouts: list[Rollout]) -> None:
+        """Imported pool answers carry text only: give them token ids (whether or not they are re-scored), so
+        they train on their tokens and not on none while their reward enters the group statistics."""
+        for r in rollouts:
+            if not r.response_token_ids:
+                r.response_token_ids = self._encode(r.response) + [self.tokenizer.eos_token_id]
+                r.behaviour_logprobs = None
+
     def _score(self, rollouts: list[Rollout]) -> None:
         """Verify and reward rollouts in place (fresh ones, and replayed ones when re-scoring)."""
         if not rollouts:
             return
-        for r in rollouts:
-            if not r.response_token_ids:  # imported pool rows carry text only
-                r.response_token_ids = self._encode(r.response) + [self.tokenizer.eos_token_id]
-                r.behaviour_logprobs = None
         verdicts = verify_batch([r.response for r in rollouts], [r.gold_answer for r in rollouts], config=self.config.verifier)
         values = rewards(verdicts, self.config.reward)
         loss = self.config.loss
@@ -203,16 +211,22 @@ class Trainer:
 
     # ------------------------------------------------------------------ outputs
 
-    def _metrics_row(self, step, fresh, rollouts, zero_std_frac, train_metrics, timer) -> dict[str, Any]:
+    def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer) -> dict[str, Any]:
         fresh_rollouts = [r for g in fresh for r in g.rollouts]
         replayed = [r for r in rollouts if r.origin == "replay"]
+        # Effective M: replayed answers that joined a prompt's group (RLEP), per group that got any.
+        joined = [sum(r.origin == "replay" for r in g.rollouts) for g in groups]
+        with_replay = [m for m in joined if m]
         row = {
             "step": step,
             "reward_mean": float(np.mean([r.reward for r in fresh_rollouts])),
             "accuracy": float(np.mean([bool(r.correct) for r in fresh_rollouts])),
             "zero_std_group_frac": zero_std_frac,
             "replay_share": len(replayed) / len(rollouts),
-            "replay_age_mean": float(np.mean([(step - 1) - r.policy_version for r in replayed])) if replayed else 0.0,
+            "replay_age_mean": float(np.mean([r.age(step) for r in replayed])) if replayed else 0.0,
+            "replay_per_group_mean": float(np.mean(with_replay)) if with_replay else 0.0,
+            "replay_prompt_share": len(with_replay) / len(groups),
+            "fresh_share_trained": sum(r.origin == "fresh" for r in rollouts) / len(fresh_rollouts),
             "replay_accuracy": float(np.mean([bool(r.correct) for r in replayed])) if replayed else float("nan"),
             "batch_size": len(rollouts),
             "response_length_mean": float(np.mean([len(r.response_token_ids) for r in fresh_rollouts])),
@@ -345,14 +359,17 @@ def train(
     return result
 
 
-def _fill_advantages(groups: list[Group], scale_by_std: bool) -> float:
-    """Group-relative advantages for every rollout without one; returns the share of such groups whose
-    rewards are all equal (no learning signal)."""
+def _fill_advantages(groups: list[Group], loss: LossConfig) -> float:
+    """Advantages for every rollout without one, over its group's members (GRPO's, or AsymRE's r - V);
+    returns the share of such groups whose rewards are all equal (no GRPO signal)."""
     pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
     if not pending:
         return 0.0
     rewards_t = torch.tensor([r.reward for _, r in pending], dtype=torch.float32)
-    advantages, zero_var = group_advantages(rewards_t, [gi for gi, _ in pending], scale_by_std=scale_by_std)
+    group_ids = [gi for gi, _ in pending]
+    advantages, zero_var = group_advantages(rewards_t, group_ids, scale_by_std=loss.scale_advantages_by_std)
+    if loss.objective == "asymre":
+        advantages = asymre_advantages(rewards_t, group_ids, loss.asymre_delta_v)
     for (_, r), a in zip(pending, advantages.tolist()):
         r.advantage = a
     by_group: dict[int, bool] = {}

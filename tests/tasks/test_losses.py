@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
-from tasks.training.advantages import group_advantages
+from tasks.training.advantages import asymre_advantages, group_advantages
 from tasks.training.losses import (
     aggregate,
+    asymre_loss,
     clipped_policy_loss,
     kl_penalty,
     overlong_penalty,
@@ -107,3 +108,24 @@ def test_overlong_penalty():
     lengths = torch.tensor([10, 16, 18, 20, 25])
     assert overlong_penalty(lengths, max_tokens=20, buffer=4).tolist() == pytest.approx([0, 0, -0.5, -1.0, -1.0])
     assert overlong_penalty(lengths, max_tokens=20, buffer=0).tolist() == [0] * 5
+
+
+def test_asymre_advantages_are_reward_minus_shifted_group_mean():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    adv = asymre_advantages(rewards, [0, 0, 0, 0, 1, 1], delta_v=-0.1)
+    # group 0: mean 0.25, V = 0.15 -> 0.85, -0.15 x3; group 1 (all wrong): V = -0.1 -> +0.1 each
+    assert adv.tolist() == pytest.approx([0.85, -0.15, -0.15, -0.15, 0.1, 0.1])
+    assert asymre_advantages(rewards, [0, 0, 0, 0, 1, 1], delta_v=0.0)[4:].tolist() == [0.0, 0.0]
+
+
+def test_asymre_loss_is_minus_advantage_times_logprob_without_ratio_or_clip():
+    logp = torch.tensor([[-0.5, -1.0], [-2.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = torch.tensor([0.85, -0.15])
+    loss, metrics = asymre_loss(logp, adv, mask, aggregation="token-mean")
+    # tokens: -0.85*-0.5, -0.85*-1.0, 0.15*-2.0 -> (0.425 + 0.85 - 0.3) / 3
+    assert loss.item() == pytest.approx((0.425 + 0.85 - 0.3) / 3)
+    assert metrics["positive_token_frac"] == pytest.approx(2 / 3)
+    loss.backward()
+    # d loss / d logp = -A / n_tokens on real tokens, whatever the (absent) ratio would be
+    assert logp.grad.flatten().tolist() == pytest.approx([-0.85 / 3, -0.85 / 3, 0.15 / 3, 0.0])

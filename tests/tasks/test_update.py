@@ -1,4 +1,5 @@
-"""policy_update on a real (fixture) model: micro-batch accumulation gives the same step as one pass."""
+"""policy_update on a real (fixture) model: micro-batch accumulation gives the same step as one pass; several
+updates per step make the clip act; the fresh-token denominator; the AsymRE objective."""
 
 import copy
 
@@ -28,9 +29,9 @@ def _batch(n=7):
     return build_batch(rollouts, pad_id=0, step=1)
 
 
-def _step(model, batch, loss, micro, ref=None, epochs=1, mini=None):
+def _step(model, batch, loss, micro, ref=None, epochs=1, mini=None, lr=0.1):
     model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
     metrics = policy_update(model, opt, sched, batch, loss, grad_clip=1e9, ppo_epochs=epochs, mini_batch_size=mini,
                             micro_batch_size=micro, ref_model=ref, horizon=12,
@@ -57,3 +58,40 @@ def test_micro_batches_give_the_same_update(fixture_model, aggregation):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)  # float summation order differs
         for name in ("loss", "kl", "entropy", "clip_frac_low", "ratio_mean", "is_ratio_mean", "logprob_mismatch"):
             assert m_split[name] == pytest.approx(m_whole[name], rel=1e-3, abs=1e-5), name
+
+
+@pytest.fixture(scope="module")
+def base_model(fixture_model):
+    return AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
+
+
+def test_one_update_per_step_never_clips_and_several_do(base_model):
+    batch = _batch(16)
+    loss = LossConfig()
+    _, single = _step(base_model, batch, loss, micro=None, lr=2.0)
+    assert single["ratio_mean"] == pytest.approx(1.0) and single["clip_frac_low"] == single["clip_frac_high"] == 0
+    _, several = _step(base_model, batch, loss, micro=None, mini=4, lr=2.0)  # 4 updates against fixed old log-probs
+    assert several["clip_frac_low"] + several["clip_frac_high"] > 0
+    assert several["ratio_mean"] != pytest.approx(1.0, abs=1e-4)
+
+
+def test_token_mean_over_fresh_tokens_scales_the_step_by_the_fresh_share(base_model):
+    batch = _batch()
+    over_all, m_all = _step(base_model, batch, LossConfig(), micro=None, lr=1.0)
+    over_fresh, m_fresh = _step(base_model, batch, LossConfig(token_mean_over="fresh"), micro=2, lr=1.0)
+    tokens, fresh_tokens = batch.mask.sum(), (batch.mask * (~batch.is_replay).unsqueeze(-1)).sum()
+    assert fresh_tokens < tokens
+    # One plain SGD step (-lr x gradient): the same direction, longer by tokens / fresh tokens.
+    scale = (tokens / fresh_tokens).item()
+    for a, b, p in zip(over_all.parameters(), over_fresh.parameters(), base_model.parameters()):
+        torch.testing.assert_close((b - p).detach(), scale * (a - p).detach(), rtol=2e-3, atol=1e-6)
+    assert m_fresh["loss"] == pytest.approx(scale * m_all["loss"], rel=1e-4)
+    assert m_fresh["entropy"] == pytest.approx(m_all["entropy"], rel=1e-4)  # metrics keep their token weights
+
+
+def test_asymre_objective_ignores_the_ratio(base_model):
+    batch = _batch()
+    loss = LossConfig(objective="asymre")
+    model, metrics = _step(base_model, batch, loss, micro=3, mini=4, epochs=2)
+    assert "clip_frac_low" not in metrics and 0 < metrics["positive_token_frac"] < 1
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base_model.parameters()))
