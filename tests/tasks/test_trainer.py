@@ -260,6 +260,7 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
         replay = [*replay, "--pool", str(gold_pool)]
     common = ["--model", fixture_model, "--engine", engine, "--steps", "5", "--prompts-per-step", "3",
               "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
+              "--problems-families", "add", "sub", "mul", "frac", "decimal", "--problems-levels", "1", "2", "3",  # = PROBLEMS
               "--eval-every", "2", "--save-every", "1", "--overlong-buffer", "8", "--lr", "1e-3", *replay]  # fmt: skip
     reference = _train_cli([*common, "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
