@@ -64,7 +64,7 @@ class ProblemSourceConfig(BaseModel):
 
 
 # The default task of `rlep collect / train / eval`: 1-decimal addition (a.b+c.d), the tiny-math cell the
-# default tiny model is half-way through learning, so GRPO has both signal and room (data/tiny_model.py).
+# default tiny model is half-way through learning, so GRPO has both signal and room (docs/tiny_model.md).
 DEFAULT_TASK = {"families": ["decimal"], "levels": [1]}
 
 

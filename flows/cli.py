@@ -79,13 +79,19 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
 
     config = build_config(TinyModelConfig, args.config, flag_overrides(args))
-    out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet)
+    out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads)
     info = read_build_info(out) or {}
-    accuracy = info.get("greedy_accuracy", {})
-    overall = accuracy.get("overall") if isinstance(accuracy, dict) else accuracy
     print(f"tiny model: {out}")
     if info:
-        print(f"  build seconds: {info.get('build_seconds', float('nan')):.1f}, greedy test accuracy: {overall}")
+        overall = (info.get("greedy_accuracy") or {}).get("overall", float("nan"))
+        print(f"  build {info.get('build_seconds', float('nan')):.1f} s, greedy accuracy on tiny-math test: {overall:.3f}")
+        target, stop = info.get("target_cell"), info.get("stop") or {}
+        if target:
+            low, high = target["band"]
+            print(f"  {target['cell']} (first {target['n']} test problems): {target['accuracy']:.3f}, band {low}-{high}; "
+                  f"stopped at step {stop.get('stopped_at_step')} ({stop.get('reason')})")  # fmt: skip
+            if not target["in_band"]:
+                print(f"  warning: {target['cell']} accuracy {target['accuracy']:.3f} is outside the band {low}-{high}", file=sys.stderr)
     return 0
 
 
@@ -368,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="Directory for the model (default: the cache, see README).")
     p.add_argument("--force", action="store_true", help="Rebuild even if a complete build is there.")
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for the build [default: 1; see docs/tiny_model.md].")
     add_model_flags(p, TinyModelConfig)
 
     for name, (model, runner) in _config_commands().items():

@@ -20,16 +20,18 @@ from pydantic import ValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data.tiny_model as tiny_model
+import data.tiny_model.build as tiny_build
 from data.problem import render_prompt
 from data.tiny_math import answer_forms, generate
 from data.tiny_model import (
     MODEL_FILES,
     TinyModelConfig,
     build_tiny_model,
+    check_problems,
     default_model_dir,
-    exact_match,
-    last_boxed,
+    new_model,
     read_build_info,
+    supervised_train,
     target_text,
 )
 from data.tokenizer import build_tokenizer
@@ -86,7 +88,7 @@ def test_fingerprint_is_stable_and_follows_every_field():
     base = TinyModelConfig()
     assert base.fingerprint() == TinyModelConfig().fingerprint()
     assert base.fingerprint() != TinyModelConfig(seed=1).fingerprint()
-    assert base.fingerprint() != TinyModelConfig(mix={"add": (1.0, 0.0, 0.0)}).fingerprint()
+    assert base.fingerprint() != TinyModelConfig(mix={"add": (1.0, 0.0, 0.0)}, stop_cell=None).fingerprint()
 
 
 def test_default_model_dir_honours_rlep_cache_dir(monkeypatch, tmp_path):
@@ -127,27 +129,74 @@ def test_training_problems_never_come_from_the_test_split(fixture_config):
     assert not test_ids & {p.id for problems in pool.values() for p in problems}
 
 
+# ---------------------------------------------------------------------------------------------------
+# The stopping rule: measured accuracy on the stop cell, not a step count
+
+
 @pytest.mark.parametrize(
-    ("response", "gold", "expected"),
+    ("update", "message"),
     [
-        ("\\boxed{0.75}", "3/4", True),
-        ("\\boxed{\\frac{3}{4}}", "3/4", True),
-        ("\\boxed{-\\frac{253}{100}}", "-2.53", True),
-        ("\\boxed{6/8}", "3/4", True),
-        ("\\boxed{1}\\boxed{12}", "12", True),
-        ("\\boxed{13}", "12", False),
-        ("\\boxed{12", "12", False),
-        ("12", "12", False),
-        ("\\boxed{1/0}", "12", False),
-        ("\\boxed{__import__('os')}", "12", False),
+        ({"stop_cell": "division/1"}, "stop_cell"),
+        ({"stop_cell": "decimal/7"}, "stop_cell"),
+        ({"stop_cell": "decimal/1", "mix": {"add": (1.0, 0.0, 0.0)}}, "not trained on"),
+        ({"stop_band": (0.3, 0.4), "stop_aim": 0.25}, "stop_band"),
     ],
 )
-def test_exact_match(response, gold, expected):
-    assert exact_match(response, gold) is expected
+def test_invalid_stop_settings_name_the_field(update, message):
+    with pytest.raises(ValidationError, match=message):
+        TinyModelConfig(**update)
 
 
-def test_last_boxed_matches_nested_braces():
-    assert last_boxed("x \\boxed{\\frac{1}{20}} y") == "\\frac{1}{20}"
+def test_check_problems_are_held_out_from_training_and_test():
+    config = TinyModelConfig()
+    probes = check_problems(config)
+    assert len(probes) == config.check_problems
+    assert {p.data_source for p in probes} == {"tiny-math/decimal"} and {p.level for p in probes} == {1}
+    trained = {p.id for problems in tiny_model.training_pool(config).values() for p in problems}
+    tested = {p.id for p in generate("test", 300, families=["decimal"], levels=[1])}
+    assert not {p.id for p in probes} & (trained | tested)
+    assert [p.id for p in check_problems(config)] == [p.id for p in probes]  # deterministic
+
+
+def _stop_run(config, accuracy_at):
+    """Train the fixture model with a scripted cell accuracy; return (weights, losses, record, measured steps)."""
+    tokenizer = build_tokenizer()
+    seen = []
+
+    def measure(step):
+        seen.append(step)
+        return accuracy_at(step)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = new_model(config, tokenizer)
+        losses, record = supervised_train(model, tokenizer, config, progress=False, measure=measure)
+    return model.state_dict(), losses, record, seen
+
+
+def test_training_stops_at_the_first_check_that_reaches_the_aim(fixture_config):
+    config = fixture_config.model_copy(update={"stop_cell": "decimal/1", "check_every": 10})
+    _, losses, record, seen = _stop_run(config, lambda step: {10: 0.05, 20: 0.2}.get(step, 0.3))
+    assert seen == [10, 20, 30]
+    assert (record.stopped_at, record.reason, record.rewinds) == (30, "aim-reached", 0)
+    assert len(losses) == 30 < config.steps
+    # No stop cell: every step of the schedule runs.
+    _, losses, record, seen = _stop_run(fixture_config, lambda step: 1.0)
+    assert (len(losses), record.reason, seen) == (fixture_config.steps, "max-steps", [])
+
+
+def test_a_check_past_the_band_rewinds_and_replays_the_same_steps(fixture_config):
+    config = fixture_config.model_copy(update={"stop_cell": "decimal/1", "check_every": 10})
+    # The accuracy jumps from 0 to 0.9 between the checks at steps 20 and 30; it is inside the band at 25-26.
+    weights, losses, record, seen = _stop_run(config, lambda step: 0.9 if step >= 27 else 0.3 if step >= 25 else 0.0)
+    assert seen == [10, 20, 30, 21, 22, 23, 24, 25]
+    assert (record.stopped_at, record.reason, record.rewinds) == (25, "aim-reached", 1)
+    # The rewound run is the run that would have stopped at step 25 directly: same weights, same losses.
+    direct = config.model_copy(update={"check_every": 1})
+    weights_direct, losses_direct, record_direct, _ = _stop_run(direct, lambda step: 0.3 if step >= 25 else 0.0)
+    assert record_direct.stopped_at == 25 and record_direct.rewinds == 0
+    assert losses == losses_direct
+    assert all(torch.equal(weights[name], weights_direct[name]) for name in weights)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -170,7 +219,7 @@ def test_build_writes_a_complete_model(built, fixture_config):
 def test_training_changed_every_parameter(built, fixture_config):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(fixture_config.seed)
-        initial = tiny_model._new_model(fixture_config, build_tokenizer())
+        initial = new_model(fixture_config, build_tokenizer())
     trained = AutoModelForCausalLM.from_pretrained(built)
     before = dict(initial.named_parameters())
     for name, parameter in trained.named_parameters():
@@ -193,8 +242,8 @@ def test_model_loads_in_transformers_and_stops_at_eos(built):
 def test_second_build_reuses_the_cache_and_force_rebuilds(built, fixture_config, monkeypatch):
     stamp = (built / "model.safetensors").stat().st_mtime_ns
     calls = []
-    train = tiny_model.supervised_train
-    monkeypatch.setattr(tiny_model, "supervised_train", lambda *a, **k: calls.append(1) or train(*a, **k))
+    train = tiny_build.supervised_train
+    monkeypatch.setattr(tiny_build, "supervised_train", lambda *a, **k: calls.append(1) or train(*a, **k))
     assert build_tiny_model(built, fixture_config, progress=False) == built
     assert calls == [] and (built / "model.safetensors").stat().st_mtime_ns == stamp
     assert build_tiny_model(built, fixture_config, force=True, progress=False) == built
@@ -221,7 +270,7 @@ def test_a_failed_build_leaves_nothing_that_looks_complete(tmp_path, fixture_con
     def crash(*args, **kwargs):
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(tiny_model, "greedy_accuracy", crash)
+    monkeypatch.setattr(tiny_build, "greedy_accuracy", crash)
     with pytest.raises(RuntimeError, match="killed"):
         build_tiny_model(tmp_path / "model", fixture_config, progress=False)
     assert list(tmp_path.iterdir()) == []
