@@ -23,11 +23,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from data.metrics import pass_at_k
+from data.metrics import ALL_SOURCES, pass_at_k
 from data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
 from data.trajectory import PROBLEM_KEY
 
-ALL_SOURCES = "all"
 _COLUMNS = [
     "problem_id",
     "data_source",

@@ -6,6 +6,9 @@ from collections import Counter
 from collections.abc import Sequence
 from math import comb
 
+# The `data_source` of a table row that aggregates every source (evaluation and inspection tables).
+ALL_SOURCES = "all"
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased estimate of P(at least one of k draws is correct) from n samples with c correct.

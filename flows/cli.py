@@ -248,9 +248,11 @@ def _run_train(args: argparse.Namespace) -> int:
 def _print_train(result) -> None:
     import pyarrow.parquet as pq
 
+    from data.metrics import ALL_SOURCES
+
     ev = pq.read_table(result.eval_path).to_pandas() if Path(result.eval_path).exists() else None
     if ev is not None and len(ev):
-        overall = ev[ev.data_source == "all"].sort_values("step")
+        overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
         first, last = overall.iloc[0], overall.iloc[-1]
         print(f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}")
     print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
@@ -260,13 +262,17 @@ def _print_train(result) -> None:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from flows.pipeline import pipeline_flow
     from tasks.collect import preflight
-    from tasks.pipeline import PipelineConfig
+    from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
 
     config = _config(PipelineConfig, args)
     preflight(config.collect)
-    report = pipeline_flow(config)
+    if args.prefect:
+        from flows.pipeline import pipeline_flow
+
+        report = pipeline_flow(config)
+    else:
+        report = run_pipeline(config, local_stages()).report
     print(Path(report).read_text())
     print(f"report: {report}\nplot: {Path(report).parent / 'heldout_accuracy.png'}")
     return 0
@@ -380,9 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (model, runner) in _config_commands().items():
         doc = (model.__doc__ or "").strip().splitlines()[0]
         p = command(name, doc, runner)
-        if name != "pipeline":  # the pipeline is a DAG of Prefect subflows; it always runs under Prefect
-            p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
-                           help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the function directly.")
+        p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
+                       help="Run as a Prefect flow (artifacts, UI); --no-prefect calls the functions directly.")
         if name == "train":
             p.add_argument("--resume", type=Path, default=None, metavar="OUT",
                            help="Continue the run in OUT from its last checkpoint (its saved settings; flags override).")

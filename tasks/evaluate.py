@@ -13,15 +13,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.metrics import majority_correct, pass_at_k
+from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
 from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
 from tasks.models import resolve_model
 from verifiers import VerifierConfig, verify_batch
-
-ALL_SOURCES = "all"
 
 
 class EvalConfig(BaseModel):

@@ -1,9 +1,25 @@
-"""Settings of the whole pipeline (collect -> train with replay, and a baseline -> evaluate -> report), and
-how they become each stage's settings. The Prefect flow that runs it is `flows.pipeline`."""
+"""The whole pipeline, written once: settings (`PipelineConfig`) and the loop (`run_pipeline`).
+
+    evaluate the start -> [explore: GRPO from the start] -> collect (Phase I pool) -> train each arm
+    (Phase II) and evaluate its last checkpoint -> report
+
+RLEP's order (arXiv 2507.07451, `pool_from: explore`, the default for an rlep arm without a pool): the pool
+comes from a policy RL has already improved, and RLEP training restarts from the base model. So a plain
+GRPO run from `train.model` explores first, the collection samples its final checkpoint, and the rlep arm
+trains from `train.model` again. When that exploration run would be the baseline arm itself (same settings,
+same seed, same steps), the baseline run is reused as the exploration and nothing is trained twice.
+
+The loop has no Prefect in it: the stage functions are injected. `flows/pipeline.py` passes the Prefect
+subflows, `local_stages()` plain functions (used by `rlep pipeline --no-prefect`, `rlep bench train` and
+the study).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,30 +38,126 @@ class PipelineConfig(BaseModel):
     collect: CollectConfig = Field(default_factory=CollectConfig, description="Phase I settings (its `out` is set to OUT/collect).")
     train: TrainConfig = Field(
         default_factory=lambda: TrainConfig(replay=RLEPReplayConfig(pool=None)),
-        description="Phase II settings; an rlep replay without a pool uses the pool just collected.",
+        description="Phase II settings; an rlep replay without a pool uses the pool this pipeline collects.",
     )
     baseline: bool = Field(True, description="Also train a `replay: none` arm with the same seed and budget.")
     evaluate: EvalConfig = Field(
         default_factory=lambda: EvalConfig(samples=4), description="Final evaluation of every arm (its `model` is set per arm)."
     )
-    collect_from_trained: bool = Field(
-        False, description="Collect from train.model (a checkpoint, as the RLEP paper did) rather than collect.model."
+    pool_from: Literal["explore", "collect-model"] = Field(
+        "explore",
+        description="Where an rlep arm's pool comes from. `explore` (RLEP paper): a plain GRPO run from train.model, then "
+        "collection from its final checkpoint, then RLEP from train.model again. `collect-model`: collection from "
+        "collect.model as given (the start, or any checkpoint you name).",
+    )
+    explore_steps: int | None = Field(
+        None, ge=1, description="Steps of the exploration run (default: train.steps, so the baseline arm doubles as it)."
     )
 
     @model_validator(mode="after")
     def _wire(self) -> PipelineConfig:
-        updates = {"out": self.out / "collect"}
-        if self.collect_from_trained:
-            updates["model"] = self.train.model
-        self.collect = self.collect.model_copy(update=updates)
+        self.collect = self.collect.model_copy(update={"out": self.out / "collect"})
         return self
+
+    def pooled_rlep(self) -> bool:
+        """True when an rlep arm replays the pool this pipeline collects."""
+        replay = self.train.replay
+        return isinstance(replay, RLEPReplayConfig) and replay.pool is None
+
+    def explores(self) -> bool:
+        return self.pooled_rlep() and self.pool_from == "explore"
 
     def arms(self) -> dict[str, TrainConfig]:
         """Training settings per arm, with the pool and output directories filled in."""
         replay = self.train.replay
-        if isinstance(replay, RLEPReplayConfig) and replay.pool is None:
+        if self.pooled_rlep():
             replay = replay.model_copy(update={"pool": self.collect.out / "pool.parquet"})
         arms = {replay.kind: self.train.model_copy(update={"replay": replay, "out": self.out / replay.kind})}
         if self.baseline and replay.kind != "none":
             arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.out / "baseline"})
         return arms
+
+    def explore_run(self) -> tuple[str, TrainConfig]:
+        """(name, settings) of the exploration run: the baseline arm when it is the same run, else OUT/explore."""
+        steps = self.explore_steps or self.train.steps
+        baseline = self.arms().get("baseline")
+        if baseline is not None and steps == baseline.steps:
+            return "baseline", baseline
+        return "explore", self.train.model_copy(update={"replay": NoReplayConfig(), "steps": steps, "out": self.out / "explore"})
+
+
+@dataclass
+class PipelineStages:
+    """The stage functions `run_pipeline` calls (Prefect subflows, or plain functions)."""
+
+    collect: Callable[[CollectConfig], dict]  # -> at least {"run_dir": ...}
+    train: Callable[[TrainConfig], Any]  # -> an object with `.out` and `.final_checkpoint`
+    evaluate: Callable[[EvalConfig], Any]
+    report: Callable[..., Any]  # (out, arms, evaluations, collect_dir, pool_source) -> report path
+
+
+@dataclass
+class PipelineResult:
+    report: Path
+    arms: dict[str, Path] = field(default_factory=dict)  # arm -> training run directory
+    evaluations: dict[str, Path] = field(default_factory=dict)  # base / explore / arm -> evaluation directory
+    collect_dir: Path | None = None
+    pool_source: dict | None = None  # the exploration checkpoint the pool was sampled from
+
+
+def run_pipeline(config: PipelineConfig, stages: PipelineStages) -> PipelineResult:
+    """Run the pipeline of `config` with `stages`; see the module docstring for the order."""
+    result = PipelineResult(report=config.out / "report.md")
+
+    def evaluate(name: str, model: str) -> Path:
+        out = config.out / "eval" / name
+        stages.evaluate(config.evaluate.model_copy(update={"model": model, "out": out}))
+        result.evaluations[name] = out
+        return out
+
+    def train_arm(name: str, train_config: TrainConfig) -> Any:
+        run = stages.train(train_config)
+        result.arms[name] = Path(run.out)
+        evaluate(name, str(run.final_checkpoint))
+        return run
+
+    evaluate("base", config.train.model)  # the start, so the final numbers have a "before"
+    arms = config.arms()
+    collect_config = config.collect
+    if config.explores():
+        name, explore_config = config.explore_run()
+        if name == "baseline":
+            explored = train_arm("baseline", arms.pop("baseline"))
+        else:
+            explored = stages.train(explore_config)
+            evaluate("explore", str(explored.final_checkpoint))
+        collect_config = collect_config.model_copy(update={"model": str(explored.final_checkpoint)})
+        result.pool_source = {"run": name, "checkpoint": str(explored.final_checkpoint), "eval": str(result.evaluations[name])}
+    collected = stages.collect(collect_config)
+    result.collect_dir = Path(collected["run_dir"])
+    for name, train_config in arms.items():
+        train_arm(name, train_config)
+    result.report = Path(stages.report(config.out, result.arms, result.evaluations, result.collect_dir, result.pool_source))
+    return result
+
+
+def local_stages(progress: bool = True) -> PipelineStages:
+    """Plain (Prefect-free) stage functions: each stage runs in this process."""
+    from tasks.collect import run_collection
+    from tasks.engines.cache import release_engines
+    from tasks.evaluate import evaluate
+    from tasks.report import write_report
+    from tasks.training.trainer import train
+
+    def collect(collect_config: CollectConfig) -> dict:
+        try:
+            return run_collection(collect_config, progress=progress)
+        finally:
+            release_engines()
+
+    return PipelineStages(
+        collect=collect,
+        train=lambda train_config: train(train_config, progress=progress),
+        evaluate=lambda eval_config: evaluate(eval_config, progress=progress),
+        report=write_report,
+    )

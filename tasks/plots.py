@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.metrics import ALL_SOURCES
+
 
 def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-out accuracy") -> Path:
     """One PNG with, per run (label -> run directory), held-out avg@K (all sources) and training reward.
@@ -22,7 +24,7 @@ def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-ou
         run = Path(run)
         if (run / "eval.parquet").exists():
             ev = pq.read_table(run / "eval.parquet").to_pandas()
-            ev = ev[ev.data_source == "all"].sort_values("step")
+            ev = ev[ev.data_source == ALL_SOURCES].sort_values("step")
             k = int(ev.k.iloc[0]) if len(ev) else 1
             ax_eval.plot(ev.step, ev.avg_at_k, marker="o", label=f"{label} (avg@{k})")
         if (run / "metrics.parquet").exists():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from data.metrics import ALL_SOURCES
 from tasks.plots import plot_learning_curves
 
 PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
@@ -21,7 +22,7 @@ def _table(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
 def arm_summary(run_dir: Path) -> dict:
     """Start/final held-out accuracy, mean step time split and replay share of one training run."""
     ev = pd.read_parquet(run_dir / "eval.parquet")
-    overall = ev[ev.data_source == "all"].sort_values("step")
+    overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
     metrics = pd.read_parquet(run_dir / "metrics.parquet").sort_values("step")
     phases = {c.removeprefix("time_"): float(metrics[c].mean()) for c in PHASE_COLUMNS if c in metrics}
     return {
@@ -38,6 +39,9 @@ def arm_summary(run_dir: Path) -> dict:
         "train_reward_first": float(metrics.reward_mean.iloc[:5].mean()),
         "train_reward_last": float(metrics.reward_mean.iloc[-5:].mean()),
         "logprob_mismatch": float(metrics.logprob_mismatch.mean()) if "logprob_mismatch" in metrics else None,
+        # RLEP's effective M: pooled answers that joined a group, per group; and the share of prompts that got any
+        "replay_per_group": float(metrics.replay_per_group_mean.mean()) if "replay_per_group_mean" in metrics else None,
+        "replay_prompt_share": float(metrics.replay_prompt_share.mean()) if "replay_prompt_share" in metrics else None,
     }
 
 
@@ -58,8 +62,13 @@ def replay_overhead(replay_arm: dict, baseline: dict) -> dict[str, float]:
     }
 
 
-def write_report(out: Path, arms: dict[str, Path], evaluations: dict[str, Path], collect_dir: Path | None = None) -> Path:
-    """Write OUT/report.md, OUT/report.json and OUT/heldout_accuracy.png; returns the markdown path."""
+def write_report(
+    out: Path, arms: dict[str, Path], evaluations: dict[str, Path], collect_dir: Path | None = None, pool_source: dict | None = None
+) -> Path:
+    """Write OUT/report.md, OUT/report.json and OUT/heldout_accuracy.png; returns the markdown path.
+
+    `pool_source` names the exploration run and checkpoint the pool was sampled from (RLEP's order).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(arms, out / "heldout_accuracy.png", title="Held-out accuracy vs step")
@@ -76,6 +85,14 @@ def write_report(out: Path, arms: dict[str, Path], evaluations: dict[str, Path],
             f"- experience pool: {counts['pool_rows']} answers for {counts['pool_problems']} problems "
             f"(min_correct = {manifest['parameters']['min_correct']}), `{Path(collect_dir) / 'pool.parquet'}`",
             "- seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
+            "",
+        ]
+        lines += _pool_source_lines(manifest, pool_source)
+    rlep = summaries.get("rlep")
+    if rlep is not None and rlep.get("replay_per_group") is not None:
+        lines += [
+            f"Effective M of the `rlep` arm: {rlep['replay_per_group']:.2f} pooled answers per group on average "
+            f"(configured M is the most a group can get); {rlep['replay_prompt_share']:.1%} of prompts got any replay.",
             "",
         ]
     lines += ["## Phase II: training (held-out accuracy during training)", ""]
@@ -106,3 +123,17 @@ def write_report(out: Path, arms: dict[str, Path], evaluations: dict[str, Path],
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _pool_source_lines(manifest: dict, pool_source: dict | None) -> list[str]:
+    """Which policy the pool was sampled from, and how good it was on the held-out evaluation."""
+    if pool_source is None:
+        return [f"- sampled from `{manifest.get('model', {}).get('path', manifest.get('model'))}`", ""]
+    ev = pd.read_parquet(Path(pool_source["eval"]) / "eval.parquet")
+    overall = ev[ev.data_source == ALL_SOURCES].iloc[0]
+    return [
+        f"- sampled from `{pool_source['checkpoint']}`, the last checkpoint of the exploration run "
+        f"(`{pool_source['run']}`: plain GRPO from the start, as RLEP collects from an RL-improved policy); its held-out "
+        f"avg@{int(overall.k)} {overall.avg_at_k:.3f}, pass@{int(overall.k)} {overall.pass_at_k:.3f}",
+        "",
+    ]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from data.problem import Problem
 from tasks.replay.base import ReplayStrategy
 from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from data.problem import Problem
 from tasks.replay.pool import PoolKey, load_pool
 from tasks.replay.strategies import FIFOReplay, NoReplay, PrioritizedReplay, RLEPReplay
 

@@ -18,7 +18,6 @@ from tasks.replay.base import Group, PoolKey, Rollout
 from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 
 
-
 def _as_replayed(rollout: Rollout) -> Rollout:
     return replace(rollout, origin="replay")
 

@@ -1,53 +1,110 @@
-"""The pipeline as a Prefect DAG of subflows (collect -> train arms -> evaluate -> report), run under a
-temporary Prefect server on the fixture model, and the artifacts it publishes."""
+"""The pipeline as `make demo` runs it (RLEP's three phases and a baseline, under a temporary Prefect server)
+on the fixture model, the artifacts it publishes, and the order `run_pipeline` follows."""
 
+import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from data.problem import render_prompt
+from data.sources import ProblemSourceConfig, load_problems
+from tasks.engines.base import Completion
 from tasks.pipeline import PipelineConfig
 
-pytestmark = pytest.mark.slow
+PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
+HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "test", "limit": 6}
 
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+def _config(model, out, replay, **extra):
+    return PipelineConfig.model_validate({
+        "out": str(out),
+        "collect": {"model": model, "problems": PROBLEMS, "samples_per_prompt": 2, "min_correct": 1,
+                    "shard_size": 4, "max_tokens": 10, "engine": {"backend": "transformers"}},
+        "train": {"model": model, "problems": PROBLEMS, "eval_problems": HELD_OUT, "steps": 2,
+                  "prompts_per_step": 2, "samples_per_prompt": 3, "max_tokens": 10, "eval_every": 1,
+                  "replay": replay, "loss": {"overlong_buffer": 6}, "engine": {"backend": "transformers"}},
+        "evaluate": {"samples": 2, "max_tokens": 10, "problems": HELD_OUT, "engine": {"backend": "transformers"}},
+        **extra,
+    })  # fmt: skip
 
 
-def test_pipeline_runs_every_stage_and_reports(prefect_server, fixture_model, tmp_path):
+@pytest.fixture
+def half_right_collection(monkeypatch):
+    """The fixture model gets nothing right, so its pool would be empty: during collection, the first answer to
+    each prompt is replaced by the boxed gold answer (without token ids, so the trainer tokenises it, as it does
+    for imported pools). Everything else (verification, the pool rule, training on the pool) is the real code."""
+    import tasks.collect
+
+    gold = {render_prompt(p): p.answer for p in load_problems(ProblemSourceConfig(**PROBLEMS))}
+    real = tasks.collect.shared_engine
+    models = []
+
+    class HalfRight:
+        def __init__(self, engine):
+            self.engine = engine
+
+        def generate(self, prompts, sampling, progress=False):
+            out = self.engine.generate(prompts, sampling, progress)
+            for prompt, completions in zip(prompts, out):
+                first = completions[0]
+                completions[0] = Completion(f"\\boxed{{{gold[prompt]}}}", [], [], "stop", first.prompt_token_ids)
+            return out
+
+    def shared_engine(model, config):
+        models.append(str(model))
+        return HalfRight(real(model, config))
+
+    monkeypatch.setattr(tasks.collect, "shared_engine", shared_engine)
+    return models
+
+
+@pytest.mark.slow
+def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, half_right_collection):
     from prefect.client.orchestration import get_client
 
     from flows.pipeline import pipeline_flow
 
-    problems = {"source": "tiny-math", "split": "train", "limit": 8}
-    held_out = {"source": "tiny-math", "split": "test", "limit": 6}
-    config = PipelineConfig.model_validate({
-        "out": str(tmp_path / "pipe"),
-        "collect": {"model": fixture_model, "problems": problems, "samples_per_prompt": 2, "min_correct": 1,
-                    "shard_size": 4, "max_tokens": 10, "engine": {"backend": "transformers"}},
-        "train": {"model": fixture_model, "problems": problems, "eval_problems": held_out, "steps": 2,
-                  "prompts_per_step": 2, "samples_per_prompt": 3, "max_tokens": 10, "eval_every": 1,
-                  "replay": {"kind": "fifo"}, "loss": {"overlong_buffer": 6}, "engine": {"backend": "transformers"}},
-        "evaluate": {"samples": 2, "max_tokens": 10, "problems": held_out, "engine": {"backend": "transformers"}},
-    })  # fmt: skip
-    report = pipeline_flow(config)
     out = tmp_path / "pipe"
+    config = _config(fixture_model, out, {"kind": "rlep", "replay_per_group": 2})
+    with prefect_test_harness(server_startup_timeout=120):
+        report = pipeline_flow(config)
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs()
+            names = sorted(client.read_flow(r.flow_id).name for r in runs)
+            keys = {a.key for a in client.read_artifacts()}
     text = (out / "report.md").read_text()
     assert str(out / "report.md") == report
-    for section in ("Phase I: collection", "Phase II: training", "| fifo |", "| baseline |", "Replay overhead", "per trained sequence"):
-        assert section in text
+
+    # explore = the baseline run (same settings); the pool is sampled from its last checkpoint ...
+    explore_checkpoint = out / "baseline" / "checkpoints" / "step-2"
+    assert set(half_right_collection) == {str(explore_checkpoint)}
+    pool = pq.read_table(out / "collect" / "pool.parquet").to_pandas()
+    assert len(pool) and set(pool.model) == {str(explore_checkpoint.resolve())} and pool.correct.all()
+    # ... and RLEP restarts from the start and replays it: pooled answers joined the groups.
+    rlep_metrics = pq.read_table(out / "rlep" / "metrics.parquet").to_pandas()
+    assert (rlep_metrics.replay_share > 0).all() and (rlep_metrics.replay_per_group_mean > 0).all()
+    assert not (out / "explore").exists()  # nothing trained twice
+
+    for section in ("Phase I: collection", "Phase II: training", "| rlep |", "| baseline |", "Replay overhead",
+                    f"sampled from `{explore_checkpoint}`", "Effective M of the `rlep` arm", "### base"):  # fmt: skip
+        assert section in text, section
     assert (out / "heldout_accuracy.png").stat().st_size > 5_000
-    for arm in ("fifo", "baseline"):
+    for arm in ("rlep", "baseline"):
         assert (out / arm / "checkpoints" / "step-2" / "model.safetensors").exists()
         assert (out / "eval" / arm / "eval.parquet").exists()
-    assert (out / "collect" / "pool.parquet").exists()
-    assert (out / "eval" / "base" / "eval.parquet").exists() and "### base" in text
+    assert (out / "eval" / "base" / "eval.parquet").exists()
 
-    with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs()
-        names = sorted(client.read_flow(r.flow_id).name for r in runs)
-        keys = {a.key for a in client.read_artifacts()}
     assert names.count("train") == 2 and names.count("evaluate") == 3 and {"collect", "pipeline"} <= set(names)
     assert all(r.state.is_completed() for r in runs)
     assert {"pipeline-report", "train-summary", "train-eval", "collect-summary", "eval-summary"} <= keys
+
+
+def test_explore_is_the_baseline_run_only_when_it_is_the_same_run(tmp_path):
+    config = _config("tiny", tmp_path, {"kind": "rlep"})
+    assert config.explores() and config.explore_run()[0] == "baseline"
+    name, explore = _config("tiny", tmp_path, {"kind": "rlep"}, explore_steps=5).explore_run()
+    assert (name, explore.steps, explore.replay.kind, explore.out) == ("explore", 5, "none", tmp_path / "explore")
+    assert _config("tiny", tmp_path, {"kind": "rlep"}, baseline=False).explore_run()[0] == "explore"
+    # A given pool, another design or `pool_from: collect-model`: no exploration run.
+    assert not _config("tiny", tmp_path, {"kind": "rlep", "pool": str(tmp_path / "p.parquet")}).explores()
+    assert not _config("tiny", tmp_path, {"kind": "fifo"}).explores()
+    assert not _config("tiny", tmp_path, {"kind": "rlep"}, pool_from="collect-model").explores()
