@@ -68,6 +68,7 @@ class RLEPReplay:
         self.config = config
         self.pool = pool
         self.rng = random.Random(seed)
+        self.coverage = float("nan")  # share of training problems with a pooled answer (set by make_replay)
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
         groups = []
@@ -94,7 +95,7 @@ class RLEPReplay:
         return _flatten(groups)  # the pool is fixed (collected in phase 1)
 
     def stats(self) -> dict[str, float]:
-        return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values())}
+        return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values()), "pool_coverage": self.coverage}
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.getstate()}

@@ -48,6 +48,7 @@ from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
 from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
+from tasks.replay.factory import pinned
 from tasks.training.advantages import asymre_advantages, group_advantages
 from tasks.training.batch import build_batch
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
@@ -91,6 +92,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        config = config.model_copy(update={"replay": pinned(config.replay)})  # resume replays the same pool version
         self.config = config
         self.out = Path(config.out)
         self.run_id = config.resolved_run_id()
