@@ -278,6 +278,48 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- study
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    import shlex
+
+    import yaml
+    from pydantic import ValidationError
+
+    from tasks.study import StudyError, plan
+
+    try:
+        settings = yaml.safe_load(Path(args.config).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"--config {args.config}: {err}") from None
+    settings.update({k: v for k, v in {"seeds": args.seeds, "out": args.out}.items() if v is not None})
+    if args.runner is not None:
+        settings["runner"] = {**settings.get("runner", {}), "kind": args.runner}
+    from tasks.study import StudyConfig
+
+    try:
+        config = StudyConfig.model_validate(settings)
+        plan(config)  # every arm's settings checked before anything runs
+    except ValidationError as err:
+        raise UserError(f"{args.config}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+    except StudyError as err:
+        raise UserError(f"{args.config}: {err}") from None
+    command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
+    if args.prefect:
+        from flows.study import study_flow
+
+        report = study_flow(config, command)
+    elif config.runner.kind == "ray":
+        raise UserError("--runner ray runs through Prefect's Ray task runner: drop --no-prefect")
+    else:
+        from tasks.study import run_study
+
+        report = run_study(config, command=command)["report"]
+    print(Path(report).read_text())
+    return 0
+
+
 # ---------------------------------------------------------------- serve
 
 
@@ -450,6 +492,15 @@ def build_parser() -> argparse.ArgumentParser:
     from verifiers.bench import add_arguments as add_verify_bench_arguments
 
     add_verify_bench_arguments(p)
+
+    p = sub.add_parser("study", help="Compare replay designs over seeds: arms x seeds, bootstrap intervals, claims table (docs/study.md).")
+    p.set_defaults(handler=_cmd_study)
+    p.add_argument("--config", required=True, help="Study YAML (flows/configs/study-*.yaml).")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="Seeds (overrides the file's).")
+    p.add_argument("--out", default=None, help="Study directory (overrides the file's).")
+    p.add_argument("--runner", choices=["local", "ray"], default=None, help="Where runs execute (overrides runner.kind).")
+    p.add_argument("--prefect", action=argparse.BooleanOptionalAction, default=True,
+                   help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs here, one after another.")
 
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
     p.add_argument("command_name", choices=sorted(_config_commands()), metavar="COMMAND")

@@ -32,3 +32,38 @@ def vllm_engine(fixture_model):
     engine = make_engine(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64))
     yield engine
     engine.close()
+
+
+@pytest.fixture
+def half_right_collection(monkeypatch):
+    """The fixture model gets nothing right, so its pool would be empty: during collection, the first answer to
+    each prompt is replaced by the boxed gold answer (without token ids, so the trainer tokenises it, as it does
+    for imported pools). Everything else (verification, the pool rule, training on the pool) is the real code."""
+    import tasks.collect
+    from data.problem import render_prompt
+    from data.tiny_math import FAMILIES, LEVELS, generate
+    from tasks.engines.base import Completion
+
+    # The tiny-math problems a test can ask for (a source's first problems, over all cells or one), by prompt.
+    cells = [{}] + [{"families": [f], "levels": [lv]} for f in FAMILIES for lv in LEVELS]
+    gold = {render_prompt(p): p.answer for split in ("train", "test") for cell in cells for p in generate(split, 300, **cell)}
+    real = tasks.collect.shared_engine
+    models = []
+
+    class HalfRight:
+        def __init__(self, engine):
+            self.engine = engine
+
+        def generate(self, prompts, sampling, progress=False):
+            out = self.engine.generate(prompts, sampling, progress)
+            for prompt, completions in zip(prompts, out):
+                first = completions[0]
+                completions[0] = Completion(f"\\boxed{{{gold[prompt]}}}", [], [], "stop", first.prompt_token_ids)
+            return out
+
+    def shared_engine(model, config):
+        models.append(str(model))
+        return HalfRight(real(model, config))
+
+    monkeypatch.setattr(tasks.collect, "shared_engine", shared_engine)
+    return models

@@ -5,9 +5,6 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from data.problem import render_prompt
-from data.sources import ProblemSourceConfig, load_problems
-from tasks.engines.base import Completion
 from tasks.pipeline import PipelineConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
@@ -25,36 +22,6 @@ def _config(model, out, replay, **extra):
         "evaluate": {"samples": 2, "max_tokens": 10, "problems": HELD_OUT, "engine": {"backend": "transformers"}},
         **extra,
     })  # fmt: skip
-
-
-@pytest.fixture
-def half_right_collection(monkeypatch):
-    """The fixture model gets nothing right, so its pool would be empty: during collection, the first answer to
-    each prompt is replaced by the boxed gold answer (without token ids, so the trainer tokenises it, as it does
-    for imported pools). Everything else (verification, the pool rule, training on the pool) is the real code."""
-    import tasks.collect
-
-    gold = {render_prompt(p): p.answer for p in load_problems(ProblemSourceConfig(**PROBLEMS))}
-    real = tasks.collect.shared_engine
-    models = []
-
-    class HalfRight:
-        def __init__(self, engine):
-            self.engine = engine
-
-        def generate(self, prompts, sampling, progress=False):
-            out = self.engine.generate(prompts, sampling, progress)
-            for prompt, completions in zip(prompts, out):
-                first = completions[0]
-                completions[0] = Completion(f"\\boxed{{{gold[prompt]}}}", [], [], "stop", first.prompt_token_ids)
-            return out
-
-    def shared_engine(model, config):
-        models.append(str(model))
-        return HalfRight(real(model, config))
-
-    monkeypatch.setattr(tasks.collect, "shared_engine", shared_engine)
-    return models
 
 
 @pytest.mark.slow

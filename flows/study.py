@@ -1,0 +1,77 @@
+"""Prefect flow `study`: every (arm, seed) run of a study as a Prefect task, in parallel on Ray when asked.
+
+`runner.kind: ray` hands the tasks to prefect-ray's `RayTaskRunner`: a local Ray started for the study
+(`runner.max_parallel` CPUs), or an existing cluster at `runner.address`. Each run asks Ray for
+`runner.cpus_per_run` CPUs and `runner.gpus_per_run` GPUs and uses that many torch threads. A run that
+needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
+waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
+after another in this process. Finished runs are skipped, so a killed study resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+
+from tasks.study import StudyConfig, execute_run, gather, plan, write_study_outputs
+from tasks.study.report import claims_markdown
+
+
+@task(name="study-run", task_run_name="{run.key}")
+def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
+    return execute_run(run, needs, progress=False, threads=threads)
+
+
+@flow(name="study", log_prints=True)
+def study_flow(config: StudyConfig, command: str | None = None) -> str:
+    """Run every (arm, seed) of `config` and write its statistics; returns the report's path."""
+    runs = plan(config)
+    if config.runner.kind == "ray":
+        results = _submit_on_ray(config, runs)
+    else:
+        results = {}
+        for run in runs:
+            results[run.key] = study_run_task(run, {key: results[key] for key in run.needs})
+    study, final = gather(runs)
+    paths = write_study_outputs(config, study, final, command)
+    create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
+    create_markdown_artifact(key="study-report", markdown=paths["report"].read_text())
+    print(f"report: {paths['report']}")
+    return str(paths["report"])
+
+
+def _submit_on_ray(config: StudyConfig, runs) -> dict:
+    from prefect_ray import RayTaskRunner
+
+    runner = config.runner
+    init = {"include_dashboard": False}
+    if runner.address is None and runner.max_parallel is not None:
+        init["num_cpus"] = runner.max_parallel
+    on_ray = study_runs_flow.with_options(task_runner=RayTaskRunner(address=runner.address, init_kwargs=init))
+    return on_ray(runs, runner.cpus_per_run, runner.gpus_per_run)
+
+
+@flow(name="study-runs")
+def study_runs_flow(runs: list, cpus_per_run: float, gpus_per_run: float) -> dict:
+    """Submit every run with its resources; a run waits for the runs it needs."""
+    from prefect_ray.context import remote_options
+
+    threads = max(1, math.floor(cpus_per_run))
+    futures = {}
+    for run in runs:
+        needs = {key: futures[key] for key in run.needs}
+        with remote_options(num_cpus=cpus_per_run, num_gpus=gpus_per_run):
+            futures[run.key] = study_run_task.submit(run, needs, threads, wait_for=list(needs.values()))
+    return {key: future.result() for key, future in futures.items()}
+
+
+def study_from_file(path: Path, **overrides) -> StudyConfig:
+    import yaml
+
+    settings = yaml.safe_load(Path(path).read_text()) or {}
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return StudyConfig.model_validate(settings)

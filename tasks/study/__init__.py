@@ -1,0 +1,30 @@
+"""`rlep study`: replay designs compared arm against arm over several seeds, with bootstrap statistics.
+
+- `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order;
+- `runs`: execute one run (skipped when finished), gather the results as tables;
+- `stats`: bootstrap intervals, paired differences, the claims;
+- `report`: study.parquet, summary.parquet, claims, plots, report.md.
+
+`run_study` runs a plan here, one run after another; `flows/study.py` runs it as Prefect tasks, in parallel
+on Ray when `runner.kind` is `ray`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.study.config import Run, StudyConfig, StudyError, plan
+from tasks.study.report import write_study_outputs
+from tasks.study.runs import execute_run, gather
+
+__all__ = ["Run", "StudyConfig", "StudyError", "execute_run", "gather", "plan", "run_study", "write_study_outputs"]
+
+
+def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
+    """Every run of the study in this process, one after another (finished runs are skipped), then the outputs."""
+    runs = plan(config)
+    results: dict[str, dict] = {}
+    for run in runs:
+        results[run.key] = execute_run(run, {key: results[key] for key in run.needs}, progress=progress)
+    study, final = gather(runs)
+    return write_study_outputs(config, study, final, command)

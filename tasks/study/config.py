@@ -1,0 +1,149 @@
+"""A study's settings (arms x seeds on one base configuration) and its plan: the runs and what each waits for.
+
+An arm is a name plus overrides of the base training settings, deep-merged (`{replay: {kind: fifo}}` keeps
+every other base setting). Every arm runs with every seed, and the seed is the training seed: the same seed
+in two arms means the same prompt order and sampling seeds, so arms are compared paired by seed.
+
+An rlep arm without a pool gets RLEP's order, once per seed and shared by every arm that needs it: an
+exploration run (plain GRPO from the start; the baseline arm's own run when it is the same run), then a
+collection from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tasks.collect import CollectConfig
+from tasks.evaluate import EvalConfig
+from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
+from tasks.training.config import TrainConfig
+
+
+class StudyError(ValueError):
+    """A study configuration that cannot run; the message names the arm and the field."""
+
+
+class RunnerConfig(BaseModel):
+    """Where the runs of a study execute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["local", "ray"] = Field("local", description="`local`: one run after another in this process; `ray`: "
+                                          "runs in parallel through Prefect's Ray task runner.")  # fmt: skip
+    address: str | None = Field(None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray.")
+    cpus_per_run: float = Field(1.0, gt=0, description="CPUs of one run (also its torch and OpenMP threads).")
+    gpus_per_run: float = Field(0.0, ge=0, description="GPUs of one run (vLLM's tensor parallelism goes in train.engine).")
+    max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
+
+
+class StudyConfig(BaseModel):
+    """Compare replay designs: arms x seeds, paired by seed, with bootstrap intervals."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path = Field(Path("runs/study"), description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Training seeds; every arm runs each.")
+    collect: dict[str, Any] = Field(default_factory=dict, description="Collection settings for rlep pools (see `rlep show-config collect`).")
+    train: dict[str, Any] = Field(default_factory=dict, description="Base training settings of every arm (see `rlep show-config train`).")
+    evaluate: dict[str, Any] = Field(default_factory=lambda: {"samples": 4}, description="Final evaluation of every run (pass@k at the end).")
+    arms: dict[str, dict[str, Any]] = Field(min_length=1, description="Arm name -> overrides of the training settings.")
+    baseline_arm: str = Field("baseline", description="The reference arm of the paired differences.")
+    explore_steps: int | None = Field(None, ge=1, description="Steps of RLEP's exploration run (default: the baseline's, so its run is reused).")
+    bootstrap_samples: int = Field(2000, ge=100, le=100_000, description="Bootstrap resamples of the seeds for each interval.")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the runs execute.")
+
+    @model_validator(mode="after")
+    def _check(self) -> StudyConfig:
+        if self.baseline_arm not in self.arms:
+            raise ValueError(f"baseline_arm {self.baseline_arm!r} is not one of the arms {sorted(self.arms)}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
+        return self
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """`base` with `override` merged in; nested dicts merge, anything else replaces (a new replay kind replaces)."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and not (key == "replay" and "kind" in value):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass
+class Run:
+    """One unit of work: a training run (arm, seed) with its final evaluation, an exploration run, or a collection."""
+
+    key: str  # e.g. "rlep/seed-0", "explore/seed-0", "collect/seed-0"
+    kind: Literal["train", "collect"]
+    seed: int
+    arm: str | None
+    config: TrainConfig | CollectConfig
+    evaluate: EvalConfig | None = None
+    needs: list[str] = field(default_factory=list)  # keys of runs whose results this one uses
+
+
+def _validated(model, settings: dict, where: str):
+    try:
+        return model.model_validate(settings)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise StudyError(f"{where}: {problems}") from None
+
+
+def plan(config: StudyConfig) -> list[Run]:
+    """Every run of the study in an order that respects `needs`; all settings validated before anything runs."""
+    runs: list[Run] = []
+    for seed in config.seeds:
+        arms = {}
+        for arm, override in config.arms.items():
+            settings = deep_merge(config.train, override)
+            settings.update(seed=seed, out=str(config.out / "runs" / arm / f"seed-{seed}"))
+            arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
+        pooled = [a for a, c in arms.items() if isinstance(c.replay, RLEPReplayConfig) and c.replay.pool is None]
+        collect_key = f"collect/seed-{seed}"
+        first: list[str] = []
+        if pooled:
+            explore_key = _explore_run(config, arms, seed, runs)
+            first = [explore_key] if explore_key.startswith(f"{config.baseline_arm}/") else []
+            collect = _validated(CollectConfig, {**config.collect, "seed": seed, "out": str(config.out / "collect" / f"seed-{seed}")}, "collect")
+            runs.append(Run(collect_key, "collect", seed, None, collect, needs=[explore_key]))
+        for arm, train_config in arms.items():
+            key = f"{arm}/seed-{seed}"
+            if key in first:
+                continue
+            if arm in pooled:
+                pool = config.out / "collect" / f"seed-{seed}" / "pool.parquet"
+                train_config = train_config.model_copy(update={"replay": train_config.replay.model_copy(update={"pool": pool})})
+            runs.append(Run(key, "train", seed, arm, train_config, _evaluation(config, train_config, arm),
+                            needs=[collect_key] if arm in pooled else []))  # fmt: skip
+    return runs
+
+
+def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], seed: int, runs: list[Run]) -> str:
+    """Add the exploration run of `seed` (the baseline arm's run when it is plain GRPO of the same length) and return its key."""
+    baseline = arms[config.baseline_arm]
+    steps = config.explore_steps or baseline.steps
+    if isinstance(baseline.replay, NoReplayConfig) and steps == baseline.steps:
+        key = f"{config.baseline_arm}/seed-{seed}"
+        runs.append(Run(key, "train", seed, config.baseline_arm, baseline, _evaluation(config, baseline, config.baseline_arm)))
+        return key
+    explore = _validated(TrainConfig, {**config.train, "seed": seed, "steps": steps, "replay": {"kind": "none"},
+                                       "out": str(config.out / "explore" / f"seed-{seed}")}, "explore")  # fmt: skip
+    key = f"explore/seed-{seed}"
+    runs.append(Run(key, "train", seed, None, explore))
+    return key
+
+
+def _evaluation(config: StudyConfig, train_config: TrainConfig, arm: str) -> EvalConfig:
+    settings = {"problems": train_config.eval_problems.model_dump(), "max_tokens": train_config.max_tokens,
+                "engine": train_config.engine.model_dump(), **config.evaluate, "seed": train_config.seed,
+                "out": str(Path(train_config.out) / "final_eval")}  # fmt: skip
+    return _validated(EvalConfig, settings, f"evaluate (arm {arm})")
