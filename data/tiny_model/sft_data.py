@@ -1,5 +1,5 @@
-"""The supervised data of the tiny model: a seeded stream of (prompt, boxed answer) batches, and the
-held-out problems its stopping rule measures."""
+"""The supervised data of the tiny model: a seeded stream of (prompt, [worked steps,] boxed answer) batches,
+and the held-out problems its stopping rule measures."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from data.problem import Problem, render_prompt
 from data.tiny_math import answer_forms, generate
+from data.tiny_math_worked import worked_solution
 from data.tiny_model.config import TinyModelConfig
 
 
@@ -57,7 +58,11 @@ def training_stream(config: TinyModelConfig, tokenizer) -> list[list[Example]]:
         for cell in rng.choices(cells, weights=cell_w, k=config.batch_size):
             problem = rng.choice(pool[cell])
             prompt = encode(render_prompt(problem))
-            target = encode(target_text(problem.answer, rng, config.gold_form_share) + eos)
+            target = target_text(problem.answer, rng, config.gold_form_share)
+            if config.solutions == "worked":
+                steps = worked_solution(problem, rng=rng).rpartition("\n")[0]
+                target = f"{steps}\n{target}"
+            target = encode(target + eos)
             batch.append(Example(prompt + target, len(prompt)))
         batches.append(batch)
     return batches
