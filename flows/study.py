@@ -17,7 +17,7 @@ import pandas as pd
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from tasks.study import StudyConfig, execute_run, gather, plan, write_study_outputs
+from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
 from tasks.study.report import claims_markdown
 
 
@@ -29,6 +29,7 @@ def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
 @flow(name="study", log_prints=True)
 def study_flow(config: StudyConfig, command: str | None = None) -> str:
     """Run every (arm, seed) of `config` and write its statistics; returns the report's path."""
+    config = with_models_resolved(config)
     runs = plan(config)
     if config.runner.kind == "ray":
         results = _submit_on_ray(config, runs)

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.study.config import Run, StudyConfig, StudyError, plan
+from tasks.study.config import Run, StudyConfig, StudyError, plan, with_models_resolved
 from tasks.study.report import write_study_outputs
 from tasks.study.runs import execute_run, gather
 
-__all__ = ["Run", "StudyConfig", "StudyError", "execute_run", "gather", "plan", "run_study", "write_study_outputs"]
+__all__ = ["Run", "StudyConfig", "StudyError", "execute_run", "gather", "plan", "run_study", "with_models_resolved", "write_study_outputs"]
 
 
 def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
     """Every run of the study in this process, one after another (finished runs are skipped), then the outputs."""
+    config = with_models_resolved(config, progress)
     runs = plan(config)
     results: dict[str, dict] = {}
     for run in runs:

@@ -66,6 +66,17 @@ class StudyConfig(BaseModel):
         return self
 
 
+def with_models_resolved(config: StudyConfig, progress: bool = True) -> StudyConfig:
+    """`config` with the starting model named by a path: `tiny` is built (or found) once, here, so every run
+    of the study starts from the same weights even if the default model's settings change while it runs."""
+    from tasks.models import resolve_model
+
+    train = dict(config.train)
+    model = train.get("model", TrainConfig.model_fields["model"].default)
+    train["model"] = resolve_model(model, progress=progress)
+    return config.model_copy(update={"train": train})
+
+
 def deep_merge(base: dict, override: dict) -> dict:
     """`base` with `override` merged in; nested dicts merge, anything else replaces (a new replay kind replaces)."""
     merged = copy.deepcopy(base)

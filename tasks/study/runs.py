@@ -22,6 +22,9 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
 
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        # vLLM on the CPU binds its OpenMP threads to every core by default: two runs side by side would then
+        # spin on the same cores. Unbound, it keeps the thread count set above.
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     if run.kind == "collect":
         return _collect(run, results, progress)
     out = Path(run.config.out)
