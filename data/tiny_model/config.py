@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from data.tiny_math import FAMILIES, LEVELS
 
 # Bump when the build code changes what a given config produces, so cached models are rebuilt.
-BUILD_VERSION = 3  # 2: byte-level tokenizer symbols; 3: stop by measured accuracy on a target cell, float32
+BUILD_VERSION = 4  # 2: byte-level tokenizer symbols; 3: stop by measured accuracy on a target cell, float32;
+# 4: rewind when a check lands more than half-way from the aim to the band edge
 BUILD_INFO_FILE = "rlep_build.json"
 MODEL_FILES = (
     "config.json",
@@ -127,7 +128,8 @@ class TinyModelConfig(BaseModel):
         0.25,
         gt=0,
         lt=1,
-        description="Stop at the first check whose accuracy on `stop_cell` reaches this value.",
+        description="Stop at the first check whose accuracy on `stop_cell` reaches this value (a check more than "
+        "half-way from it to the band's upper edge rewinds to the previous check and checks every step).",
     )
     check_every: int = Field(
         25, ge=1, le=10_000, description="Steps between two accuracy checks on `stop_cell`."

@@ -4,8 +4,8 @@ Why measured: accuracy on a cell rises by tens of points within a few hundred st
 count lands on that rise depends on float rounding that differs between CPUs (instruction sets, bfloat16
 kernels, thread counts). One build stopped at step 1300 had 0.22 greedy accuracy on 1-decimal addition on
 one machine and 0.72 on another. So the build checks greedy accuracy on held-out problems of `stop_cell`
-every `check_every` steps and stops at the first check that reaches `stop_aim`. When a check jumps past the
-band, training rewinds to the previous check (weights and optimizer state; the batches are drawn up front,
+every `check_every` steps and stops at the first check that reaches `stop_aim`. When a check jumps more than
+half-way from the aim to the band's upper edge (0.30 for aim 0.25 in 0.15-0.35), training rewinds to the previous check (weights and optimizer state; the batches are drawn up front,
 so the replay is the same run) and checks every step from there. The skill at the stop is what is
 reproduced across machines, not the weights.
 """
@@ -108,6 +108,8 @@ def supervised_train(
     probes = check_problems(config) if measure is None and config.stop_cell else []
     record = StopRecord(cell=config.stop_cell)
     low, high = config.stop_band
+    # A check this far past the aim (half-way to the band's edge) rewinds: aim at the band's middle, not its edge.
+    near = config.stop_aim + (high - config.stop_aim) / 2 + 1e-9
     losses: list[float] = []
     # At 70 tokens, eager attention trains faster on CPU than SDPA (whose CPU flash backward dominated a
     # profile of a bf16 step); checks, generation and the saved model keep the default.
@@ -155,10 +157,10 @@ def supervised_train(
             if accuracy < config.stop_aim:
                 below = (step, copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
                 continue
-            if accuracy <= high or interval == 1 or below is None:
+            if accuracy <= near or interval == 1 or below is None:
                 record.reason = "aim-reached" if low <= accuracy <= high else "aim-reached-outside-band"
                 break
-            # Jumped past the band between two checks: replay from the last check below, checking every step.
+            # Jumped well past the aim between two checks: replay from the last check below, checking every step.
             step, weights, moments = below
             model.load_state_dict(weights)
             optimizer.load_state_dict(moments)

@@ -199,6 +199,16 @@ def test_a_check_past_the_band_rewinds_and_replays_the_same_steps(fixture_config
     assert all(torch.equal(weights[name], weights_direct[name]) for name in weights)
 
 
+def test_a_check_inside_the_band_but_far_past_the_aim_rewinds(fixture_config):
+    # aim 0.25 in 0.15-0.35: 0.34 is in the band but more than half-way to its edge (0.30), so it rewinds
+    config = fixture_config.model_copy(update={"stop_cell": "decimal/1", "check_every": 10})
+    _, _, record, seen = _stop_run(config, lambda step: 0.34 if step >= 24 else 0.26 if step >= 23 else 0.1)
+    assert seen == [10, 20, 30, 21, 22, 23]
+    assert (record.stopped_at, record.reason, record.rewinds) == (23, "aim-reached", 1)
+    _, _, record, seen = _stop_run(config, lambda step: 0.3 if step >= 25 else 0.1)  # 0.30: near enough
+    assert (seen, record.stopped_at, record.rewinds) == ([10, 20, 30], 30, 0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The fixture model, end to end
 
