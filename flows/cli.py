@@ -330,7 +330,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print("note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
               "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).", file=sys.stderr)  # fmt: skip
     cron = None if args.no_schedule else args.recollect_cron
-    print(f"serving deployments collect, train, evaluate, pipeline, recollect (cron: {cron}); Ctrl-C stops", flush=True)
+    print(f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {cron}); Ctrl-C stops", flush=True)
     serve_deployments(recollect_cron=cron, train_dir=args.train_dir, pool_store=args.pool_store)
     return 0
 

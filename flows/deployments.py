@@ -9,6 +9,7 @@ from flows.collect import collect_flow
 from flows.evaluate import evaluate_flow
 from flows.pipeline import pipeline_flow
 from flows.recollect import recollect_flow
+from flows.study import study_flow
 from flows.train import train_flow
 from tasks.recollect import RecollectConfig
 
@@ -17,14 +18,15 @@ DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 
 def build_deployments(recollect_cron: str | None = DEFAULT_RECOLLECT_CRON, train_dir: Path | None = None,
                       pool_store: Path = Path("runs/pools")) -> list:  # fmt: skip
-    """RunnerDeployments for collect, train, evaluate, pipeline and (on `recollect_cron`) recollect."""
+    """RunnerDeployments for collect, train, evaluate, pipeline, study and (on `recollect_cron`) recollect."""
     recollect = RecollectConfig(train_dir=train_dir, pool_store=pool_store)
     tags = ["rlep"]
     return [
         collect_flow.to_deployment(name="collect", tags=tags, description="Phase I: verified experience pool."),
         train_flow.to_deployment(name="train", tags=tags, description="Phase II: GRPO with replay."),
         evaluate_flow.to_deployment(name="evaluate", tags=tags, description="avg@K / pass@K / maj@K of a checkpoint."),
-        pipeline_flow.to_deployment(name="pipeline", tags=tags, description="collect -> train (+ baseline) -> evaluate -> report."),
+        pipeline_flow.to_deployment(name="pipeline", tags=tags, description="(explore ->) collect -> train (+ baseline) -> evaluate -> report."),
+        study_flow.to_deployment(name="study", tags=tags, description="Replay designs compared over seeds, with bootstrap intervals."),
         recollect_flow.to_deployment(
             name="recollect", tags=tags, cron=recollect_cron, parameters={"config": recollect.model_dump(mode="json")},
             description="Scheduled: collect from the latest checkpoint, publish a new pool version.",

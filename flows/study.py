@@ -27,7 +27,7 @@ def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
 
 
 @flow(name="study", log_prints=True)
-def study_flow(config: StudyConfig, command: str | None = None) -> str:
+def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) -> str:
     """Run every (arm, seed) of `config` and write its statistics; returns the report's path."""
     config = with_models_resolved(config)
     runs = plan(config)

@@ -51,7 +51,11 @@ class StudyConfig(BaseModel):
     collect: dict[str, Any] = Field(default_factory=dict, description="Collection settings for rlep pools (see `rlep show-config collect`).")
     train: dict[str, Any] = Field(default_factory=dict, description="Base training settings of every arm (see `rlep show-config train`).")
     evaluate: dict[str, Any] = Field(default_factory=lambda: {"samples": 4}, description="Final evaluation of every run (pass@k at the end).")
-    arms: dict[str, dict[str, Any]] = Field(min_length=1, description="Arm name -> overrides of the training settings.")
+    arms: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"baseline": {"replay": {"kind": "none"}}, "rlep": {"replay": {"kind": "rlep"}}},
+        min_length=1,
+        description="Arm name -> overrides of the training settings.",
+    )
     baseline_arm: str = Field("baseline", description="The reference arm of the paired differences.")
     explore_steps: int | None = Field(None, ge=1, description="Steps of RLEP's exploration run (default: the baseline's, so its run is reused).")
     bootstrap_samples: int = Field(2000, ge=100, le=100_000, description="Bootstrap resamples of the seeds for each interval.")

@@ -57,14 +57,14 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
         client = httpx.Client(base_url=api, timeout=30)
         deadline = time.time() + 180
         names: set[str] = set()
-        while names < {"collect", "train", "evaluate", "pipeline", "recollect"}:
+        while names < {"collect", "train", "evaluate", "pipeline", "study", "recollect"}:
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
             assert time.time() < deadline, f"deployments not registered: {names}"
             time.sleep(1)
             names = {d["name"] for d in client.post("/deployments/filter", json={}).json()}
 
         page = _chromium(f"http://{HOST}:{port}/deployments", tmp_path / "profile1", "--dump-dom")
-        for name in ("collect", "train", "evaluate", "pipeline", "recollect"):
+        for name in ("collect", "train", "evaluate", "pipeline", "study", "recollect"):
             assert name in page
         assert "03:00 AM every day" in page
         _chromium(f"http://{HOST}:{port}/deployments", tmp_path / "profile2", f"--screenshot={shots / 'deployments.png'}")
