@@ -72,11 +72,7 @@ def clipped_policy_loss(
         bound = -adv * dual_clip
         dual_active = (adv < 0) & (loss > bound)
         loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
-    if token_weights is not None:
-        loss = loss * token_weights.detach()
-    value = aggregate(loss, mask, aggregation, horizon)
-    real = mask.bool()
-    n = real.sum().clamp(min=1).item()
+    value, real, n = _weighted(loss, mask, aggregation, horizon, token_weights)
     with torch.no_grad():
         metrics = {
             "clip_frac_low": (((adv < 0) & (ratio < 1.0 - clip_low)) & real).sum().item() / n,
@@ -85,6 +81,14 @@ def clipped_policy_loss(
             "ratio_mean": (ratio * mask).sum().item() / n,
         }
     return value, metrics
+
+
+def _weighted(loss, mask, aggregation, horizon, token_weights):
+    """(aggregated loss after the per-token weights, the real-token mask, the real-token count) of a loss."""
+    if token_weights is not None:
+        loss = loss * token_weights.detach()
+    real = mask.bool()
+    return aggregate(loss, mask, aggregation, horizon), real, real.sum().clamp(min=1).item()
 
 
 def asymre_loss(
@@ -103,11 +107,7 @@ def asymre_loss(
     """
     adv = advantages.unsqueeze(-1).to(logp.dtype)
     loss = -adv * logp
-    if token_weights is not None:
-        loss = loss * token_weights.detach()
-    value = aggregate(loss, mask, aggregation, horizon)
-    real = mask.bool()
-    n = real.sum().clamp(min=1).item()
+    value, real, n = _weighted(loss, mask, aggregation, horizon, token_weights)
     with torch.no_grad():
         metrics = {"positive_token_frac": ((adv > 0) & real).sum().item() / n}
     return value, metrics
