@@ -6,7 +6,9 @@ greedy accuracy on one cell (default 1-decimal addition) reaches a measured aim 
 (0.15-0.35), so RL has both signal and room there, on every machine.
 
 - `config`: `TinyModelConfig` (architecture, recipe, stopping rule) and the cache directory it names;
-- `sft_data`: the seeded supervised stream and the held-out problems the stopping rule measures;
+- `sft_data`: the seeded supervised stream (bare `\\boxed{answer}` targets, or worked solutions from
+  data/tiny_math_worked.py with `solutions: worked`, the `tiny-worked` model) and the held-out problems the
+  stopping rule measures;
 - `training`: the model, the schedule and the supervised loop with its stopping rule;
 - `evaluate`: greedy accuracy, scored by the project's verifier;
 - `build`: build or reuse a cached model, atomically, with its `rlep_build.json`.
