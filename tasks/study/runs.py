@@ -28,15 +28,22 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
     if run.kind == "collect":
         return _collect(run, results, progress)
     out = Path(run.config.out)
+    start = _start_weights(run.config.model)
     if (out / DONE_FILE).is_file():
-        return json.loads((out / DONE_FILE).read_text())
+        done = json.loads((out / DONE_FILE).read_text())
+        if done.get("start_weights") == start:
+            return done
+        # Finished from other starting weights (the default model changed since): not comparable, run again.
+        import shutil
+
+        shutil.rmtree(out)
     from tasks.engines.cache import release_engines
     from tasks.evaluate import evaluate
     from tasks.training.checkpoint import latest_checkpoint
     from tasks.training.trainer import train
 
     trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress)
-    record = {"key": run.key, "out": str(out), "final_checkpoint": str(trained.final_checkpoint)}
+    record = {"key": run.key, "out": str(out), "final_checkpoint": str(trained.final_checkpoint), "start_weights": start}
     if run.evaluate is not None:
         try:
             evaluate(run.evaluate.model_copy(update={"model": str(trained.final_checkpoint)}), progress=progress)
@@ -45,6 +52,13 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
         record["final_eval"] = str(run.evaluate.out)
     write_text_atomic(out / DONE_FILE, json.dumps(record, indent=2))
     return record
+
+
+def _start_weights(model: str) -> str | None:
+    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
+    from data.store import weights_hash
+
+    return weights_hash(model) if Path(model).is_dir() else None
 
 
 def _collect(run: Run, results: dict[str, dict], progress: bool) -> dict:
