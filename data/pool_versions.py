@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic
 from data.store import normalise_response, read_trajectory_files
 from data.trajectory import TRAJECTORY_SCHEMA
 

@@ -43,7 +43,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic
 from data.store import StoreError, read_trajectory_files
 from data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
 

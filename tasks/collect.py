@@ -25,10 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic, write_text_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, default_task, load_problems
-from data.store import ExperienceStore, PoolStats, StoreError, read_trajectory_files, write_text_atomic
+from data.store import ExperienceStore, PoolStats, StoreError, read_trajectory_files
 from data.trajectory import rows_for_problem, to_table
 from tasks.engines import EngineConfig, SamplingConfig
 from tasks.engines.cache import shared_engine

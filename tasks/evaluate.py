@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data.fs import write_parquet_atomic
 from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
-from data.parquet_io import write_parquet_atomic
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine

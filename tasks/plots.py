@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.fs import atomic_path
 from data.metrics import ALL_SOURCES
 
 
@@ -37,9 +38,7 @@ def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-ou
         ax.legend()
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(out, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    tmp.replace(out)
     return out

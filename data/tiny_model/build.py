@@ -101,7 +101,7 @@ def build_tiny_model(
 
 def _remove_stale_temp_dirs(out_dir: Path) -> None:
     """Delete temp dirs of earlier builds of `out_dir` whose process is gone (killed builds leave them)."""
-    from data.store import process_alive
+    from data.fs import process_alive
 
     for path in out_dir.parent.glob(f".{out_dir.name}.*-*"):
         pid = path.name.rsplit("-", 1)[-1]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import atomic_path, write_parquet_atomic
 from tasks.study.config import StudyConfig
 from tasks.study.stats import claims, summarize
 
@@ -103,8 +103,7 @@ def _plot(summary: pd.DataFrame, x: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
-    tmp.replace(path)
     return path

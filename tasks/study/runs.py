@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from data.fs import write_text_atomic
 from data.metrics import ALL_SOURCES
-from data.store import write_text_atomic
 from tasks.study.config import Run
 
 DONE_FILE = "study_run.json"  # written last: a run directory holding it is finished
@@ -56,7 +56,7 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
 
 def _start_weights(model: str) -> str | None:
     """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
-    from data.store import weights_hash
+    from data.fs import weights_hash
 
     return weights_hash(model) if Path(model).is_dir() else None
 

@@ -1,17 +1,18 @@
 """Checkpoints: HF-format weights + tokenizer (loadable by transformers and vLLM) and the trainer state
 (optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly.
 
-`OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.tmp` and renamed."""
+`OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed (data.fs.atomic_dir)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from data.fs import atomic_dir
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 
@@ -28,15 +29,10 @@ def checkpoint_dir(out: Path, step: int) -> Path:
 def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int = 2) -> Path:
     """Write `step-N` atomically and keep the `keep` newest checkpoints."""
     final = checkpoint_dir(out, step)
-    tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save(state, tmp / TRAINER_STATE_FILE)
-    if final.exists():  # a resumed run re-reaching a step it had saved before the kill
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_dir(final) as tmp:  # replaces a step a resumed run re-reaches after the kill
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save(state, tmp / TRAINER_STATE_FILE)
     for old in list_checkpoints(out)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

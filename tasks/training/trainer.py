@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from data.parquet_io import append_rows, write_parquet_atomic
+from data.fs import append_rows, write_parquet_atomic
 from data.problem import Problem, render_prompt
 from data.sources import load_problems
 from data.trajectory import to_table, trajectory_row

@@ -2,7 +2,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic
 from data.pool_versions import PoolStore, describe_versions, resolve_pool_file
 from data.problem import Problem
 from data.trajectory import to_table, trajectory_row

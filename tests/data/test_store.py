@@ -12,15 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
 from data.problem import Problem
-from data.store import (
-    ExperienceStore,
-    StoreError,
-    ensure_writable,
-    file_sha256,
-    package_versions,
-    weights_hash,
-)
+from data.store import ExperienceStore, StoreError, ensure_writable
 from data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table, trajectory_row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,7 +157,7 @@ def test_weights_hash_covers_names_sizes_and_bytes_of_safetensors_only(tmp_path)
     (model / "model-00002-of-00002.safetensors").write_bytes(b"B" * 9 + b"C")
     assert weights_hash(model) != f"sha256:{expected.hexdigest()}"
     (tmp_path / "empty").mkdir()
-    with pytest.raises(StoreError, match="has no \\*.safetensors files"):
+    with pytest.raises(NoWeightsError, match="has no \\*.safetensors files"):
         weights_hash(tmp_path / "empty")
 
 
@@ -201,7 +195,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
 
 
 def test_package_versions_are_null_when_missing(monkeypatch):
-    import data.store as store_module
+    import data.fs as store_module
 
     monkeypatch.setitem(store_module.TRACKED_PACKAGES, "not-a-package", ("rlep-no-such-distribution",))
     versions = package_versions()

@@ -3,7 +3,7 @@ its coverage of the training problems reported, and pinned to one version of a p
 
 import pytest
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic
 from data.pool_versions import PoolStore
 from data.problem import Problem
 from data.trajectory import to_table, trajectory_row

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data.parquet_io import write_parquet_atomic
+from data.fs import write_parquet_atomic
 from data.problem import render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from data.trajectory import COLUMNS, to_table, trajectory_row
