@@ -87,7 +87,7 @@ def build_tiny_model(
             "build_seconds": round(time.perf_counter() - started, 1),
             "torch_threads": threads,
             "bf16_autocast": config.bf16_autocast,
-            "stop": stop.to_dict(),
+            "stop": {"rule": stop_rule(config), **stop.to_dict()},
             "target_cell": target,
             "greedy_accuracy": evaluation,
         }
@@ -117,6 +117,20 @@ def _move_into_place(tmp_dir: Path, out_dir: Path) -> None:
         os.replace(out_dir, old)
     os.replace(tmp_dir, out_dir)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def stop_rule(config: TinyModelConfig) -> str:
+    """The stopping rule of a build, in words (recorded in rlep_build.json)."""
+    if config.stop_cell is None:
+        return f"fixed: all {config.steps} steps"
+    low, high = config.stop_band
+    near = config.stop_aim + (high - config.stop_aim) / 2
+    return (
+        f"measured: greedy accuracy on {config.check_problems} held-out train problems of {config.stop_cell} "
+        f"every {config.check_every} steps; stop at the first check in [{config.stop_aim}, {near:.3g}] "
+        f"(band {low}-{high}); a check above {near:.3g} rewinds to the previous check and checks every step; "
+        f"at most {config.steps} steps"
+    )
 
 
 def target_cell_accuracy(model, tokenizer, config: TinyModelConfig) -> dict | None:

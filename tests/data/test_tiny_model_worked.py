@@ -78,6 +78,10 @@ def test_fixture_worked_build_stops_inside_its_band(worked_build):
     assert step == stop["stopped_at_step"] < FIXTURE["steps"]
     assert FIXTURE["stop_aim"] <= accuracy <= FIXTURE["stop_band"][1]
     assert all(a < FIXTURE["stop_aim"] for _, a in stop["checks"][:-1])
+    assert stop["rule"].startswith(
+        "measured: greedy accuracy on 50 held-out train problems of add/1 every 20"
+    )
+    assert "[0.2, 0.35]" in stop["rule"]
 
 
 def test_a_pool_sampled_from_it_holds_several_distinct_correct_answers(worked_build):
