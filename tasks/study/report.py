@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from data.fs import atomic_path, write_parquet_atomic
+from data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from tasks.study.config import StudyConfig
 from tasks.study.stats import claims, summarize
 
@@ -28,7 +28,7 @@ def write_study_outputs(config: StudyConfig, study: pd.DataFrame, final: pd.Data
     for x, name in PLOTS.items():
         paths[name] = _plot(summary, x, out / name)
     paths["report"] = out / "report.md"
-    paths["report"].write_text(report_markdown(config, summary, table, command))
+    write_text_atomic(paths["report"], report_markdown(config, summary, table, command))
     return paths
 
 
