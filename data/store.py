@@ -3,7 +3,7 @@
 Layout of a run directory DIR:
 
     DIR/trajectories/part-00000.parquet ...   one file per shard, all rows of TRAJECTORY_SCHEMA
-    DIR/pool.parquet                          the experience pool: verified successes (same schema)
+    DIR/pool.parquet                          the experience pool: verified successes (data.pool, same schema)
     DIR/manifest.json                         parameters, model + weights hash, versions, counts, checksums
 
 Crash safety: every file is written to a temporary name in the same directory, fsynced and renamed
@@ -13,13 +13,7 @@ any moment (SIGKILL included) and restarted on the same directory sees exactly t
 always holds the same problems (the caller fixes the sharding from its parameters), so a restart cannot
 duplicate rows; `build_pool` checks the row key anyway and refuses duplicates.
 
-The pool follows RLEP (arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7,
-top-p 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two
-valid reasoning paths (`min_correct`, default 2 here too). The paper does not say how repeats count; here
-the threshold counts verified-correct samples (how reliably the policy solves the problem), and each
-distinct answer is then kept once per problem (see `normalise_response`). Counting distinct answers
-instead would empty the pool of short-answer tasks, where correct samples are mostly the same string
-(tiny-math: 9 of 400 problems kept instead of most of the solved ones).
+The pool's rules (which answers it keeps) and its versioned store live in data.pool.
 """
 
 from __future__ import annotations
@@ -28,10 +22,9 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,21 +33,16 @@ import pyarrow.parquet as pq
 from data.fs import (
     NoWeightsError,
     file_sha256,
-    fsync_dir,
     package_versions,
     process_alive,
     weights_hash,
     write_parquet_atomic,
     write_text_atomic,
 )
-from data.trajectory import (
-    PROBLEM_KEY,
-    ROW_KEY,
-    TRAJECTORY_SCHEMA,
-    as_trajectory_table,
-    check_columns,
-    to_table,
-)
+from data.trajectory import PROBLEM_KEY, TRAJECTORY_SCHEMA, as_trajectory_table, check_columns, to_table
+
+if TYPE_CHECKING:
+    from data.pool import PoolStats
 
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})\.parquet$")
 # data.fs names a temporary file `.{final name}.{pid}.tmp`.
@@ -63,36 +51,6 @@ TEMP_PATTERN = re.compile(r"^\..+\.(\d+)\.tmp$")
 
 class StoreError(ValueError):
     """A run directory that cannot be used as asked; the message names the path."""
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """What `build_pool` kept and dropped, in rows unless named otherwise."""
-
-    min_correct: int
-    samples: int  # trajectory rows read
-    correct: int  # of which verified correct
-    problems: int  # distinct problems in the trajectories
-    problems_with_correct: int  # problems with at least one correct answer
-    pool_problems: int  # problems with at least `min_correct` correct answers
-    pool_rows: int  # rows written to the pool
-    duplicates: int  # correct rows repeating an earlier answer to the same problem
-    below_min_correct: int  # distinct correct answers dropped: their problem had fewer than `min_correct`
-    # correct == pool_rows + duplicates + below_min_correct
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def normalise_response(response: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
-    """The text two answers are compared on for pool deduplication.
-
-    Leading/trailing whitespace removed and every run of whitespace (spaces, tabs, newlines) collapsed
-    to one space: samples that differ only in layout are the same reasoning path, and replaying one twice
-    would double its weight. Case, punctuation and LaTeX spelling are kept: they change the tokens the
-    policy is trained on.
-    """
-    return pc.replace_substring_regex(pc.utf8_trim_whitespace(response), pattern=r"\s+", replacement=" ")
 
 
 def ensure_writable(directory: Path | str) -> Path:
@@ -129,7 +87,9 @@ class ExperienceStore:
 
     @property
     def pool_path(self) -> Path:
-        return self.root / "pool.parquet"
+        from data.pool import POOL_FILE
+
+        return self.root / POOL_FILE
 
     @property
     def manifest_path(self) -> Path:
@@ -179,51 +139,22 @@ class ExperienceStore:
                 raise StoreError(
                     f"{self.root}: shard {index} has rows of run {other[0].as_py()!r}, this store is run {self.run_id!r}"
                 )
-        path = write_parquet_atomic(self.shard_path(index), table, schema=TRAJECTORY_SCHEMA)
-        fsync_dir(path.parent)
-        return path
+        return write_parquet_atomic(self.shard_path(index), table, schema=TRAJECTORY_SCHEMA)
 
     def read_trajectories(self, columns: Sequence[str] | None = None) -> pa.Table:
         """All completed shards, in shard order, as one table."""
         return read_trajectory_files(self.shard_paths(), columns)
 
     def build_pool(self, min_correct: int = 2) -> PoolStats:
-        """Write DIR/pool.parquet from the completed shards and return what was kept.
+        """Write this run's pool from its completed shards (data.pool.build_pool) and return what was kept."""
+        from data.pool import build_pool
 
-        Problems with fewer than `min_correct` correct rows are dropped; of the remaining correct rows whose
-        (problem_id, normalise_response(response)) match, the first in shard-then-row order is kept. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row
-        key repeats, since that means a shard was written twice under different shard numbers.
-        """
-        if min_correct < 1:
-            raise ValueError(f"min_correct must be >= 1, got {min_correct}")
-        table = self.read_trajectories()
-        _check_unique_keys(table, str(self.trajectories_dir))
-        correct = table.filter(pc.equal(table["correct"], True))
-        correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
-        keyed = correct.append_column("_norm", normalise_response(correct["response"]))
-        distinct = keyed.group_by([*PROBLEM_KEY, "_norm"], use_threads=False).aggregate([("_row", "min")])
-        per_problem = keyed.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row", "count")])
-        qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))
-        kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
-        pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
-        write_parquet_atomic(self.pool_path, pool, schema=TRAJECTORY_SCHEMA)
-        fsync_dir(self.root)
-        return PoolStats(
-            min_correct=min_correct,
-            samples=table.num_rows,
-            correct=correct.num_rows,
-            problems=count_problems(table),
-            problems_with_correct=per_problem.num_rows,
-            pool_problems=qualified.num_rows,
-            pool_rows=pool.num_rows,
-            duplicates=correct.num_rows - distinct.num_rows,
-            below_min_correct=distinct.num_rows - pool.num_rows,
-        )
+        return build_pool(self, min_correct)
 
     def read_pool(self) -> pa.Table:
-        if not self.pool_path.is_file():
-            raise StoreError(f"{self.root}: no pool.parquet yet (build_pool writes it)")
-        return read_trajectory_files([self.pool_path])
+        from data.pool import read_pool
+
+        return read_pool(self.pool_path)[1]
 
     def write_manifest(
         self,
@@ -306,14 +237,6 @@ def read_trajectory_files(paths: Sequence[Path], columns: Sequence[str] | None =
 def count_problems(table: pa.Table) -> int:
     """Distinct (data_source, problem_id) pairs in a table holding both columns."""
     return table.select(list(PROBLEM_KEY)).group_by(list(PROBLEM_KEY), use_threads=False).aggregate([]).num_rows
-
-
-def _check_unique_keys(table: pa.Table, origin: str) -> None:
-    counts = table.group_by(list(ROW_KEY), use_threads=False).aggregate([([], "count_all")])
-    repeated = counts.filter(pc.greater(counts["count_all"], 1))
-    if repeated.num_rows:
-        example = {k: repeated[k][0].as_py() for k in ROW_KEY}
-        raise StoreError(f"{origin}: {repeated.num_rows} row keys appear more than once, e.g. {example}")
 
 
 def _weights_hash(model_dir: Path | str) -> str:

@@ -160,7 +160,7 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from data.inspect import render, summarize
-    from data.pool_versions import POOL_FILE, PoolStore, describe_versions
+    from data.pool import POOL_FILE, PoolStore, describe_versions
 
     store = PoolStore(args.path)
     if store.versions():  # a pool store: its versions, then the latest version's pool
@@ -193,11 +193,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_export(args: argparse.Namespace) -> int:
-    from data.rlep_format import export_pool
+    from data.pool import export_pool
 
-    source = Path(args.pool)
     try:
-        path = export_pool(source / "pool.parquet" if source.is_dir() else source, Path(args.out))
+        path = export_pool(args.pool, args.out)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     print(f"wrote {path} (RLEP/verl layout)")
@@ -205,10 +204,10 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_import(args: argparse.Namespace) -> int:
-    from data.rlep_format import import_pool
+    from data.pool import import_pool
 
     try:
-        path = import_pool(Path(args.path), Path(args.out), run_id=args.run_id)
+        path = import_pool(args.path, args.out, run_id=args.run_id)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     print(f"wrote {path} (rlep trajectory schema)")
@@ -230,7 +229,7 @@ def _run_train(args: argparse.Namespace) -> int:
     else:
         config = _config(TrainConfig, args)
     if config.replay.kind == "rlep":
-        from tasks.replay.pool import resolve_pool_path
+        from data.pool import resolve_pool_path
 
         resolve_pool_path(config.replay.pool)  # a missing pool fails here, before any model is loaded
     if args.prefect:
@@ -445,13 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
     pool_sub = pool.add_subparsers(dest="pool_command", required=True, metavar="ACTION")
     p = pool_sub.add_parser("export", help="Write a pool in the RLEP/verl parquet layout (prompt chat list, reward_model.candidates).")
     p.set_defaults(handler=_cmd_pool_export)
-    p.add_argument("pool", help="pool.parquet or a collection run directory.")
+    p.add_argument("pool", help="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, or a pool store (its latest version).")
     p.add_argument("--format", choices=["rlep"], default="rlep", help="Target layout [default: rlep].")
     p.add_argument("--out", required=True, help="Output .parquet file.")
     p = pool_sub.add_parser("import", help="Read an RLEP/verl pool file into rlep's trajectory schema.")
     p.set_defaults(handler=_cmd_pool_import)
     p.add_argument("path", help="RLEP/verl .parquet file with reward_model.candidates.")
-    p.add_argument("--out", required=True, help="Output .parquet file (rlep schema; usable as --pool).")
+    p.add_argument("--out", required=True, help="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool).")
     p.add_argument("--run-id", default="imported", help="run_id of the imported rows [default: imported].")
 
     p = sub.add_parser("serve", help="Register the deployments (collect, train, evaluate, pipeline, scheduled recollect) and run them.")
@@ -520,11 +519,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.verbose:
         _quiet_libraries()
+    from data.pool import PoolError
     from data.sources import ProblemSourceError
     from data.store import StoreError
     from tasks.engines import EngineUnavailable
     from tasks.models import ModelNotFound
-    from tasks.replay.pool import PoolError
     from tasks.training.checkpoint import CheckpointError
 
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)

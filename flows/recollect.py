@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from data.pool_versions import POOL_FILE, PoolStore
+from data.pool import POOL_FILE, PoolStore
 from flows.collect import collect_flow
 from tasks.recollect import RecollectConfig
 

@@ -17,6 +17,7 @@ Pool rule and defaults follow RLEP (arXiv 2507.07451): 64 samples per problem at
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -25,10 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.fs import write_parquet_atomic, write_text_atomic
+from data.fs import process_alive, write_parquet_atomic, write_text_atomic
+from data.pool import PoolStats
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.sources import ProblemSourceConfig, default_task, load_problems
-from data.store import ExperienceStore, PoolStats, StoreError, read_trajectory_files
+from data.store import ExperienceStore, StoreError, read_trajectory_files
 from data.trajectory import rows_for_problem, to_table
 from tasks.engines import EngineConfig, SamplingConfig
 from tasks.engines.cache import shared_engine
@@ -38,6 +40,7 @@ from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
 
 TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with
+LOCK_FILE = "collect.lock"  # pid of the process collecting into the directory
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -103,10 +106,47 @@ def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem
     """Every check a user can fail, before any work: problems readable, output writable, model present,
     and a directory with finished shards holds the same collection (else its shards would be reused)."""
     shards = plan_shards(config)
+    model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
-    model = resolve_model(config.model)
+    take_lock(store.root)
     _check_same_collection(config, model, store)
     return store, shards, model
+
+
+def take_lock(root: Path) -> Path:
+    """Claim DIR for this process: DIR/collect.lock holds its pid. Another live process's lock refuses
+    (two collections into one directory would write the same shards); a dead process's lock is taken over."""
+    path = Path(root) / LOCK_FILE
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = int(path.read_text(encoding="utf-8").strip() or 0)
+            except (OSError, ValueError):
+                holder = 0  # unreadable or cut short: its writer died mid-write
+            if holder == os.getpid():
+                return path
+            if holder and process_alive(holder):
+                raise StoreError(
+                    f"{root} is being collected into by process {holder} (lock {path}); wait for it to finish, "
+                    "or use another --out"
+                ) from None
+            path.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+        return path
+
+
+def release_lock(root: Path) -> None:
+    """Drop DIR/collect.lock if this process holds it."""
+    path = Path(root) / LOCK_FILE
+    try:
+        if int(path.read_text(encoding="utf-8").strip()) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
@@ -237,17 +277,20 @@ def run_collection(
     `flows.collect` passes their Prefect task wrappers, so there is one loop for both."""
     started = time.perf_counter()
     store, shards, model = preflight(config)
-    done = set(store.completed_shards())
-    todo = [i for i in range(len(shards)) if i not in done]
-    engine_start = time.perf_counter()
-    if todo:  # started here so that shard timings measure sampling, not start-up
-        shared_engine(model, config.engine)
-    engine_start = time.perf_counter() - engine_start
-    with progress_bar(progress, "collect shards", len(shards), len(done)) as advance:
-        for index in todo:
-            staging = generate(config, model, index, shards[index])
-            verify(config, index, staging)
-            advance()
-            if on_shard:
-                on_shard(len(shards) - len(todo) + todo.index(index) + 1, len(shards))
-    return {**finish(config, model, started, engine_start), "shards": len(shards), "skipped_shards": len(done)}
+    try:
+        done = set(store.completed_shards())
+        todo = [i for i in range(len(shards)) if i not in done]
+        engine_start = time.perf_counter()
+        if todo:  # started here so that shard timings measure sampling, not start-up
+            shared_engine(model, config.engine)
+        engine_start = time.perf_counter() - engine_start
+        with progress_bar(progress, "collect shards", len(shards), len(done)) as advance:
+            for index in todo:
+                staging = generate(config, model, index, shards[index])
+                verify(config, index, staging)
+                advance()
+                if on_shard:
+                    on_shard(len(shards) - len(todo) + todo.index(index) + 1, len(shards))
+        return {**finish(config, model, started, engine_start), "shards": len(shards), "skipped_shards": len(done)}
+    finally:
+        release_lock(store.root)

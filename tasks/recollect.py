@@ -1,5 +1,5 @@
 """Settings of a re-collection: sample from the latest checkpoint of a training run, verify, and add the
-new verified successes to a versioned pool store (`data.pool_versions`). Run on a schedule by the
+new verified successes to a versioned pool store (`data.pool.PoolStore`). Run on a schedule by the
 `recollect` deployment of `rlep serve`."""
 
 from __future__ import annotations

@@ -36,6 +36,25 @@ class Rollout:
     finish_reason: str = "stop"
     sample_index: int = 0
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Rollout:
+        """The rollout a trajectory row (data.trajectory schema) records, every field it has carried over.
+
+        Rows carry no advantage. `origin` is the row's own; a file written before that column existed reads
+        as "fresh". Empty log-probs (an imported pool) read as unknown (None).
+        """
+        logprobs = row.get("behaviour_logprobs")
+        return cls(
+            problem_id=row["problem_id"], data_source=row["data_source"], prompt=row["prompt"],
+            gold_answer=row["gold_answer"], response=row["response"],
+            response_token_ids=list(row.get("response_token_ids") or []), policy_version=int(row["policy_version"]),
+            origin=row.get("origin") or "fresh", prompt_token_ids=list(row.get("prompt_token_ids") or []),
+            behaviour_logprobs=list(logprobs) if logprobs else None, reward=row.get("reward"),
+            correct=row.get("correct"), extracted_answer=row.get("extracted_answer"),
+            verdict_reason=row.get("verdict_reason"), finish_reason=row.get("finish_reason") or "stop",
+            sample_index=int(row.get("sample_index") or 0),
+        )  # fmt: skip
+
     def age(self, step: int) -> int:
         """Policy updates between the weights that generated this rollout and those being trained at `step`
         (at step t the engine and the trainer start from version t-1)."""

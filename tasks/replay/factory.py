@@ -1,14 +1,16 @@
-"""Build the replay strategy a config names (RLEP also loads its pool here, pinned and with its coverage)."""
+"""Build the replay strategy a config names. RLEP's pool is read here (data.pool.read_pool), matched to the
+training problems by (data_source, problem_id), pinned to one version, and its coverage reported."""
 
 from __future__ import annotations
 
 import sys
+from collections import defaultdict
 from pathlib import Path
 
+from data.pool import PoolError, read_pool, resolve_pool_path
 from data.problem import Problem
-from tasks.replay.base import ReplayStrategy
+from tasks.replay.base import PoolKey, ReplayStrategy, Rollout
 from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from tasks.replay.pool import PoolKey, load_pool, resolve_pool_path
 from tasks.replay.strategies import FIFOReplay, NoReplay, PrioritizedReplay, RLEPReplay
 
 LOW_COVERAGE = 0.2  # below this share of training problems with a pooled answer, training warns
@@ -43,3 +45,33 @@ def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None =
     if isinstance(config, PrioritizedReplayConfig):
         return PrioritizedReplay(config, seed=seed)
     return NoReplay()
+
+
+def load_pool(path: Path | None, problems: dict[PoolKey, Problem] | None = None) -> dict[PoolKey, list[Rollout]]:
+    """Pooled correct answers per (data_source, problem_id), as replay rollouts.
+
+    With `problems` (the training problems by key), only those problems are kept, at least one must be
+    covered, and a pooled row whose problem text or gold answer differs from the training problem's is
+    refused: the same key naming another problem would replay answers to a different question.
+    """
+    file, table = read_pool(path)
+    pool: dict[PoolKey, list[Rollout]] = defaultdict(list)
+    for row in table.to_pylist():
+        key = (row["data_source"], row["problem_id"])
+        if problems is not None:
+            if key not in problems:
+                continue
+            _check_same_problem(file, row, problems[key])
+        if row["correct"]:
+            pool[key].append(Rollout.from_row({**row, "origin": "replay"}))
+    if problems is not None and not pool:
+        raise PoolError(f"replay.pool: {file}: no pooled problem is among the {len(problems)} training problems")
+    return dict(pool)
+
+
+def _check_same_problem(path: Path, row: dict, problem: Problem) -> None:
+    where = f"replay.pool: {path}: problem ({row['data_source']!r}, {row['problem_id']!r})"
+    if row["gold_answer"] != problem.answer:
+        raise PoolError(f"{where} has gold answer {row['gold_answer']!r} in the pool but {problem.answer!r} in training")
+    if row["problem"] != problem.problem:
+        raise PoolError(f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs {problem.problem[:60]!r}")

@@ -4,12 +4,11 @@ its coverage of the training problems reported, and pinned to one version of a p
 import pytest
 
 from data.fs import write_parquet_atomic
-from data.pool_versions import PoolStore
+from data.pool import PoolError, PoolStore
 from data.problem import Problem
 from data.trajectory import to_table, trajectory_row
 from tasks.replay.config import RLEPReplayConfig
-from tasks.replay.factory import make_replay, pinned
-from tasks.replay.pool import PoolError, load_pool
+from tasks.replay.factory import load_pool, make_replay, pinned
 
 
 def _problem(pid, source="tiny-math/add", text=None, answer="1"):

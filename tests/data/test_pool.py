@@ -1,9 +1,10 @@
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from data.fs import write_parquet_atomic
-from data.pool_versions import PoolStore, describe_versions, resolve_pool_file
+from data.pool import PoolError, PoolStore, describe_versions, read_pool, resolve_pool_file
 from data.problem import Problem
 from data.trajectory import to_table, trajectory_row
 from flows.cli import main
@@ -36,3 +37,25 @@ def test_versions_accumulate_new_answers_with_lineage(tmp_path, capsys):
     assert [r["version"] for r in describe_versions(tmp_path / "pools")] == ["v0001", "v0002"]
     assert main(["inspect", str(tmp_path / "pools")]) == 0
     assert "v0002" in capsys.readouterr().out
+
+
+def test_export_takes_any_pool_path_train_takes_and_import_gives_one_back(tmp_path):
+    store = PoolStore(tmp_path / "pools")
+    store.publish(_pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}")]), {"run_dir": "a"})
+    v2 = store.publish(_pool(tmp_path / "b.parquet", [("p2", "\\boxed{1}")]), {"run_dir": "b"})
+    out = tmp_path / "rlep.parquet"
+    assert main(["pool", "export", str(tmp_path / "pools"), "--out", str(out)]) == 0  # the store: its latest version
+    exported = pq.read_table(out)
+    assert exported.num_rows == 2 and sorted(r["problem_id"] for r in exported["extra_info"].to_pylist()) == ["p1", "p2"]
+    assert main(["pool", "import", str(out), "--out", str(tmp_path / "imported")]) == 0  # a directory: pool.parquet inside
+    _, table = read_pool(tmp_path / "imported")
+    assert sorted(table["problem_id"].to_pylist()) == ["p1", "p2"]
+    assert read_pool(v2)[0] == v2 / "pool.parquet"
+
+
+def test_reader_refuses_a_file_that_is_not_a_pool(tmp_path):
+    write_parquet_atomic(tmp_path / "pool.parquet", [{"problem_id": "p1", "response": "1"}])
+    with pytest.raises(PoolError, match=f"{tmp_path / 'pool.parquet'}.*not a trajectory table"):
+        read_pool(tmp_path)
+    with pytest.raises(PoolError, match="no pool file there"):
+        read_pool(tmp_path / "nowhere")

@@ -1,0 +1,239 @@
+"""The experience pool's one home: building it from a collection run, the versioned pool store, resolving
+what path names a pool, the one schema-checked reader training uses, and export / import in RLEP's layout.
+
+Building (RLEP, arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7, top-p
+0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two valid
+reasoning paths (`min_correct`, default 2 here too). The paper does not say how repeats count; here the
+threshold counts verified-correct samples (how reliably the policy solves the problem), and each distinct
+answer is then kept once per problem (see `normalise_response`). Counting distinct answers instead would
+empty the pool of short-answer tasks, where correct samples are mostly the same string (tiny-math: 9 of
+400 problems kept instead of most of the solved ones).
+
+A pool is a Parquet file of the trajectory schema named POOL_FILE, found as:
+
+    RUN/pool.parquet            a collection run (`rlep collect`, data.store.ExperienceStore)
+    ROOT/v0001/pool.parquet     version 1 of a pool store; ROOT/v0001/lineage.json records its parent
+                                version and every contribution so far (collection run, model, policy
+                                version, weights hash, rows added)
+    ROOT/v0002/...
+
+A version directory appears only complete (data.fs.atomic_dir) and is never changed afterwards: training
+that names `ROOT/v0001` replays the same answers whatever came later. Training given ROOT itself takes the
+latest version (and a training run pins the version it resolved at its start, see tasks.replay.factory).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from data.fs import atomic_dir, write_parquet_atomic, write_text_atomic
+from data.store import ExperienceStore, StoreError, count_problems, read_trajectory_files
+from data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
+
+VERSION_DIR = re.compile(r"^v(\d{4,})$")
+POOL_FILE = "pool.parquet"
+LINEAGE_FILE = "lineage.json"
+
+
+class PoolError(ValueError):
+    """A pool that cannot be used as asked; the message names the file."""
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """What `build_pool` kept and dropped, in rows unless named otherwise."""
+
+    min_correct: int
+    samples: int  # trajectory rows read
+    correct: int  # of which verified correct
+    problems: int  # distinct problems in the trajectories
+    problems_with_correct: int  # problems with at least one correct answer
+    pool_problems: int  # problems with at least `min_correct` correct answers
+    pool_rows: int  # rows written to the pool
+    duplicates: int  # correct rows repeating an earlier answer to the same problem
+    below_min_correct: int  # distinct correct answers dropped: their problem had fewer than `min_correct`
+    # correct == pool_rows + duplicates + below_min_correct
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def normalise_response(response: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """The text two answers are compared on for pool deduplication.
+
+    Leading/trailing whitespace removed and every run of whitespace (spaces, tabs, newlines) collapsed
+    to one space: samples that differ only in layout are the same reasoning path, and replaying one twice
+    would double its weight. Case, punctuation and LaTeX spelling are kept: they change the tokens the
+    policy is trained on.
+    """
+    return pc.replace_substring_regex(pc.utf8_trim_whitespace(response), pattern=r"\s+", replacement=" ")
+
+
+def build_pool(store: ExperienceStore, min_correct: int = 2) -> PoolStats:
+    """Write the run's POOL_FILE from its completed shards and return what was kept.
+
+    Problems with fewer than `min_correct` correct rows are dropped; of the remaining correct rows whose
+    (data_source, problem_id, normalise_response(response)) match, the first in shard-then-row order is
+    kept, and the pool keeps that order. Refuses (StoreError) trajectories in which a row key repeats,
+    since that means a shard was written twice under different shard numbers.
+    """
+    if min_correct < 1:
+        raise ValueError(f"min_correct must be >= 1, got {min_correct}")
+    table = store.read_trajectories()
+    _check_unique_keys(table, str(store.trajectories_dir))
+    correct = table.filter(pc.equal(table["correct"], True))
+    correct = correct.append_column("_row", pa.array(range(correct.num_rows), pa.int64()))
+    keyed = correct.append_column("_norm", normalise_response(correct["response"]))
+    distinct = keyed.group_by([*PROBLEM_KEY, "_norm"], use_threads=False).aggregate([("_row", "min")])
+    per_problem = keyed.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row", "count")])
+    qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))
+    kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
+    pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
+    write_parquet_atomic(store.pool_path, pool, schema=TRAJECTORY_SCHEMA)
+    return PoolStats(
+        min_correct=min_correct,
+        samples=table.num_rows,
+        correct=correct.num_rows,
+        problems=count_problems(table),
+        problems_with_correct=per_problem.num_rows,
+        pool_problems=qualified.num_rows,
+        pool_rows=pool.num_rows,
+        duplicates=correct.num_rows - distinct.num_rows,
+        below_min_correct=distinct.num_rows - pool.num_rows,
+    )
+
+
+def _check_unique_keys(table: pa.Table, origin: str) -> None:
+    counts = table.group_by(list(ROW_KEY), use_threads=False).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1))
+    if repeated.num_rows:
+        example = {k: repeated[k][0].as_py() for k in ROW_KEY}
+        raise StoreError(f"{origin}: {repeated.num_rows} row keys appear more than once, e.g. {example}")
+
+
+class PoolStore:
+    """A directory of immutable pool versions."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def versions(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        found = (VERSION_DIR.match(p.name) for p in self.root.iterdir() if (p / LINEAGE_FILE).is_file())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def version_dir(self, version: int) -> Path:
+        return self.root / f"v{version:04d}"
+
+    def latest(self) -> Path | None:
+        versions = self.versions()
+        return self.version_dir(versions[-1]) if versions else None
+
+    def lineage(self, version: int) -> dict[str, Any]:
+        return json.loads((self.version_dir(version) / LINEAGE_FILE).read_text(encoding="utf-8"))
+
+    def publish(self, pool_file: Path, contribution: dict[str, Any]) -> Path:
+        """A new version = the latest version's rows plus `pool_file`'s rows not already in it (same problem
+        and same normalised answer), with `contribution` (run, model, ...) appended to the lineage."""
+        latest = self.latest()
+        new = read_trajectory_files([Path(pool_file)])
+        if latest is not None:
+            old = read_trajectory_files([latest / POOL_FILE])
+            seen = set(zip(old["data_source"].to_pylist(), old["problem_id"].to_pylist(),
+                           normalise_response(old["response"]).to_pylist()))  # fmt: skip
+            keys = zip(new["data_source"].to_pylist(), new["problem_id"].to_pylist(), normalise_response(new["response"]).to_pylist())
+            fresh_mask = pa.array([key not in seen for key in keys])
+            added = new.filter(fresh_mask)
+            merged = pa.concat_tables([old, added])
+            parent = self.lineage(self.versions()[-1])
+        else:
+            added, merged, parent = new, new, {"version": None, "contributions": []}
+        version = (self.versions()[-1] + 1) if latest is not None else 1
+        lineage = {
+            "version": version,
+            "parent": parent["version"],
+            "created_at": datetime.now(timezone.utc).isoformat(),
+            "rows": merged.num_rows,
+            "problems": len(pc.unique(pc.binary_join_element_wise(merged["data_source"], merged["problem_id"], "\x00"))),
+            "contributions": [*parent["contributions"], {**contribution, "rows_added": added.num_rows}],
+        }
+        final = self.version_dir(version)
+        if final.exists():
+            raise PoolError(f"{final}: pool version already exists (versions are never rewritten)")
+        with atomic_dir(final) as tmp:
+            write_parquet_atomic(tmp / POOL_FILE, merged, schema=TRAJECTORY_SCHEMA)
+            write_text_atomic(tmp / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
+        return final
+
+
+def describe_versions(root: Path | str) -> list[dict[str, Any]]:
+    """One row per version: rows, problems, parent, the last contribution's run and model, rows it added."""
+    store = PoolStore(root)
+    rows = []
+    for version in store.versions():
+        lineage = store.lineage(version)
+        last = lineage["contributions"][-1] if lineage["contributions"] else {}
+        rows.append({
+            "version": f"v{version:04d}", "rows": lineage["rows"], "problems": lineage["problems"],
+            "parent": lineage["parent"], "created_at": lineage["created_at"], "added_by": last.get("run_dir"),
+            "model": last.get("model"), "policy_version": last.get("policy_version"), "rows_added": last.get("rows_added"),
+        })  # fmt: skip
+    return rows
+
+
+def resolve_pool_file(path: Path | str) -> Path:
+    """The pool file a path names: a .parquet file; a directory holding pool.parquet (a collection run or
+    a pool version); or a pool store (its latest version)."""
+    path = Path(path)
+    if path.is_dir() and not (path / POOL_FILE).is_file():
+        latest = PoolStore(path).latest()
+        if latest is not None:
+            return latest / POOL_FILE
+    return path / POOL_FILE if path.is_dir() else path
+
+
+def resolve_pool_path(path: Path | str | None) -> Path:
+    """`resolve_pool_file`, checked: raises PoolError unless it names an existing file."""
+    if path is None:
+        raise PoolError("replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool store)")
+    file = resolve_pool_file(path)
+    if not file.is_file():
+        raise PoolError(f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a pool store)")
+    return file
+
+
+def read_pool(path: Path | str | None, columns: list[str] | None = None) -> tuple[Path, pa.Table]:
+    """The pool a path names (see `resolve_pool_file`) and its rows, checked against the trajectory schema
+    (`columns` reads only those). Raises PoolError naming the file."""
+    file = resolve_pool_path(path)
+    try:
+        return file, read_trajectory_files([file], columns)
+    except ValueError as err:  # StoreError or a schema mismatch, both naming the file
+        raise PoolError(f"replay.pool: {err}") from None
+
+
+def export_pool(path: Path | str, out: Path | str) -> Path:
+    """Write the pool a path names (file, run, version or store) in RLEP's verl layout; returns `out`."""
+    from data.rlep_format import export_pool as export_rlep
+
+    return export_rlep(resolve_pool_path(path), Path(out))
+
+
+def import_pool(path: Path | str, out: Path | str, run_id: str = "imported") -> Path:
+    """Read an RLEP/verl training file into a pool file `out` (a directory gets POOL_FILE inside, so the result
+    is a run-like directory `rlep train --pool` accepts); returns the file written."""
+    from data.rlep_format import import_pool as import_rlep
+
+    out = Path(out)
+    if out.is_dir() or not out.suffix:
+        out = out / POOL_FILE
+    return import_rlep(Path(path), out, run_id=run_id)
