@@ -55,3 +55,10 @@ def test_show_config_round_trips(tmp_path, capsys):
     from tasks.training.config import TrainConfig
 
     assert build_config(TrainConfig, path) == TrainConfig()
+
+
+def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "OUT"
+    assert main(["collect", "--source", "tiny-math", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2
+    assert "no/such/dir" in capsys.readouterr().err
+    assert not out.exists()

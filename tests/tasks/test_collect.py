@@ -157,3 +157,31 @@ def test_cli_bad_input_exit_code_and_nothing_written(tmp_path):
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "missing.jsonl: no such file" in output
     assert not (tmp_path / "o").exists()
+
+
+def test_missing_model_leaves_no_directory(tmp_path):
+    from tasks.models import ModelNotFound
+
+    with pytest.raises(ModelNotFound):
+        run_collection(_config(str(tmp_path / "no-such-model"), tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_second_collection_into_one_directory_refuses_and_a_stale_lock_is_taken_over(collected, fixture_model):
+    out, _ = collected
+    shard_times = {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()}
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / "collect.lock").write_text(str(other.pid))
+        with pytest.raises(StoreError, match=rf"being collected into by process {other.pid} \(lock .*collect.lock\)"):
+            run_collection(_config(fixture_model, out), progress=False)
+        assert (out / "collect.lock").read_text() == str(other.pid)  # the live holder keeps its lock
+    finally:
+        other.kill()
+        other.wait()
+    try:  # the holder is dead now: its lock is stale and taken over
+        again = run_collection(_config(fixture_model, out), progress=False)
+    finally:
+        release_engines()
+    assert again["skipped_shards"] == 3 and not (out / "collect.lock").exists()
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
