@@ -1,3 +1,4 @@
+import errno
 import hashlib
 import json
 import os
@@ -211,12 +212,21 @@ def test_unwritable_output_dir_is_named_before_any_work(tmp_path):
     assert list((tmp_path / "fresh" / "run").iterdir()) == []  # the probe is gone
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write to read-only directories")
-def test_read_only_output_dir_is_named(tmp_path):
+def test_read_only_output_dir_is_named(tmp_path, monkeypatch):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    with pytest.raises(StoreError, match="locked' is not writable"):
+    if os.geteuid() == 0:  # root writes through mode bits: the write is refused as the kernel would refuse it
+        real_write = Path.write_bytes
+
+        def refused(self, data):
+            if self.parent == locked:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            return real_write(self, data)
+
+        monkeypatch.setattr(Path, "write_bytes", refused)
+    with pytest.raises(StoreError, match=r"locked' is not writable: Permission denied$"):
         ensure_writable(locked)
+    assert list(locked.iterdir()) == []
 
 
 def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):

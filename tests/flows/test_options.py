@@ -117,4 +117,7 @@ def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
     replay = build_config(PipelineConfig, path).train.replay
     assert (replay.kind, replay.max_age) == ("prioritized", 3)
     # Same variant: a partial section still merges with the default one.
-    assert build_config(PipelineConfig, None, {"train.replay.replay_per_group": "4"}).train.replay.kind == "rlep"
+    replay = build_config(PipelineConfig, None, {"train.replay.replay_per_group": "4"}).train.replay
+    default = PipelineConfig().train.replay
+    assert (replay.kind, replay.replay_per_group) == ("rlep", 4) and default.replay_per_group != 4
+    assert replay.model_dump(exclude={"replay_per_group"}) == default.model_dump(exclude={"replay_per_group"})
