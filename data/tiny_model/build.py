@@ -70,7 +70,7 @@ def build_tiny_model(
             losses, stop = supervised_train(model, tokenizer, config, progress=progress)
             train_seconds = time.perf_counter() - started
             test = generate("test", config.eval_problems, seed=0)
-            evaluation = greedy_accuracy(model, tokenizer, test, config.eval_max_new_tokens)
+            evaluation = greedy_accuracy(model, tokenizer, test, config.answer_tokens)
             target = target_cell_accuracy(model, tokenizer, config)
         with _hf_progress_bars(False):
             model.save_pretrained(str(tmp_dir), safe_serialization=True)
@@ -140,7 +140,7 @@ def target_cell_accuracy(model, tokenizer, config: TinyModelConfig) -> dict | No
         return None
     family, level = target
     problems = generate("test", TARGET_CELL_TEST_PROBLEMS, seed=0, families=[family], levels=[level])
-    accuracy = cell_accuracy(model, tokenizer, problems, config.eval_max_new_tokens)
+    accuracy = cell_accuracy(model, tokenizer, problems, config.answer_tokens)
     low, high = config.stop_band
     return {"cell": config.stop_cell, "n": len(problems), "accuracy": accuracy, "band": [low, high],
             "in_band": low <= accuracy <= high}  # fmt: skip

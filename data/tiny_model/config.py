@@ -146,21 +146,13 @@ class TinyModelConfig(BaseModel):
     eval_problems: int = Field(
         500, ge=0, le=100_000, description="tiny-math TEST problems for the final greedy accuracy."
     )
-    eval_max_new_tokens: int = Field(
-        32,
+    eval_max_new_tokens: int | None = Field(
+        None,
         ge=8,
         le=256,
-        description=f"Token budget of each greedy evaluation answer ({WORKED_MAX_NEW_TOKENS} when not given "
-        "and `solutions` is `worked`).",
+        description=f"Token budget of each greedy evaluation answer (null: 32, or {WORKED_MAX_NEW_TOKENS} when "
+        "`solutions` is `worked`).",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _worked_answers_are_longer(cls, data):
-        # A worked solution runs to ~110 characters (one token each); 32 would cut it before its box.
-        if isinstance(data, dict) and data.get("solutions") == "worked" and "eval_max_new_tokens" not in data:
-            data = {**data, "eval_max_new_tokens": WORKED_MAX_NEW_TOKENS}
-        return data
 
     @field_validator("mix")
     @classmethod
@@ -203,6 +195,14 @@ class TinyModelConfig(BaseModel):
                 f"stop_cell {self.stop_cell!r}: expected family/level with family in {FAMILIES}, level in {LEVELS}"
             )
         return family, int(level)
+
+    @property
+    def answer_tokens(self) -> int:
+        """Token budget of a greedy evaluation answer: `eval_max_new_tokens`, else 32 (bare) or 128 (worked)."""
+        if self.eval_max_new_tokens is not None:
+            return self.eval_max_new_tokens
+        # A worked solution runs to ~110 characters (one token each); 32 would cut it before its box.
+        return WORKED_MAX_NEW_TOKENS if self.solutions == "worked" else 32
 
     @property
     def num_heads(self) -> int:

@@ -117,7 +117,7 @@ def supervised_train(
 
     def measure_cell(step: int) -> float:
         model.set_attn_implementation(attention)
-        accuracy = cell_accuracy(model, tokenizer, probes, config.eval_max_new_tokens)
+        accuracy = cell_accuracy(model, tokenizer, probes, config.answer_tokens)
         model.set_attn_implementation("eager")
         return accuracy
 

@@ -48,9 +48,16 @@ def worked_build(tmp_path_factory):
 
 
 def test_worked_config_gets_a_longer_answer_budget_and_its_own_cache():
-    assert TinyModelConfig.worked().eval_max_new_tokens == WORKED_MAX_NEW_TOKENS
-    assert TinyModelConfig(solutions="worked", eval_max_new_tokens=64).eval_max_new_tokens == 64
-    assert TinyModelConfig().eval_max_new_tokens == 32
+    assert TinyModelConfig.worked().answer_tokens == WORKED_MAX_NEW_TOKENS
+    assert TinyModelConfig(solutions="worked", eval_max_new_tokens=64).answer_tokens == 64
+    assert TinyModelConfig().answer_tokens == 32
+    # as `rlep tiny-model --solutions worked` builds it (flags merged onto the defaults)
+    from flows.cli import build_parser
+    from flows.options import build_config, flag_overrides
+
+    args = build_parser().parse_args(["tiny-model", "--solutions", "worked"])
+    config = build_config(TinyModelConfig, None, flag_overrides(args))
+    assert config == TinyModelConfig.worked() and config.answer_tokens == WORKED_MAX_NEW_TOKENS
     assert TinyModelConfig.worked().fingerprint() != TinyModelConfig().fingerprint()
 
 
