@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.fs import process_alive, write_parquet_atomic, write_text_atomic
@@ -109,8 +111,24 @@ def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem
     model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     take_lock(store.root)
-    _check_same_collection(config, model, store)
+    try:
+        _check_same_collection(config, model, store)
+        _check_parts(store)
+    except BaseException:
+        release_lock(store.root)
+        raise
     return store, shards, model
+
+
+def _check_parts(store: ExperienceStore) -> None:
+    """A finished part that does not open (cut short by a full disk or a copy) is named, not skipped as done."""
+    for path in store.shard_paths():
+        try:
+            pq.read_metadata(path)
+        except (OSError, pa.ArrowInvalid) as err:
+            raise StoreError(
+                f"{path}: unreadable Parquet part ({err}); delete it and run the same command again to collect that shard anew"
+            ) from None
 
 
 def take_lock(root: Path) -> Path:

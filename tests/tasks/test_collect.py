@@ -185,3 +185,25 @@ def test_a_second_collection_into_one_directory_refuses_and_a_stale_lock_is_take
         release_engines()
     assert again["skipped_shards"] == 3 and not (out / "collect.lock").exists()
     assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
+
+
+def test_a_truncated_part_is_named_by_resume_and_inspect(collected, fixture_model, tmp_path, capsys):
+    import shutil
+
+    from flows.cli import main
+
+    out = tmp_path / "run-a"  # the same run id as the original
+    shutil.copytree(collected[0], out)
+    part = out / "trajectories" / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[:100])  # cut short, as by a full disk
+    with pytest.raises(StoreError, match=r"part-00001.parquet: unreadable Parquet part .*delete it and run the same command again"):
+        run_collection(_config(fixture_model, out), progress=False)
+    assert not (out / "collect.lock").exists()
+    assert main(["inspect", str(out)]) == 2
+    assert "part-00001.parquet: unreadable Parquet file" in capsys.readouterr().err
+    part.unlink()  # as the message says: the shard is collected anew
+    try:
+        again = run_collection(_config(fixture_model, out), progress=False)
+    finally:
+        release_engines()
+    assert again["skipped_shards"] == 2 and again["pool"]["samples"] == 48
