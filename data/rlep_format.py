@@ -94,6 +94,7 @@ IMPORT_DEFAULTS: dict[str, Any] = {
     "sampling": sampling_json({}),
     "finish_reason": "stop",  # RLEP appends EOS to every candidate, i.e. treats it as complete
     "verify_seconds": 0.0,
+    "origin": "fresh",
 }
 
 

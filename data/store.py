@@ -39,7 +39,14 @@ from data.fs import (
     write_parquet_atomic,
     write_text_atomic,
 )
-from data.trajectory import PROBLEM_KEY, TRAJECTORY_SCHEMA, as_trajectory_table, check_columns, to_table
+from data.trajectory import (
+    PROBLEM_KEY,
+    TRAJECTORY_SCHEMA,
+    as_trajectory_table,
+    check_columns,
+    to_table,
+    with_optional_columns,
+)
 
 if TYPE_CHECKING:
     from data.pool import PoolStats
@@ -223,8 +230,9 @@ def read_trajectory_files(paths: Sequence[Path], columns: Sequence[str] | None =
     tables = []
     for path in paths:
         try:
-            check_columns(pq.read_schema(path).names, str(path))
-            table = pq.read_table(path, columns=names)
+            present = pq.read_schema(path).names
+            check_columns(present, str(path))
+            table = with_optional_columns(pq.read_table(path, columns=[n for n in names if n in present]))
         except (OSError, pa.ArrowInvalid) as err:
             raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
         try:

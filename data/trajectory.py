@@ -32,6 +32,7 @@ reason it is stored rather than re-derived):
 | `verify_seconds` | float32 | no | Wall time the verifier spent on this answer; finds pathological answers and feeds the time split. |
 | `problem` | string | no | Problem text without the template, so a later stage (training, export) can re-render it with its own template. |
 | `model_revision` | string | yes | Revision of the weights (a `weights_hash` value or an HF commit), null when unknown; tells rows of merged pools apart when `model` is the same path. |
+| `origin` | string | no | `fresh` (sampled for this row's run) or `replay` (an earlier answer a training step trained on again: a training run writes both, so its data says exactly what it trained on). Files written before this column existed read as `fresh` (`OPTIONAL_COLUMNS`). |
 
 The schema's metadata carries `rlep.schema_version`; bump it when a column changes meaning.
 """
@@ -47,7 +48,7 @@ import pyarrow as pa
 
 from data.problem import Problem
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: `origin` added (version-1 files read as fresh)
 
 TRAJECTORY_SCHEMA = pa.schema(
     [
@@ -74,11 +75,14 @@ TRAJECTORY_SCHEMA = pa.schema(
         pa.field("verify_seconds", pa.float32(), nullable=False),
         pa.field("problem", pa.string(), nullable=False),
         pa.field("model_revision", pa.string(), nullable=True),
+        pa.field("origin", pa.string(), nullable=False),
     ],
     metadata={"rlep.schema_version": SCHEMA_VERSION},
 )
 
 COLUMNS: tuple[str, ...] = tuple(TRAJECTORY_SCHEMA.names)
+# Columns added after files were written without them, and the value such a file's rows read as.
+OPTIONAL_COLUMNS: dict[str, Any] = {"origin": "fresh"}
 
 # Problem ids are unique only within a data source (data.problem.Problem), so a problem is this pair.
 PROBLEM_KEY: tuple[str, ...] = ("data_source", "problem_id")
@@ -131,13 +135,14 @@ def trajectory_row(
     verify_seconds: float = 0.0,
     created_at: datetime | None = None,
     model_revision: str | None = None,
+    origin: str = "fresh",
 ) -> dict[str, Any]:
     """One trajectory row (a dict with exactly the schema's columns) from plain fields.
 
-    Raises ValueError when token ids and log-probs differ in length: a row whose log-probs cannot be
-    aligned with its tokens would silently corrupt every importance ratio computed from it.
+    Raises ValueError when token ids and (known, i.e. non-empty) log-probs differ in length: a row whose
+    log-probs cannot be aligned with its tokens would silently corrupt every importance ratio computed from it.
     """
-    if len(response_token_ids) != len(behaviour_logprobs):
+    if behaviour_logprobs and len(response_token_ids) != len(behaviour_logprobs):
         raise ValueError(
             f"problem {problem.id!r} sample {sample_index}: {len(response_token_ids)} token ids but "
             f"{len(behaviour_logprobs)} log-probs"
@@ -168,6 +173,7 @@ def trajectory_row(
         "verify_seconds": float(verify_seconds),
         "problem": problem.problem,
         "model_revision": model_revision,
+        "origin": origin,
     }
 
 
@@ -242,6 +248,7 @@ def as_trajectory_table(table: pa.Table, origin: str = "table") -> pa.Table:
     Extra columns are an error rather than dropped: they mean the table is not what the caller thinks.
     """
     check_columns(table.column_names, origin)
+    table = with_optional_columns(table)
     try:
         table = table.select(list(COLUMNS)).cast(TRAJECTORY_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
@@ -250,8 +257,9 @@ def as_trajectory_table(table: pa.Table, origin: str = "table") -> pa.Table:
 
 
 def check_columns(names: Sequence[str], origin: str) -> None:
-    """Raise ValueError naming `origin` unless `names` are exactly the schema's columns (any order)."""
-    missing = [c for c in COLUMNS if c not in set(names)]
+    """Raise ValueError naming `origin` unless `names` are the schema's columns (any order; those of
+    OPTIONAL_COLUMNS may be missing)."""
+    missing = [c for c in COLUMNS if c not in set(names) and c not in OPTIONAL_COLUMNS]
     extra = sorted(set(names) - set(COLUMNS))
     if missing or extra:
         raise ValueError(f"{origin}: not a trajectory table (missing columns {missing}, unknown columns {extra})")
@@ -261,4 +269,12 @@ def _check_nulls(table: pa.Table, origin: str = "trajectory rows") -> pa.Table:
     for field in TRAJECTORY_SCHEMA:
         if not field.nullable and table.column(field.name).null_count:
             raise ValueError(f"{origin}: column {field.name!r} is required but holds nulls")
+    return table
+
+
+def with_optional_columns(table: pa.Table) -> pa.Table:
+    """`table` with every missing OPTIONAL_COLUMNS column added, holding its default on every row."""
+    for name, value in OPTIONAL_COLUMNS.items():
+        if name not in table.column_names:
+            table = table.append_column(TRAJECTORY_SCHEMA.field(name), pa.array([value] * table.num_rows, TRAJECTORY_SCHEMA.field(name).type))
     return table

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from data.problem import Problem
+from data.trajectory import trajectory_row
 
 PoolKey = tuple[str, str]  # (data_source, problem_id): ids are unique only within a source (they can be row numbers)
 
@@ -35,6 +39,7 @@ class Rollout:
     advantage: float | None = None
     finish_reason: str = "stop"
     sample_index: int = 0
+    sampling: dict[str, Any] | None = None  # the request that generated it (n, temperature, top_p, max_tokens, seed)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Rollout:
@@ -53,6 +58,20 @@ class Rollout:
             correct=row.get("correct"), extracted_answer=row.get("extracted_answer"),
             verdict_reason=row.get("verdict_reason"), finish_reason=row.get("finish_reason") or "stop",
             sample_index=int(row.get("sample_index") or 0),
+            sampling=json.loads(row["sampling"]) if row.get("sampling") else None,
+        )  # fmt: skip
+
+    def to_row(self, problem: Problem, *, run_id: str, model: str) -> dict[str, Any]:
+        """This rollout as a trajectory row of `problem`, written by run `run_id` (`model`: the weights it
+        trains). Unknown log-probs are written empty; an unscored rollout cannot be written."""
+        if self.reward is None or self.correct is None:
+            raise ValueError(f"rollout of problem {self.problem_id!r} sample {self.sample_index}: not scored, no row to write")
+        return trajectory_row(
+            problem, self.prompt, response=self.response, response_token_ids=self.response_token_ids,
+            behaviour_logprobs=self.behaviour_logprobs or [], finish_reason=self.finish_reason, correct=self.correct,
+            extracted_answer=self.extracted_answer, verdict_reason=self.verdict_reason or "", reward=float(self.reward),
+            run_id=run_id, policy_version=self.policy_version, model=model, sampling=self.sampling or {},
+            sample_index=self.sample_index, prompt_token_ids=self.prompt_token_ids, origin=self.origin,
         )  # fmt: skip
 
     def age(self, step: int) -> int:

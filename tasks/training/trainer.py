@@ -42,7 +42,7 @@ import torch
 from data.fs import append_rows, write_parquet_atomic
 from data.problem import Problem, render_prompt
 from data.sources import load_problems
-from data.trajectory import to_table, trajectory_row
+from data.trajectory import to_table
 from tasks.engines import SamplingConfig, make_engine
 from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
@@ -104,7 +104,7 @@ class Trainer:
         if resume and checkpoint is None:
             raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.out / 'checkpoints'}")
         self.problems = load_problems(config.problems)
-        self.by_id: dict[str, Problem] = {p.id: p for p in self.problems}
+        self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
         self.eval_problems = load_problems(config.eval_problems)
         self.base_model = resolve_model(config.model, progress=progress)
         weights = str(checkpoint) if checkpoint else self.base_model
@@ -161,7 +161,7 @@ class Trainer:
         with timer("sync"):
             self.engine.load_weights(self.policy.state_dict())
         self.step = step
-        self._write_fresh(fresh, step)
+        self._write_rows(fresh, rollouts, step)
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer)
 
     def _generate(self, problems: list[Problem], step: int) -> list[Group]:
@@ -180,6 +180,7 @@ class Trainer:
                     response=c.text, response_token_ids=list(c.token_ids), policy_version=step - 1,
                     prompt_token_ids=list(c.prompt_token_ids) or self._encode(prompt),
                     behaviour_logprobs=list(c.logprobs), finish_reason=c.finish_reason, sample_index=i,
+                    sampling=sampling.model_dump(include={"n", "temperature", "top_p", "max_tokens", "seed"}),
                 )  # fmt: skip
                 for i, c in enumerate(group)
             ]
@@ -242,20 +243,11 @@ class Trainer:
         append_rows(self.out / "metrics.parquet", [row])
         return row
 
-    def _write_fresh(self, fresh: list[Group], step: int) -> None:
-        sampling = {"n": self.config.samples_per_prompt, "temperature": self.config.temperature,
-                    "top_p": self.config.top_p, "max_tokens": self.config.max_tokens}  # fmt: skip
-        rows = [
-            trajectory_row(
-                self.by_id[r.problem_id], r.prompt, response=r.response, response_token_ids=r.response_token_ids,
-                behaviour_logprobs=r.behaviour_logprobs or [], finish_reason=r.finish_reason, correct=bool(r.correct),
-                extracted_answer=r.extracted_answer, verdict_reason=r.verdict_reason or "", reward=float(r.reward),
-                run_id=self.run_id, policy_version=r.policy_version, model=self.base_model, sampling=sampling,
-                sample_index=r.sample_index, prompt_token_ids=r.prompt_token_ids,
-            )  # fmt: skip
-            for g in fresh
-            for r in g.rollouts
-        ]
+    def _write_rows(self, fresh: list[Group], trained: list[Rollout], step: int) -> None:
+        """OUT/fresh/part-N.parquet: every answer sampled at step N (origin fresh) and every earlier answer the
+        step trained on (origin replay), so the run's data says exactly what it trained on."""
+        rollouts = [r for g in fresh for r in g.rollouts] + [r for r in trained if r.origin == "replay"]
+        rows = [r.to_row(self.by_key[(r.data_source, r.problem_id)], run_id=self.run_id, model=self.base_model) for r in rollouts]
         write_parquet_atomic(self.out / "fresh" / f"part-{step:05d}.parquet", to_table(rows))
 
     def evaluate(self, step: int) -> list[dict[str, Any]]:

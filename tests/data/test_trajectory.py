@@ -64,7 +64,8 @@ def _verdicts():
 def test_schema_starts_with_the_required_columns_in_order():
     assert [(f.name, f.type) for f in TRAJECTORY_SCHEMA][: len(REQUIRED)] == REQUIRED
     assert COLUMNS[len(REQUIRED):] == (
-        "sample_index", "finish_reason", "level", "prompt_token_ids", "verify_seconds", "problem", "model_revision"
+        "sample_index", "finish_reason", "level", "prompt_token_ids", "verify_seconds", "problem", "model_revision",
+        "origin",
     )
     nullable = {f.name for f in TRAJECTORY_SCHEMA if f.nullable}
     assert nullable == {"extracted_answer", "model_revision"}
@@ -116,6 +117,7 @@ def test_rows_for_problem_carry_every_field():
         "verify_seconds": pytest.approx(0.01),
         "problem": "What is 1/2 + 1/4?",
         "model_revision": "sha256:ab",
+        "origin": "fresh",
     }
     assert (second["sample_index"], second["extracted_answer"], second["correct"], second["finish_reason"]) == (
         1, None, False, "length"
@@ -178,3 +180,36 @@ def test_data_package_imports_nothing_above_it():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_files_written_before_the_origin_column_read_as_fresh(tmp_path):
+    import pyarrow.parquet as pq
+
+    from data.store import read_trajectory_files
+
+    problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
+    row = trajectory.trajectory_row(problem, "Q: 1+1", response="2", response_token_ids=[5], behaviour_logprobs=[-0.5],
+                                    finish_reason="stop", correct=True, extracted_answer="2", verdict_reason="equal",
+                                    reward=1.0, run_id="r", policy_version=0, model="m", sampling={"seed": 3},
+                                    sample_index=0, origin="replay")  # fmt: skip
+    table = trajectory.to_table([row])
+    pq.write_table(table.drop_columns(["origin"]), tmp_path / "old.parquet")  # a schema-version-1 file
+    pq.write_table(table, tmp_path / "new.parquet")
+    both = read_trajectory_files([tmp_path / "old.parquet", tmp_path / "new.parquet"])
+    assert both["origin"].to_pylist() == ["fresh", "replay"]
+    assert trajectory.as_trajectory_table(pq.read_table(tmp_path / "old.parquet"))["origin"].to_pylist() == ["fresh"]
+
+
+def test_rollout_row_round_trip_keeps_every_field():
+    from tasks.replay.base import Rollout
+
+    problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
+    rollout = Rollout(problem_id="p1", data_source="tiny-math/add", prompt="Q: 1+1", gold_answer="2", response="2",
+                      response_token_ids=[5, 2], policy_version=3, origin="replay", prompt_token_ids=[7, 8],
+                      behaviour_logprobs=[-0.5, -0.25], reward=1.0, correct=True, extracted_answer="2",
+                      verdict_reason="equal", finish_reason="length", sample_index=4,
+                      sampling={"n": 8, "seed": 11, "temperature": 0.7})  # fmt: skip
+    row = trajectory.to_table([rollout.to_row(problem, run_id="r", model="m")]).to_pylist()[0]
+    assert Rollout.from_row(row) == rollout
+    imported = Rollout.from_row({**row, "behaviour_logprobs": [], "response_token_ids": [], "origin": None})
+    assert imported.behaviour_logprobs is None and imported.origin == "fresh"

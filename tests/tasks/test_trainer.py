@@ -6,12 +6,14 @@ verified successes (the gold answer, boxed), and the other runs use DAPO's overl
 answers of different lengths different rewards. Either way advantages are non-zero and weights must move.
 """
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -84,8 +86,13 @@ def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, re
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-2", "step-3"]
     assert result.final_checkpoint.name == "step-3"
     fresh = pq.read_table(tmp_path / "run" / "fresh")
-    assert fresh.column_names == list(COLUMNS) and fresh.num_rows == 3 * 3 * 4
-    assert sorted(set(fresh.column("policy_version").to_pylist())) == [0, 1, 2]
+    assert fresh.column_names == list(COLUMNS)
+    origins = fresh.column("origin").to_pylist()  # what each step trained on: its fresh answers and the replayed ones
+    assert origins.count("fresh") == 3 * 3 * 4
+    assert origins.count("replay") == round((metrics.replay_share * metrics.batch_size).sum())
+    sampled = fresh.filter(pc.equal(fresh["origin"], "fresh"))
+    assert sorted(set(sampled.column("policy_version").to_pylist())) == [0, 1, 2]
+    assert len({json.loads(s)["seed"] for s in sampled.column("sampling").to_pylist()}) == 3  # one seed per step
     before, after = _weights(fixture_model), _weights(result.final_checkpoint)
     assert any(not torch.equal(before[k], after[k]) for k in before), "training did not change the weights"
     if replay["kind"] == "none":
