@@ -20,6 +20,7 @@ from prefect.artifacts import (
 )
 
 from data.inspect import summarize
+from data.pool import POOL_FILE
 from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
 from tasks.engines.cache import release_engines
 
@@ -48,7 +49,7 @@ def markdown_summary(summary: dict, run_dir: str) -> str:
         "",
         f"- problems: {summary['problems']}, answers: {summary['samples']}, verified correct: {summary['correct']}",
         f"- pool: {pool.get('rows', 'n/a')} answers for {pool.get('problems', 'n/a')} problems",
-        f"- files: `{run / 'trajectories'}`, `{run / 'pool.parquet'}`, `{run / 'manifest.json'}`",
+        f"- files: `{run / 'trajectories'}`, `{run / POOL_FILE}`, `{run / 'manifest.json'}`",
     ]
     throughput = summary.get("run") or {}
     if throughput:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data.pool import POOL_FILE
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
@@ -71,7 +72,7 @@ class PipelineConfig(BaseModel):
         """Training settings per arm, with the pool and output directories filled in."""
         replay = self.train.replay
         if self.pooled_rlep():
-            replay = replay.model_copy(update={"pool": self.collect.out / "pool.parquet"})
+            replay = replay.model_copy(update={"pool": self.collect.out / POOL_FILE})
         arms = {replay.kind: self.train.model_copy(update={"replay": replay, "out": self.out / replay.kind})}
         if self.baseline and replay.kind != "none":
             arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.out / "baseline"})

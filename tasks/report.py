@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from data.metrics import ALL_SOURCES
+from data.pool import POOL_FILE
 from tasks.plots import plot_learning_curves
 
 PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
@@ -83,7 +84,7 @@ def write_report(
             f"- {counts['problems']} problems x {manifest['parameters']['samples_per_prompt']} samples = {counts['samples']} answers, "
             f"{counts['correct']} verified correct ({counts['correct'] / max(counts['samples'], 1):.1%})",
             f"- experience pool: {counts['pool_rows']} answers for {counts['pool_problems']} problems "
-            f"(min_correct = {manifest['parameters']['min_correct']}), `{Path(collect_dir) / 'pool.parquet'}`",
+            f"(min_correct = {manifest['parameters']['min_correct']}), `{Path(collect_dir) / POOL_FILE}`",
             "- seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
             "",
         ]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from data.pool import POOL_FILE
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
@@ -135,7 +136,7 @@ def plan(config: StudyConfig) -> list[Run]:
             if key in first:
                 continue
             if arm in pooled:
-                pool = config.out / "collect" / f"seed-{seed}" / "pool.parquet"
+                pool = config.out / "collect" / f"seed-{seed}" / POOL_FILE
                 train_config = train_config.model_copy(update={"replay": train_config.replay.model_copy(update={"pool": pool})})
             runs.append(Run(key, "train", seed, arm, train_config, _evaluation(config, train_config, arm),
                             needs=[collect_key] if arm in pooled else []))  # fmt: skip
