@@ -93,10 +93,11 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
 def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: set[str] = frozenset()) -> None:
     """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller)."""
     group = parser.add_argument_group(f"{model.__name__} settings (also settable in --config YAML)")
+    defaults = model()  # what `rlep show-config` prints: a section's factory may set its own defaults
     for path, (flag, field, choices) in _flag_names(model).items():
         if flag in skip:
             continue
-        default = field.get_default(call_default_factory=True)
+        default = _effective_default(defaults, path, field)
         help_text = f"{field.description or ''} [default: {default!r}]".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": _DEST_PREFIX + ".".join(path), "default": argparse.SUPPRESS, "help": help_text}
         if field.annotation is bool:
@@ -120,6 +121,17 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], ski
             if _allows_none(field.annotation):
                 kwargs["type"] = _none_or_text
         group.add_argument(flag, **kwargs)
+
+
+def _effective_default(config: BaseModel, path: tuple[str, ...], field: Any) -> Any:
+    """The value a leaf has when nothing is given: read from the default config (a setting of a
+    variant the default does not choose falls back to its field's default)."""
+    node: Any = config
+    for name in path[:-1]:
+        node = getattr(node, name, None)
+    if isinstance(node, BaseModel) and path[-1] in type(node).model_fields:
+        return getattr(node, path[-1])
+    return field.get_default(call_default_factory=True)
 
 
 def _allows_none(annotation: Any) -> bool:

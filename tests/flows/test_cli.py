@@ -62,3 +62,26 @@ def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
     assert main(["collect", "--source", "tiny-math", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2
     assert "no/such/dir" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_help_shows_the_defaults_that_apply_for_every_command():
+    from flows.cli import _config_commands, build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    checked = 0
+    for name, (model, _) in _config_commands().items():
+        defaults = model()  # what `rlep show-config NAME` prints
+        for action in commands[name]._actions:
+            if not action.dest.startswith("cfg:"):
+                continue
+            node, path = defaults, action.dest[len("cfg:") :].split(".")
+            for part in path[:-1]:
+                node = getattr(node, part, None)
+            if path[-1] not in type(node).model_fields:  # a variant the default does not choose
+                continue
+            shown = action.help.replace("%%", "%").rsplit("[default: ", 1)[1][:-1]
+            assert shown == repr(getattr(node, path[-1])), f"rlep {name} {action.option_strings[0]}"
+            checked += 1
+    assert checked > 200
+    help_text = " ".join(commands["collect"].format_help().split())
+    assert "[default: ['decimal']]" in help_text and "[default: [1]]" in help_text and "[default: 200]" in help_text
