@@ -203,17 +203,11 @@ def write_problems(problems: list[Problem], out: Path) -> Path:
     suffix = out.suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise ProblemSourceError(f"{out}: output must end in .jsonl or .parquet")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
+    from data.fs import write_parquet_atomic, write_text_atomic  # pyarrow only when writing
+
     rows = [p.to_dict() for p in problems]
     if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        write_parquet_atomic(out, rows)
     else:
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-    tmp.replace(out)
+        write_text_atomic(out, "".join(json.dumps(row) + "\n" for row in rows))
     return out
