@@ -20,7 +20,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -216,10 +217,24 @@ def generate_shard(config: CollectConfig, model: str, shard: int, problems: list
             run_id=store.run_id, policy_version=config.resolved_policy_version(), model=config.model,
             sampling=sampling.model_dump(),
         )  # fmt: skip
-    write_parquet_atomic(staging, to_table(rows))
+    with _writing(staging):
+        write_parquet_atomic(staging, to_table(rows))
     tokens = sum(len(c.token_ids) for group in completions for c in group)
     _log_timing(store, shard, "generate", time.perf_counter() - start, tokens=tokens, problems=len(problems))
     return staging
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A failed write (full disk, no permission) as a StoreError naming the file; the atomic writers
+    have already removed their temporary file, so a rerun resumes from the shards that are complete."""
+    try:
+        yield
+    except OSError as err:
+        raise StoreError(
+            f"{path}: not written ({err.strerror or err}); nothing partial was kept, "
+            "free space or fix permissions and run the same command again to resume"
+        ) from None
 
 
 class _Unverified:
@@ -240,7 +255,8 @@ def verify_shard(config: CollectConfig, shard: int, staging: Path) -> Path:
     for row, verdict, value in zip(rows, verdicts, values):
         row.update(correct=verdict.correct, extracted_answer=verdict.extracted, verdict_reason=verdict.reason,
                    reward=value, verify_seconds=verdict.seconds)  # fmt: skip
-    path = store.write_shard(shard, rows)
+    with _writing(store.shard_path(shard)):
+        path = store.write_shard(shard, rows)
     staging.unlink(missing_ok=True)
     _log_timing(store, shard, "verify", verified_at - start)
     _log_timing(store, shard, "write", time.perf_counter() - verified_at)

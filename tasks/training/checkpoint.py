@@ -18,7 +18,10 @@ TRAINER_STATE_FILE = "trainer_state.pt"
 
 
 class CheckpointError(ValueError):
-    """No usable checkpoint where one is needed (e.g. `--resume` of a run that never saved)."""
+    """No usable checkpoint where one is needed (e.g. `--resume` of a run that never saved), or one
+    that could not be written (the message names it)."""
+
+
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -29,10 +32,16 @@ def checkpoint_dir(out: Path, step: int) -> Path:
 def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int = 2) -> Path:
     """Write `step-N` atomically and keep the `keep` newest checkpoints."""
     final = checkpoint_dir(out, step)
-    with atomic_dir(final) as tmp:  # replaces a step a resumed run re-reaches after the kill
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        torch.save(state, tmp / TRAINER_STATE_FILE)
+    try:
+        with atomic_dir(final) as tmp:  # replaces a step a resumed run re-reaches after the kill
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            torch.save(state, tmp / TRAINER_STATE_FILE)
+    except OSError as err:  # full disk, no permission: the partial directory is already gone
+        raise CheckpointError(
+            f"{final}: checkpoint not written ({err.strerror or err}); nothing partial was kept, "
+            "free space or fix permissions and resume with --resume"
+        ) from None
     for old in list_checkpoints(out)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -207,3 +207,31 @@ def test_a_truncated_part_is_named_by_resume_and_inspect(collected, fixture_mode
     finally:
         release_engines()
     assert again["skipped_shards"] == 2 and again["pool"]["samples"] == 48
+
+
+def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture_model, tmp_path, monkeypatch):
+    import errno
+
+    import data.fs
+
+    real_write = data.fs.pq.write_table
+
+    def disk_full(table, where, *args, **kwargs):  # fails inside the writer, after some bytes are out
+        if "part-00001" in str(where) and "trajectories" in str(where):
+            with open(where, "wb") as f:
+                f.write(b"PAR1 partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(table, where, *args, **kwargs)
+
+    out = tmp_path / "run-a"
+    monkeypatch.setattr(data.fs.pq, "write_table", disk_full)
+    try:
+        with pytest.raises(StoreError, match=r"part-00001.parquet: not written \(No space left on device\); nothing partial"):
+            run_collection(_config(fixture_model, out), progress=False)
+        assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["part-00000.parquet"]
+        monkeypatch.setattr(data.fs.pq, "write_table", real_write)
+        again = run_collection(_config(fixture_model, out), progress=False)
+    finally:
+        release_engines()
+    assert again["skipped_shards"] == 1 and again["pool"]["samples"] == 48
+    assert sorted(p.name for p in (out / "trajectories").iterdir()) == [f"part-0000{i}.parquet" for i in range(3)]
