@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlep",
         description="RL for LLM reasoning with experience replay: collect verified answers, replay them in GRPO.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="Show library logs (vLLM, Prefect).")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Show library output (vLLM, torch, Prefect) on the terminal; otherwise a run keeps it in RUN_DIR/rlep.log.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
@@ -514,6 +514,16 @@ def _quiet_libraries() -> None:
     logging.getLogger("vllm").setLevel(logging.WARNING)
 
 
+def _run_dir(args: argparse.Namespace) -> Path | None:
+    """Where a run command's log goes: its --resume or out directory (none while its settings do not validate)."""
+    if getattr(args, "resume", None):
+        return Path(args.resume)
+    try:
+        return _config(_config_commands()[args.command][0], args).out
+    except (ConfigError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -528,7 +538,15 @@ def main(argv: list[str] | None = None) -> int:
 
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)
     try:
-        return args.handler(args)
+        if args.verbose or args.command not in _config_commands():
+            return args.handler(args)
+        from flows.runlog import run_log
+
+        with run_log(_run_dir(args)) as log:
+            code = args.handler(args)
+        if log is not None and log.is_file():
+            print(f"library output (vLLM, torch, ...): {log}; rlep --verbose {args.command} shows it here")
+        return code
     except user_errors as err:
         print(f"rlep {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE

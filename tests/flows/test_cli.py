@@ -85,3 +85,13 @@ def test_help_shows_the_defaults_that_apply_for_every_command():
     assert checked > 200
     help_text = " ".join(commands["collect"].format_help().split())
     assert "[default: ['decimal']]" in help_text and "[default: [1]]" in help_text and "[default: 200]" in help_text
+
+
+def test_a_run_shows_our_lines_and_keeps_library_output_in_its_log(fixture_model, tmp_path):
+    out = tmp_path / "run"
+    done = _run("collect", "--no-prefect", "--model", fixture_model, "--engine", "transformers", "--limit", "6",
+                "--samples-per-prompt", "2", "--min-correct", "1", "--shard-size", "3", "--max-tokens", "8", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"run directory: {out} (2 shards, 0 already done)" in done.stdout and f"{out / 'rlep.log'}" in done.stdout
+    assert "Loading weights" not in done.stdout + done.stderr  # transformers' weight-loading bar
+    assert "Loading weights" in (out / "rlep.log").read_text()

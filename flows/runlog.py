@@ -1,0 +1,96 @@
+"""Quiet terminal, full log: what a run's libraries print goes to the run's log file, not the terminal.
+
+vLLM, torch and transformers print from Python (warnings, loggers, tqdm bars on stderr) and from C++ and
+child processes (NUMA binding lines, "Triton is installed"), which Python cannot filter. So while a run
+command works, file descriptors 1 and 2 point at a log file: everything written to them, by any code or
+child process, lands there. Python's `sys.stdout` is a copy of the terminal, so our own prints and progress
+bars (rich, on stdout) still show; `sys.stderr` goes to the log, and of it only our own `warning:` lines
+are also shown on the terminal. The log lives in a temporary file until the run ends and is then added to
+RUN_DIR/rlep.log, so a run refused on bad input creates nothing. `rlep --verbose` skips all of this.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOG_FILE = "rlep.log"
+OUR_LINES = ("warning:", "  warning:")  # stderr lines of ours that the terminal shows as well
+
+
+class _Tee(io.TextIOBase):
+    """sys.stderr during a run: every line to the log; our own warning lines to the terminal too."""
+
+    def __init__(self, log: io.TextIOBase, terminal: io.TextIOBase) -> None:
+        self.log, self.terminal, self.pending = log, terminal, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if line.startswith(OUR_LINES):
+                self.terminal.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.terminal.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.log.fileno()
+
+
+@contextmanager
+def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
+    """Send fd 1 and 2 to a log while the block runs, then append it to RUN_DIR/rlep.log if the run made
+    its directory. Yields that path; `run_dir=None`: a temporary log only, removed at the end."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd, tmp = tempfile.mkstemp(prefix="rlep-", suffix=".log")
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    old_out, old_err = sys.stdout, sys.stderr
+    terminal_out = os.fdopen(os.dup(saved_out), "w", buffering=1, encoding="utf-8", errors="replace")
+    terminal_err = os.fdopen(os.dup(saved_err), "w", buffering=1, encoding="utf-8", errors="replace")
+    log = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
+    final = Path(run_dir) / LOG_FILE if run_dir is not None else None
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout, sys.stderr = terminal_out, _Tee(log, terminal_err)
+    try:
+        yield final
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        sys.stdout, sys.stderr = old_out, old_err
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        for handle in (saved_out, saved_err, fd):
+            os.close(handle)
+        for stream in (terminal_out, terminal_err, log):
+            stream.close()
+        _keep(Path(tmp), final)
+
+
+def _keep(tmp: Path, final: Path | None) -> None:
+    """Append the temporary log to `final` if its directory exists (the run got far enough to make it)."""
+    try:
+        if final is not None and final.parent.is_dir():
+            with open(tmp, "rb") as src, open(final, "ab") as dst:
+                dst.write(src.read())
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,41 @@
+"""Quiet runs: library noise from Python, C and child processes goes to the run's log, our lines to the terminal."""
+
+import subprocess
+import sys
+
+NOISY_RUN = r"""
+import os, subprocess, sys, warnings
+from flows.runlog import run_log
+run_dir = sys.argv[1]
+with run_log(run_dir):
+    os.makedirs(run_dir, exist_ok=True)
+    print("ours: progress 1/2")
+    os.write(1, b"NUMA binding: thread 0 -> cpu 0\n")  # C-level stdout
+    os.write(2, b"Triton is installed\n")  # C-level stderr
+    subprocess.run([sys.executable, "-c", "import sys; print('child stdout noise'); sys.stderr.write('child stderr noise\\n')"])
+    warnings.warn("vllm FutureWarning noise", FutureWarning)
+    sys.stderr.write("Loading safetensors checkpoint shards: 100%|##########|\n")  # a tqdm bar
+    print("warning: ours, shown", file=sys.stderr)
+print("ours: done")
+"""
+NOISE = ["NUMA binding", "Triton is installed", "child stdout noise", "child stderr noise", "FutureWarning noise",
+         "Loading safetensors"]  # fmt: skip
+
+
+def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", NOISY_RUN, str(run_dir)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    terminal = done.stdout + done.stderr
+    assert [n for n in NOISE if n in terminal] == []
+    assert "ours: progress 1/2" in done.stdout and "ours: done" in done.stdout
+    assert "warning: ours, shown" in done.stderr
+    log = (run_dir / "rlep.log").read_text()
+    assert [n for n in NOISE if n not in log] == [] and "warning: ours, shown" in log
+
+
+def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
+    code = "from flows.runlog import run_log\nimport os\nwith run_log(%r):\n    os.write(2, b'noise\\n')\n" % str(tmp_path / "none")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "noise" not in done.stderr
+    assert not (tmp_path / "none").exists()
