@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from data.fs import append_rows, write_parquet_atomic
+from data.fs import append_rows, write_parquet_atomic, write_text_atomic
 from data.problem import Problem, render_prompt
 from data.sources import load_problems
 from data.trajectory import to_table
@@ -288,7 +288,7 @@ class Trainer:
     def _prepare_out_dir(self) -> None:
         """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / CONFIG_FILE).write_text(self.config.model_dump_json(indent=2))
+        write_text_atomic(self.out / CONFIG_FILE, self.config.model_dump_json(indent=2))
         for name in ("metrics.parquet", "eval.parquet"):
             path = self.out / name
             if path.exists():

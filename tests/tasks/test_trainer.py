@@ -20,12 +20,13 @@ import torch
 from safetensors.torch import load_file
 
 from data.fs import write_parquet_atomic
+from data.pool import PoolStore
 from data.problem import render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from data.trajectory import COLUMNS, to_table, trajectory_row
 from tasks.training.checkpoint import latest_checkpoint
 from tasks.training.config import TrainConfig
-from tasks.training.trainer import Trainer
+from tasks.training.trainer import CONFIG_FILE, Trainer
 
 METRIC_COLUMNS = ["step", "reward_mean", "accuracy", "zero_std_group_frac", "clip_frac_low", "clip_frac_high", "kl",
                   "entropy", "is_ratio_mean", "replay_share", "replay_age_mean", "grad_norm", "time_generate",
@@ -263,8 +264,10 @@ def _train_cli(args):
     ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
 )
 def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_pool, tmp_path, engine, replay):
-    if "rlep" in replay:
-        replay = [*replay, "--pool", str(gold_pool)]
+    store = PoolStore(tmp_path / "pools")
+    if "rlep" in replay:  # a pool store: the run pins the version it starts with (v1) and resumes with it
+        v1 = store.publish(gold_pool, {"run_dir": "gold"})
+        replay = [*replay, "--pool", str(store.root)]
     common = ["--model", fixture_model, "--engine", engine, "--steps", "5", "--prompts-per-step", "3",
               "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
               "--problems-families", "add", "sub", "mul", "frac", "decimal", "--problems-levels", "1", "2", "3",  # = PROBLEMS
@@ -284,6 +287,14 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    if "rlep" in replay:  # a newer version with more answers per problem: replaying it would change the draws
+        table = pq.read_table(gold_pool)
+        more = table.set_column(table.schema.get_field_index("response"), "response",
+                                pc.binary_join_element_wise("The answer is ", table["response"], ""))  # fmt: skip
+        write_parquet_atomic(tmp_path / "more.parquet", more)
+        store.publish(tmp_path / "more.parquet", {"run_dir": "more"})
+        assert store.versions() == [1, 2]
+        assert json.loads((out / CONFIG_FILE).read_text())["replay"]["pool"] == str(v1 / "pool.parquet")
     resumed = _train_cli(["--resume", str(out)])
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
