@@ -1,0 +1,373 @@
+"""The commands of `rlep` (flows.cli holds the argument parser): each turns parsed arguments into
+validated settings, runs the stage and prints what it did."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from flows.options import build_config, dump_yaml, flag_overrides
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit code 2."""
+
+
+def _config_commands() -> dict[str, tuple[type, Callable]]:
+    """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
+    from tasks.collect import CollectConfig
+    from tasks.evaluate import EvalConfig
+    from tasks.pipeline import PipelineConfig
+    from tasks.training.config import TrainConfig
+
+    return {
+        "collect": (CollectConfig, _run_collect),
+        "train": (TrainConfig, _run_train),
+        "eval": (EvalConfig, _run_eval),
+        "pipeline": (PipelineConfig, _run_pipeline),
+    }
+
+
+def _config(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
+    """The command's settings: `base_file` or --config, then flags, then `extra`, validated once."""
+    overrides = {**flag_overrides(args), **(extra or {})}
+    return build_config(model, base_file or args.config, overrides)
+
+
+# ---------------------------------------------------------------- problems
+
+
+def _cmd_problems(args: argparse.Namespace) -> int:
+    from data.sources import ProblemSourceConfig, load_problems, write_problems
+
+    config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
+    out = Path(args.out)
+    if out.suffix.lower() not in (".jsonl", ".parquet"):
+        raise UserError(f"--out {out}: must end in .jsonl or .parquet")
+    problems = load_problems(config)
+    write_problems(problems, out)
+    print(f"wrote {len(problems)} problems ({config.source}, split {config.split}) to {out}")
+    return 0
+
+
+# ---------------------------------------------------------------- tiny-model
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
+
+    config = build_config(TinyModelConfig, args.config, flag_overrides(args))
+    out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads)
+    info = read_build_info(out) or {}
+    print(f"tiny model: {out}")
+    if info:
+        overall = (info.get("greedy_accuracy") or {}).get("overall", float("nan"))
+        print(f"  build {info.get('build_seconds', float('nan')):.1f} s, greedy accuracy on tiny-math test: {overall:.3f}")
+        target, stop = info.get("target_cell"), info.get("stop") or {}
+        if target:
+            low, high = target["band"]
+            print(f"  {target['cell']} (first {target['n']} test problems): {target['accuracy']:.3f}, band {low}-{high}; "
+                  f"stopped at step {stop.get('stopped_at_step')} ({stop.get('reason')})")  # fmt: skip
+            if not target["in_band"]:
+                print(f"  warning: {target['cell']} accuracy {target['accuracy']:.3f} is outside the band {low}-{high}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- eval
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from flows.evaluate import evaluate_flow
+    from tasks.evaluate import EvalConfig
+
+    config = _config(EvalConfig, args)
+
+    result = evaluate_flow(config) if args.prefect else _eval_direct(config)
+    _print_eval(result.rows, config)
+    return 0
+
+
+def _eval_direct(config):
+    from tasks.evaluate import evaluate
+
+    return evaluate(config, progress=True)
+
+
+def _print_eval(rows: list[dict], config) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    print(f"model: {config.model}")
+    table = Table(title=f"K={config.samples} answers per problem, {config.problems.source} split {config.problems.split}")
+    for column in ("data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k"):
+        table.add_column(column, justify="left" if column == "data_source" else "right")
+    for row in rows:
+        table.add_row(row["data_source"], str(row["n_problems"]), *(f"{row[c]:.3f}" for c in ("avg_at_k", "pass_at_k", "maj_at_k")))
+    Console().print(table)
+    if config.out:
+        print(f"wrote {Path(config.out) / 'eval.parquet'} and {Path(config.out) / 'eval_samples.parquet'}")
+
+
+# ---------------------------------------------------------------- collect, inspect, pool
+
+
+def _run_collect(args: argparse.Namespace) -> int:
+    from tasks.collect import CollectConfig, preflight, run_collection
+
+    config = _config(CollectConfig, args)
+    preflight(config)  # user errors surface here, before Prefect starts or anything is generated
+    if args.prefect:
+        from flows.collect import collect_flow
+
+        result = collect_flow(config)
+    else:
+        from tasks.engines.cache import release_engines
+
+        try:
+            result = run_collection(config)
+        finally:
+            release_engines()
+    pool, timings = result["pool"], result["timings"]
+    print(f"run directory: {result['run_dir']} ({result['shards']} shards, {result['skipped_shards']} already done)")
+    print(f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers for "
+          f"{pool['pool_problems']} problems (min_correct={pool['min_correct']})")  # fmt: skip
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    print(f"inspect it with: rlep inspect {result['run_dir']}")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from data.inspect import render, summarize
+    from data.pool import POOL_FILE, PoolStore, describe_versions
+
+    store = PoolStore(args.path)
+    if store.versions():  # a pool store: its versions, then the latest version's pool
+        versions = describe_versions(args.path)
+        if args.json:
+            print(json.dumps({"versions": versions, "latest": summarize(store.latest() / POOL_FILE, sample_rows=args.rows)}, indent=2))
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"pool versions in {args.path}")
+        for column in versions[0]:
+            table.add_column(column)
+        for row in versions:
+            table.add_row(*(str(v) for v in row.values()))
+        Console().print(table)
+        args.path = str(store.latest() / POOL_FILE)
+
+    try:
+        summary = summarize(args.path, sample_rows=args.rows)
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(render(summary))
+    return 0
+
+
+def _cmd_pool_export(args: argparse.Namespace) -> int:
+    from data.pool import export_pool
+
+    try:
+        path = export_pool(args.pool, args.out)
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
+    print(f"wrote {path} (RLEP/verl layout)")
+    return 0
+
+
+def _cmd_pool_import(args: argparse.Namespace) -> int:
+    from data.pool import import_pool
+
+    try:
+        path = import_pool(args.path, args.out, run_id=args.run_id)
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
+    print(f"wrote {path} (rlep trajectory schema)")
+    return 0
+
+
+# ---------------------------------------------------------------- train
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from tasks.training.config import TrainConfig
+    from tasks.training.trainer import CONFIG_FILE
+
+    if args.resume:
+        saved = Path(args.resume) / CONFIG_FILE
+        if not saved.is_file():
+            raise UserError(f"--resume {args.resume}: no {CONFIG_FILE} there (not a training run directory)")
+        config = _config(TrainConfig, args, base_file=saved, extra={"out": str(args.resume)})
+    else:
+        config = _config(TrainConfig, args)
+    if config.replay.kind == "rlep":
+        from data.pool import resolve_pool_path
+
+        resolve_pool_path(config.replay.pool)  # a missing pool fails here, before any model is loaded
+    if args.prefect:
+        from flows.train import train_flow
+
+        result = train_flow(config, resume=bool(args.resume))
+    else:
+        from tasks.training.trainer import train
+
+        result = train(config, resume=bool(args.resume))
+    _print_train(result)
+    return 0
+
+
+def _print_train(result) -> None:
+    import pyarrow.parquet as pq
+
+    from data.metrics import ALL_SOURCES
+
+    ev = pq.read_table(result.eval_path).to_pandas() if Path(result.eval_path).exists() else None
+    if ev is not None and len(ev):
+        overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
+        first, last = overall.iloc[0], overall.iloc[-1]
+        print(f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}")
+    print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+def _run_pipeline(args: argparse.Namespace) -> int:
+    from tasks.collect import preflight
+    from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
+
+    config = _config(PipelineConfig, args)
+    preflight(config.collect)
+    if args.prefect:
+        from flows.pipeline import pipeline_flow
+
+        report = pipeline_flow(config)
+    else:
+        report = run_pipeline(config, local_stages()).report
+    print(Path(report).read_text())
+    print(f"report: {report}\nplot: {Path(report).parent / 'heldout_accuracy.png'}")
+    return 0
+
+
+# ---------------------------------------------------------------- study
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    import shlex
+
+    import yaml
+    from pydantic import ValidationError
+
+    from tasks.study import StudyError, plan
+
+    try:
+        settings = yaml.safe_load(Path(args.config).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"--config {args.config}: {err}") from None
+    settings.update({k: v for k, v in {"seeds": args.seeds, "out": args.out}.items() if v is not None})
+    if args.runner is not None:
+        settings["runner"] = {**settings.get("runner", {}), "kind": args.runner}
+    from tasks.study import StudyConfig
+
+    try:
+        config = StudyConfig.model_validate(settings)
+        plan(config)  # every arm's settings checked before anything runs
+    except ValidationError as err:
+        raise UserError(f"{args.config}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+    except StudyError as err:
+        raise UserError(f"{args.config}: {err}") from None
+    command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
+    if args.prefect:
+        from flows.study import study_flow
+
+        report = study_flow(config, command)
+    elif config.runner.kind == "ray":
+        raise UserError("--runner ray runs through Prefect's Ray task runner: drop --no-prefect")
+    else:
+        from tasks.study import run_study
+
+        report = run_study(config, command=command)["report"]
+    print(Path(report).read_text())
+    return 0
+
+
+# ---------------------------------------------------------------- serve
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from flows.deployments import DEFAULT_RECOLLECT_CRON, serve_deployments
+
+    if not os.environ.get("PREFECT_API_URL"):
+        print("note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
+              "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).", file=sys.stderr)  # fmt: skip
+    cron = None if args.no_schedule else (args.recollect_cron or DEFAULT_RECOLLECT_CRON)
+    print(f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {cron}); Ctrl-C stops", flush=True)
+    serve_deployments(recollect_cron=cron, train_dir=args.train_dir, pool_store=args.pool_store)
+    return 0
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from flows import server
+
+    log = Path(args.home) / "server.log"
+    Path(args.home).mkdir(parents=True, exist_ok=True)
+    process = server.start_server(args.host, args.port, Path(args.home), log)
+    try:
+        server.wait_healthy(args.host, args.port, process=process)
+        print(f"Prefect UI: http://{args.host}:{args.port}  (server log: {log})", flush=True)
+        os.environ.update(server.server_env(args.host, args.port, Path(args.home)))
+        return _cmd_serve(args)
+    finally:
+        server.stop(process)
+
+
+# ---------------------------------------------------------------- bench
+
+
+def _cmd_bench_generate(args: argparse.Namespace) -> int:
+    from tasks.bench_generate import GenerateBenchConfig, run_generate_bench
+
+    config = build_config(GenerateBenchConfig, args.config, flag_overrides(args))
+    report = run_generate_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def _cmd_bench_train(args: argparse.Namespace) -> int:
+    from tasks.bench_train import run_train_bench
+    from tasks.collect import preflight
+    from tasks.pipeline import PipelineConfig
+
+    config = _config(PipelineConfig, args)
+    preflight(config.collect)
+    report = run_train_bench(config, Path(args.results))
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def _cmd_bench_verify(args: argparse.Namespace) -> int:
+    from verifiers.bench import run_from_arguments
+
+    run_from_arguments(args)
+    return 0
+
+
+# ---------------------------------------------------------------- show-config
+
+
+def _cmd_show_config(args: argparse.Namespace) -> int:
+    model, _ = _config_commands()[args.command_name]
+    print(dump_yaml(model()), end="")
+    return 0
