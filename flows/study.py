@@ -52,6 +52,13 @@ def _submit_on_ray(config: StudyConfig, runs) -> dict:
     init = {"include_dashboard": False}
     if runner.address is None and runner.max_parallel is not None:
         init["num_cpus"] = runner.max_parallel
+    if runner.address is None:
+        # Without an API address each Ray worker would start its own ephemeral Prefect server (they race for
+        # ports and time out under load): the workers report to this flow's server. On a cluster, set
+        # PREFECT_API_URL on the workers to a server they can reach.
+        from prefect.client.orchestration import get_client
+
+        init["runtime_env"] = {"env_vars": {"PREFECT_API_URL": str(get_client(sync_client=True).api_url)}}
     on_ray = study_runs_flow.with_options(task_runner=RayTaskRunner(address=runner.address, init_kwargs=init))
     return on_ray(runs, runner.cpus_per_run, runner.gpus_per_run)
 
