@@ -34,11 +34,16 @@ def vllm_engine(fixture_model):
     engine.close()
 
 
-@pytest.fixture
-def half_right_collection(monkeypatch):
-    """The fixture model gets nothing right, so its pool would be empty: during collection, the first answer to
-    each prompt is replaced by the boxed gold answer (without token ids, so the trainer tokenises it, as it does
-    for imported pools). Everything else (verification, the pool rule, training on the pool) is the real code."""
+def boxed_gold(gold: str, prompt: str) -> list[str]:
+    """The default right answers: the gold answer, boxed, once."""
+    return [f"\\boxed{{{gold}}}"]
+
+
+def answer_with_gold(monkeypatch, answers=boxed_gold) -> list[str]:
+    """Make collection's engine right on purpose: for every prompt, the first completions become
+    `answers(gold, prompt)` (without token ids, so the trainer tokenises them, as it does for imported pools);
+    the other completions are the model's own. Everything else (verification, the pool rule, training on
+    the pool) is the real code. Returns the list of models the engine was started for."""
     import tasks.collect
     from data.problem import render_prompt
     from data.tiny_math import FAMILIES, LEVELS, generate
@@ -50,20 +55,33 @@ def half_right_collection(monkeypatch):
     real = tasks.collect.shared_engine
     models = []
 
-    class HalfRight:
+    class GoldAnswers:
         def __init__(self, engine):
             self.engine = engine
 
         def generate(self, prompts, sampling, progress=False):
             out = self.engine.generate(prompts, sampling, progress)
             for prompt, completions in zip(prompts, out):
-                first = completions[0]
-                completions[0] = Completion(f"\\boxed{{{gold[prompt]}}}", [], [], "stop", first.prompt_token_ids)
+                for i, text in enumerate(answers(gold[prompt], prompt)):
+                    completions[i] = Completion(text, [], [], "stop", completions[i].prompt_token_ids)
             return out
 
     def shared_engine(model, config):
         models.append(str(model))
-        return HalfRight(real(model, config))
+        return GoldAnswers(real(model, config))
 
     monkeypatch.setattr(tasks.collect, "shared_engine", shared_engine)
     return models
+
+
+@pytest.fixture
+def half_right_collection(monkeypatch):
+    """The fixture model gets nothing right, so its pool would be empty: during collection, the first answer to
+    each prompt is the boxed gold answer (see `answer_with_gold`)."""
+    return answer_with_gold(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def gold_answers():
+    """`answer_with_gold` for fixtures of a wider scope, which patch with their own `pytest.MonkeyPatch`."""
+    return answer_with_gold

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ from data.store import ExperienceStore, StoreError
 from data.trajectory import COLUMNS, ROW_KEY
 from tasks.collect import CollectConfig, run_collection
 from tasks.engines.cache import release_engines
+from verifiers import verify_batch
 
 REQUIRED = ["run_id", "problem_id", "data_source", "prompt", "response", "response_token_ids", "behaviour_logprobs",
             "extracted_answer", "gold_answer", "correct", "verdict_reason", "reward", "policy_version", "model",
@@ -29,11 +31,24 @@ def _config(model, out, **kw):
     return CollectConfig.model_validate(settings)
 
 
+def _gold_answers(gold, prompt):
+    """Right answers the collection gets (the fixture model gets none): every problem's first sample is its
+    boxed gold answer and its second the same answer laid out differently (a duplicate for the pool rule);
+    every other problem (by a stable hash of its prompt) gets a third, distinct right answer. The fourth
+    sample is the model's own."""
+    answers = [f"\\boxed{{{gold}}}", f"  \\boxed{{{gold}}}\n"]
+    if zlib.crc32(prompt.encode()) % 2:
+        answers.append(f"The answer is \\boxed{{{gold}}}.")
+    return answers
+
+
 @pytest.fixture(scope="module")
-def collected(fixture_model, tmp_path_factory):
+def collected(fixture_model, tmp_path_factory, gold_answers):
     out = tmp_path_factory.mktemp("collect") / "run-a"
     try:
-        result = run_collection(_config(fixture_model, out), progress=False)
+        with pytest.MonkeyPatch.context() as patch:
+            gold_answers(patch, _gold_answers)
+            result = run_collection(_config(fixture_model, out), progress=False)
     finally:
         release_engines()
     return out, result
@@ -50,7 +65,11 @@ def test_outputs_and_schema(collected):
     assert set(df.run_id) == {"run-a"} and set(df.policy_version) == {0}
     assert (df.response_token_ids.map(len) == df.behaviour_logprobs.map(len)).all()
     assert json.loads(df.sampling.iloc[0])["n"] == 4
-    assert set(df.verdict_reason) <= {"equal", "not-equal", "no-answer", "parse-error", "too-long", "timeout"}
+    gold = df.sample_index < df.prompt.map(lambda p: len(_gold_answers("0", p)))
+    assert gold.sum() == 12 * 2 + sum(zlib.crc32(p.encode()) % 2 for p in set(df.prompt))
+    assert (df[gold].verdict_reason == "equal").all() and df[gold].correct.all()
+    own = df[~gold]  # the model's answers: the verdicts the verifier gives them when asked directly
+    assert own.verdict_reason.tolist() == [v.reason for v in verify_batch(own.response.tolist(), own.gold_answer.tolist())]
     assert (df.reward == df.correct.astype(float)).all()
     assert not (out / ".staging").exists() or not list((out / ".staging").iterdir())
 
@@ -76,19 +95,33 @@ def test_manifest(collected):
     assert sum(f["rows"] for name, f in manifest["files"].items() if name.startswith("trajectories/")) == 48
 
 
+def _distinct_correct(df):
+    """Per problem, its distinct right answers as the pool rule compares them (layout aside), first seen first."""
+    right = df[df.correct].sort_values(["problem_id", "sample_index"])
+    return {pid: list(dict.fromkeys(" ".join(r.split()) for r in rows.response)) for pid, rows in right.groupby("problem_id")}
+
+
 def test_pool_rule_and_dedup(collected, tmp_path):
-    out, _ = collected
+    out, result = collected
     df = pq.read_table(out / "trajectories").to_pandas()
-    pool = pd.read_parquet(out / "pool.parquet")
-    assert pool.correct.all()
-    assert not pool.duplicated(["problem_id", "response"]).any()
-    # Rebuild with a stricter threshold: only problems with >= 2 correct answers remain.
-    store = ExperienceStore(out, run_id="run-a")
-    stats = store.build_pool(min_correct=2)
-    # min_correct counts verified-correct samples; the pool then holds each distinct answer once.
+    distinct = _distinct_correct(df)
     counts = df[df.correct].groupby("problem_id").size()
-    assert stats.pool_problems == int((counts >= 2).sum())
-    assert set(pd.read_parquet(out / "pool.parquet").problem_id) == set(counts[counts >= 2].index)
+    assert len(distinct) == 12 and counts.min() >= 2  # every problem has right answers, all of them repeated
+    pool = pd.read_parquet(out / "pool.parquet")
+    assert pool.correct.all() and (pool.reward == 1.0).all()
+    # min_correct=1: each distinct right answer once; the second gold sample differs only in layout and is dropped.
+    assert {pid: [" ".join(r.split()) for r in rows.response] for pid, rows in pool.groupby("problem_id")} == distinct
+    assert len(pool) == sum(map(len, distinct.values())) and len(pool) > 12
+    assert not pool.response.str.startswith(" ").any()  # the first spelling is the one kept
+    stats = result["pool"]
+    assert (stats["pool_rows"], stats["duplicates"], stats["pool_problems"]) == (len(pool), int(counts.sum()) - len(pool), 12)
+    # A stricter threshold: only problems with >= 3 right samples (those given a third answer) remain.
+    store = ExperienceStore(out, run_id="run-a")
+    stats = store.build_pool(min_correct=3)
+    kept = set(counts[counts >= 3].index)
+    assert 0 < len(kept) < 12 and stats.pool_problems == len(kept)
+    assert set(pd.read_parquet(out / "pool.parquet").problem_id) == kept
+    assert stats.below_min_correct == sum(len(v) for pid, v in distinct.items() if pid not in kept)
     store.build_pool(min_correct=1)
 
 

@@ -133,33 +133,45 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_pool, tmp_path):
+def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_pool, tmp_path, monkeypatch):
+    import tasks.training.trainer as trainer_module
     from tasks.training.advantages import group_advantages
 
-    captured = []
+    # The batch each real step trains on (what `policy_update` receives) and the scored groups behind it.
+    groups_seen, batches = [], []
+    update = trainer_module.policy_update
+
+    def recording_update(model, optimizer, scheduler, batch, *args, **kwargs):
+        batches.append(batch)
+        return update(model, optimizer, scheduler, batch, *args, **kwargs)
 
     def spy(trainer):
         mix = trainer.replay.mix
 
         def recording_mix(groups, step):
-            captured.append([[(r.origin, r.reward, r.advantage) for r in g.rollouts] for g in groups])
+            groups_seen.append([[(r.origin, r.reward, r.correct) for r in g.rollouts] for g in groups])
             return mix(groups, step)
 
         trainer.replay.mix = recording_mix
 
+    monkeypatch.setattr(trainer_module, "policy_update", recording_update)
     config = _config(fixture_model, tmp_path / "rlep", {"kind": "rlep", "pool": str(gold_pool), "replay_per_group": 2},
                      steps=2, eval_every=0, save_every=0)  # fmt: skip
     _run(config, spy)
+    assert len(batches) == len(groups_seen) == 2
     differs = 0
-    for groups in captured:
-        for members in groups:
+    for groups, batch in zip(groups_seen, batches):
+        assert [o for members in groups for o, _, _ in members] == (["fresh"] * 4 + ["replay"] * 2) * 3
+        assert batch.is_replay.tolist() == [o == "replay" for members in groups for o, _, _ in members]
+        trained = batch.advantages.tolist()
+        for i, members in enumerate(groups):
             rewards = torch.tensor([reward for _, reward, _ in members])
-            expected, _ = group_advantages(rewards, [0] * len(members))
-            assert [a for _, _, a in members] == pytest.approx(expected.tolist(), abs=1e-6)
+            assert [correct for _, _, correct in members[4:]] == [True, True]  # re-verified successes
+            expected, _ = group_advantages(rewards, [0] * 6)  # over the 4 fresh and the 2 replayed answers
+            assert trained[6 * i : 6 * i + 6] == pytest.approx(expected.tolist(), abs=1e-6)
+            assert all(a > 0 for a in trained[6 * i + 4 : 6 * i + 6])  # replayed successes pushed up
             fresh_only, _ = group_advantages(rewards[:4], [0] * 4)
             differs += not torch.allclose(fresh_only, expected[:4])
-            assert [o for o, _, _ in members] == ["fresh"] * 4 + ["replay"] * 2
-            assert all(a > 0 for o, _, a in members if o == "replay")  # verified successes above the group mean
     assert differs > 0  # the replayed rewards changed the fresh answers' advantages
 
 
