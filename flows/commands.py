@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from data.run_layout import EvalRunLayout
 from flows.options import build_config, dump_yaml, flag_overrides
 
 
@@ -109,7 +110,8 @@ def _print_eval(rows: list[dict], config) -> None:
         table.add_row(row["data_source"], str(row["n_problems"]), *(f"{row[c]:.3f}" for c in ("avg_at_k", "pass_at_k", "maj_at_k")))
     Console().print(table)
     if config.out:
-        print(f"wrote {Path(config.out) / 'eval.parquet'} and {Path(config.out) / 'eval_samples.parquet'}")
+        layout = EvalRunLayout(Path(config.out))
+        print(f"wrote {layout.eval} and {layout.samples}")
 
 
 # ---------------------------------------------------------------- collect, inspect, pool

@@ -10,6 +10,7 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from data.run_layout import EvalRunLayout
 from tasks.evaluate import EvalConfig, EvalResult, evaluate
 
 evaluate_task = task(evaluate, name="evaluate-model")
@@ -30,7 +31,7 @@ def evaluate_flow(config: EvalConfig = EvalConfig()) -> EvalResult:
             f"- K = {config.samples}: avg@K **{overall['avg_at_k']:.3f}**, pass@K {overall['pass_at_k']:.3f}, "
             f"maj@K {overall['maj_at_k']:.3f}\n"
             f"- wall time: {result.seconds:.1f} s\n"
-            + (f"- tables: `{config.out}/eval.parquet`, `{config.out}/eval_samples.parquet`\n" if config.out else "")
+            + (f"- tables: `{EvalRunLayout(config.out).eval}`, `{EvalRunLayout(config.out).samples}`\n" if config.out else "")
         ),
     )
     return result

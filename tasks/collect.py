@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.fs import process_alive, write_parquet_atomic, write_text_atomic
 from data.pool import PoolStats
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.run_layout import checkpoint_step
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from data.store import ExperienceStore, StoreError, read_trajectory_files
 from data.trajectory import rows_for_problem, to_table
@@ -44,7 +44,6 @@ from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
 TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with
 LOCK_FILE = "collect.lock"  # pid of the process collecting into the directory
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 class CollectConfig(BaseModel):
@@ -89,8 +88,8 @@ class CollectConfig(BaseModel):
     def resolved_policy_version(self) -> int:
         if self.policy_version is not None:
             return self.policy_version
-        match = _STEP_DIR.match(Path(self.model).name)
-        return int(match.group(1)) if match else 0
+        step = checkpoint_step(self.model)
+        return 0 if step is None else step
 
     def sampling(self, shard: int) -> SamplingConfig:
         return SamplingConfig(

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.fs import write_parquet_atomic
 from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.run_layout import EvalRunLayout
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
 from tasks.models import resolve_model
@@ -134,10 +135,10 @@ def _summary(step: int, source: str, groups: list, k: int) -> dict:
 
 def write_eval(result: EvalResult, out: Path) -> dict[str, Path]:
     """Write the summary rows to OUT/eval.parquet and the answers to OUT/eval_samples.parquet (replacing them)."""
-    out = Path(out)
+    layout = EvalRunLayout(Path(out))
     return {
-        "eval": write_parquet_atomic(out / "eval.parquet", result.rows),
-        "samples": write_parquet_atomic(out / "eval_samples.parquet", result.samples),
+        "eval": write_parquet_atomic(layout.eval, result.rows),
+        "samples": write_parquet_atomic(layout.samples, result.samples),
     }
 
 

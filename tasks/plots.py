@@ -8,12 +8,13 @@ import pyarrow.parquet as pq
 
 from data.fs import atomic_path
 from data.metrics import ALL_SOURCES
+from data.run_layout import TrainRunLayout
 
 
 def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-out accuracy") -> Path:
     """One PNG with, per run (label -> run directory), held-out avg@K (all sources) and training reward.
 
-    Runs without an eval.parquet are skipped; the file is written atomically.
+    Runs without held-out evaluations are skipped; the file is written atomically.
     """
     import matplotlib
 
@@ -22,14 +23,14 @@ def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-ou
 
     fig, (ax_eval, ax_reward) = plt.subplots(1, 2, figsize=(11, 4))
     for label, run in runs.items():
-        run = Path(run)
-        if (run / "eval.parquet").exists():
-            ev = pq.read_table(run / "eval.parquet").to_pandas()
+        layout = TrainRunLayout(run)
+        if layout.eval.exists():
+            ev = pq.read_table(layout.eval).to_pandas()
             ev = ev[ev.data_source == ALL_SOURCES].sort_values("step")
             k = int(ev.k.iloc[0]) if len(ev) else 1
             ax_eval.plot(ev.step, ev.avg_at_k, marker="o", label=f"{label} (avg@{k})")
-        if (run / "metrics.parquet").exists():
-            m = pq.read_table(run / "metrics.parquet").to_pandas().sort_values("step")
+        if layout.metrics.exists():
+            m = pq.read_table(layout.metrics).to_pandas().sort_values("step")
             ax_reward.plot(m.step, m.reward_mean, label=label, alpha=0.8)
     ax_eval.set(title=title, xlabel="step", ylabel="accuracy")
     ax_reward.set(title="Training reward (fresh rollouts)", xlabel="step", ylabel="mean reward")

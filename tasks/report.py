@@ -9,6 +9,7 @@ import pandas as pd
 
 from data.metrics import ALL_SOURCES
 from data.pool import POOL_FILE
+from data.run_layout import EvalRunLayout, TrainRunLayout
 from tasks.plots import plot_learning_curves
 
 PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
@@ -22,9 +23,10 @@ def _table(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
 
 def arm_summary(run_dir: Path) -> dict:
     """Start/final held-out accuracy, mean step time split and replay share of one training run."""
-    ev = pd.read_parquet(run_dir / "eval.parquet")
+    layout = TrainRunLayout(run_dir)
+    ev = pd.read_parquet(layout.eval)
     overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
-    metrics = pd.read_parquet(run_dir / "metrics.parquet").sort_values("step")
+    metrics = pd.read_parquet(layout.metrics).sort_values("step")
     phases = {c.removeprefix("time_"): float(metrics[c].mean()) for c in PHASE_COLUMNS if c in metrics}
     return {
         "steps": int(metrics.step.max()),
@@ -105,7 +107,7 @@ def write_report(
     lines += [_table(table), f"![held-out accuracy]({png.name})", ""]
     lines += ["## Held-out evaluation: the starting model (`base`) and each arm's last checkpoint", ""]
     for name, eval_dir in evaluations.items():
-        ev = pd.read_parquet(Path(eval_dir) / "eval.parquet")[["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]]
+        ev = pd.read_parquet(EvalRunLayout(Path(eval_dir)).eval)[["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]]
         lines += [f"### {name}", "", _table(ev)]
     lines += ["## Time per step (seconds, mean)", ""]
     phases = pd.DataFrame([{"arm": name, **{k: v for k, v in s["phase_seconds"].items()}} for name, s in summaries.items()])
@@ -130,7 +132,7 @@ def _pool_source_lines(manifest: dict, pool_source: dict | None) -> list[str]:
     """Which policy the pool was sampled from, and how good it was on the held-out evaluation."""
     if pool_source is None:
         return [f"- sampled from `{manifest.get('model', {}).get('path', manifest.get('model'))}`", ""]
-    ev = pd.read_parquet(Path(pool_source["eval"]) / "eval.parquet")
+    ev = pd.read_parquet(EvalRunLayout(Path(pool_source["eval"])).eval)
     overall = ev[ev.data_source == ALL_SOURCES].iloc[0]
     return [
         f"- sampled from `{pool_source['checkpoint']}`, the last checkpoint of the exploration run "

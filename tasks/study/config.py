@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from data.pool import POOL_FILE
+from data.run_layout import TrainRunLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
@@ -161,5 +162,5 @@ def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], seed: int, r
 def _evaluation(config: StudyConfig, train_config: TrainConfig, arm: str) -> EvalConfig:
     settings = {"problems": train_config.eval_problems.model_dump(), "max_tokens": train_config.max_tokens,
                 "engine": train_config.engine.model_dump(), **config.evaluate, "seed": train_config.seed,
-                "out": str(Path(train_config.out) / "final_eval")}  # fmt: skip
+                "out": str(TrainRunLayout(train_config.out).final_eval.root)}  # fmt: skip
     return _validated(EvalConfig, settings, f"evaluate (arm {arm})")

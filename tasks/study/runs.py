@@ -10,6 +10,7 @@ import pandas as pd
 
 from data.fs import write_text_atomic
 from data.metrics import ALL_SOURCES
+from data.run_layout import TrainRunLayout
 from tasks.study.config import Run
 
 DONE_FILE = "study_run.json"  # written last: a run directory holding it is finished
@@ -87,14 +88,15 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         if run.kind != "train" or run.arm is None:
             continue
         out = Path(run.config.out)
-        ev = pd.read_parquet(out / "eval.parquet")
+        layout = TrainRunLayout(out)
+        ev = pd.read_parquet(layout.eval)
         ev = ev[ev.data_source == ALL_SOURCES][["step", "avg_at_k"]]
-        metrics = pd.read_parquet(out / "metrics.parquet").sort_values("step")
+        metrics = pd.read_parquet(layout.metrics).sort_values("step")
         progress = pd.DataFrame({"step": [0, *metrics.step], "tokens_generated": [0, *metrics.tokens_generated_total],
                                  "wall_seconds": [0.0, *metrics.time_step.cumsum()]})  # fmt: skip
         rows = ev.merge(progress, on="step", how="left").rename(columns={"avg_at_k": "accuracy"})
         steps.append(rows.assign(arm=run.arm, seed=run.seed))
-        final = out / "final_eval" / "eval.parquet"
+        final = layout.final_eval.eval
         if final.is_file():
             fe = pd.read_parquet(final)
             fe = fe[fe.data_source == ALL_SOURCES][["k", "avg_at_k", "pass_at_k", "maj_at_k"]]

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 
 from data.fs import atomic_dir
+from data.run_layout import TrainRunLayout
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 
@@ -22,11 +22,8 @@ class CheckpointError(ValueError):
     that could not be written (the message names it)."""
 
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
 def checkpoint_dir(out: Path, step: int) -> Path:
-    return Path(out) / "checkpoints" / f"step-{step}"
+    return TrainRunLayout(out).checkpoint(step)
 
 
 def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int = 2) -> Path:
@@ -49,11 +46,7 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any
 
 def list_checkpoints(out: Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
-    root = Path(out) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / TRAINER_STATE_FILE).is_file()]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in TrainRunLayout(out).step_checkpoints() if (p / TRAINER_STATE_FILE).is_file()]
 
 
 def latest_checkpoint(out: Path) -> Path | None:

@@ -1,0 +1,93 @@
+"""Where a run keeps its files: one class per run kind owns the names, everything else asks it.
+
+A training run directory (`rlep train --out OUT`):
+
+    OUT/metrics.parquet          one row per step (data.metrics columns)
+    OUT/eval.parquet             held-out evaluation rows, appended every `eval_every` steps
+    OUT/fresh/part-NNNNN.parquet every answer sampled at step N and every replayed answer it trained on
+    OUT/checkpoints/step-N/      HF weights + tokenizer + trainer state (complete or absent)
+    OUT/learning_curve.png       held-out accuracy and training reward against step
+
+An evaluation run directory (`rlep eval --out OUT`): `eval.parquet` (one summary row per data source and
+the `all` row) and `eval_samples.parquet` (every answer with its verdict).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """N for a directory named `step-N` (a training checkpoint), else None."""
+    match = _STEP_DIR.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class EvalRunLayout:
+    """Files of an evaluation run."""
+
+    root: Path
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval.parquet"
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "eval_samples.parquet"
+
+
+@dataclass(frozen=True)
+class TrainRunLayout:
+    """Files of a training run; its periodic evaluations share the evaluation run's `eval.parquet` name."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.parquet"
+
+    @property
+    def eval(self) -> Path:
+        return EvalRunLayout(self.root).eval
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step}"
+
+    def step_checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, directory) of every `checkpoints/step-N` directory, by step (complete or not: the caller checks)."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [(step, p) for p in self.checkpoints.iterdir() if (step := checkpoint_step(p)) is not None]
+        return sorted(found)
+
+    @property
+    def fresh(self) -> Path:
+        return self.root / "fresh"
+
+    def fresh_part(self, step: int) -> Path:
+        return self.fresh / f"part-{step:05d}.parquet"
+
+    def fresh_parts(self) -> list[Path]:
+        return sorted(self.fresh.glob("part-*.parquet"))
+
+    @property
+    def final_eval(self) -> EvalRunLayout:
+        """Where the study evaluates a run's last checkpoint."""
+        return EvalRunLayout(self.root / "final_eval")
+
+    @property
+    def learning_curve(self) -> Path:
+        return self.root / "learning_curve.png"
