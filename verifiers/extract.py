@@ -21,7 +21,8 @@ Where the answer is looked for, in order:
    A phrase that is prose with a number (`The largest $n$ is 34`) gives its last number.
 4. Otherwise the last number written after the last math span (when `fallback_last_number` is on),
    else the content of the last math span: `$...$`, `$$...$$`, `\\(...\\)` or `\\[...\\]`
-   (an escaped `\\$` is a dollar sign, not a delimiter; empty spans are skipped). Spans separated by a
+   (an escaped `\\$` is a dollar sign, not a delimiter; empty spans are skipped; inline spans, `$...$`
+   and `\\(...\\)`, do not run across a line break, display spans may). Spans separated by a
    connector are joined as boxes are (`$1$ and $2$` -> `1,2`).
 5. Otherwise, when `fallback_last_number` is on, the last number in the text (`-12`, `1,234.5`, `3/4`,
    `\\frac{3}{4}` with integer parts).
@@ -47,6 +48,7 @@ _NOT_CONNECTOR = re.compile(r"[.:?!=\d]|\n\s*\n")
 # Math delimiters; `\\` first so that an escaped backslash is not read as half of `\(`.
 _MATH_DELIMITER = re.compile(r"\\\\|\\\$|\$\$|\$|\\[()\[\]]")
 _SPAN_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+_INLINE_OPENERS = ("$", "\\(")
 _INLINE_MATH = re.compile(r"\$[^$]*\$")
 _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 _ANCHOR = re.compile(r"####|\banswer(?:\*\*)?[ \t]{0,8}(?:is\b|:|：)", re.IGNORECASE)
@@ -227,7 +229,13 @@ def _last_math_span(text: str) -> tuple[str | None, int]:
             if token in _SPAN_CLOSER:
                 opener = delimiter
         elif token == _SPAN_CLOSER[opener.group()]:
-            content = text[opener.end() : delimiter.start()].strip()
+            content = text[opener.end() : delimiter.start()]
+            if opener.group() in _INLINE_OPENERS and "\n" in content:
+                # Inline math does not run across lines; a `$` left open by a stray dollar sign
+                # then opens the next span instead.
+                opener = delimiter if token == "$" else None
+                continue
+            content = content.strip()
             if content:
                 joined = group and _is_connector(text[group_end : opener.start()], max_words=0)
                 group = [*group, content] if joined else [content]

@@ -5,9 +5,11 @@ and `fractions.Fraction` decide equality exactly, in microseconds, with nothing 
 digit run is capped at 40 digits and exponents (`1e9`) are not accepted, so `Fraction` never builds a
 huge integer. Anything else returns None and goes to the symbolic comparison.
 
-Lists of plain numbers get the same treatment (`exact_structure`): sets (`\\{1,2\\}` or a bare `1, 2`)
-compare as sets, bracketed lists compare in order and need the same brackets, which is how intervals
-(`[1,2)`, `(-\\infty, 3]`) and tuples (`(1,2)`) are told apart; the ANTLR LaTeX grammar spends tens of
+Lists of plain numbers get the same treatment (`exact_structure`): sets (`\\{1,2\\}`) compare as sets,
+bracketed lists compare in order and need the same brackets, which is how intervals (`[1,2)`,
+`(-\\infty, 3]`) and tuples (`(1,2)`) are told apart; a bare list (`1, 2`, brackets left out) is a set
+next to a set or another bare list, and the tuple it spells next to a parenthesised tuple (`1, 3` ==
+`(1,3)`, `3, 1` != `(1,3)`), never a bracketed interval (`[1,3]`). The ANTLR LaTeX grammar spends tens of
 milliseconds on such lists.
 
 Rounding rule: a decimal is the exact rational it spells (`0.75` is 3/4, `1000.0` is 1000), and numbers
@@ -76,10 +78,10 @@ _NESTING = re.compile(r"[()\[\]]")  # braces are fine: they belong to \frac
 
 @dataclass(frozen=True, slots=True)
 class Structure:
-    """A list of plain numbers: a set (`\\{1,2\\}`, or a bare `1, 2`) or a bracketed tuple/interval."""
+    """A list of plain numbers: a set (`\\{1,2\\}`), a bare list (`1, 2`) or a bracketed tuple/interval."""
 
-    kind: str  # "set" or "bracket"
-    brackets: str  # the opening and closing bracket, e.g. "[)"; "" for sets
+    kind: str  # "set" (`\\{1,2\\}`), "list" (a bare `1, 2`) or "bracket"
+    brackets: str  # the opening and closing bracket, e.g. "[)"; "" for sets and bare lists
     values: tuple
 
 
@@ -95,7 +97,7 @@ def exact_structure(text: str) -> Structure | None:
     elif text[:1] in "([" and text[-1:] in ")]":
         kind, brackets, inner = "bracket", text[0] + text[-1], text[1:-1]
     else:
-        kind, brackets, inner = "set", "", text
+        kind, brackets, inner = "list", "", text
     parts = [part.strip() for part in inner.split(",")]
     # One element is a structure only inside set braces: `(3)` and `3` are numbers, not tuples.
     if _NESTING.search(inner) or (len(parts) < 2 and not text.startswith("\\{")):
@@ -113,9 +115,12 @@ def exact_structure(text: str) -> Structure | None:
 
 
 def structure_equal(gold: Structure, pred: Structure) -> bool:
-    """Sets compare as sets; tuples and intervals need the same brackets and the same values in order."""
-    if gold.kind != pred.kind:
-        return False
-    if gold.kind == "set":
+    """Sets compare as sets; tuples and intervals need the same brackets and the same values in order; a
+    bare list takes the shape of the other side (see the module docstring)."""
+    kinds = {gold.kind, pred.kind}
+    if "bracket" not in kinds:
         return set(gold.values) == set(pred.values)
-    return gold.brackets == pred.brackets and gold.values == pred.values
+    if kinds == {"bracket", "list"}:
+        bracketed = gold if gold.kind == "bracket" else pred
+        return bracketed.brackets == "()" and gold.values == pred.values
+    return gold.kind == pred.kind and gold.brackets == pred.brackets and gold.values == pred.values

@@ -12,8 +12,11 @@ Two guards run before sympy sees an answer:
 - Bracket nesting deeper than 64 is a parse error: the LaTeX grammar recurses per level, and real
   answers never nest that deep.
 
-Shape policy on top of math-verify's: a set (`\\{1,2\\}` or a bare list `1,2`) never equals a tuple or an
-interval (`(1,2)`, `[1,2]`), whatever the elements.
+Shape policy on top of math-verify's: a set (`\\{1,2\\}`) never equals a tuple or an interval (`(1,2)`,
+`[1,2]`), whatever the elements. A bare list (`1, 2`: brackets left out) is a set next to a set, and the
+tuple it spells next to a parenthesised one (`\\sqrt2, 3` == `(\\sqrt2, 3)`, in order), never an interval
+with a square bracket. Math-Verify compares a set with a tuple element by element as written; we do not,
+because `\\{1,3\\}` and the open interval `(1,3)` are different answers.
 """
 
 from __future__ import annotations
@@ -78,8 +81,13 @@ def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bo
         return True, extracted, "equal"
     if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:
         return False, extracted, "parse-error"
-    if {_shape(pred.text), _shape(gold_answer.text)} == {"set", "tuple"}:
+    shapes = {_shape(pred.text), _shape(gold_answer.text)}
+    if shapes == {"set", "tuple"}:
         return False, extracted, "not-equal"
+    if shapes == {"list", "tuple"}:
+        pred, gold_answer = _read_as_tuple(pred, gold_answer)
+        if pred is None:
+            return False, extracted, "not-equal"
     equal = symbolic_equal(gold_answer, pred, config.float_rounding)
     if not equal and gold_answer.equation and pred.equation:
         # Two equations that are not the same value after `x =` is dropped may still describe the same
@@ -106,14 +114,25 @@ def _nesting_depth(text: str) -> int:
 
 
 def _shape(text: str) -> str:
-    """`set` for `\\{...\\}` or a bare comma list, `tuple` for a bracketed comma list, else `scalar`."""
+    """`set` for `\\{...\\}`, `tuple` for a bracketed comma list, `list` for a bare one, else `scalar`."""
     if text.startswith("\\{") and text.endswith("\\}"):
         return "set"
     bracketed = text[:1] in "([" and text[-1:] in ")]"
     inner = text[1:-1] if bracketed else text
     if not _has_top_level_comma(inner):
         return "scalar"
-    return "tuple" if bracketed else "set"
+    return "tuple" if bracketed else "list"
+
+
+def _read_as_tuple(pred: Answer, gold: Answer) -> tuple[Answer | None, Answer]:
+    """The bare list of the pair wrapped in parentheses when the other side is a parenthesised tuple;
+    (None, gold) when the other side has a square bracket (an interval, never a bare list)."""
+    tuple_side = gold if _shape(gold.text) == "tuple" else pred
+    if tuple_side.text[0] + tuple_side.text[-1] != "()":
+        return None, gold
+    if tuple_side is gold:
+        return Answer(f"({pred.text})", pred.percent, pred.equation), gold
+    return pred, Answer(f"({gold.text})", gold.percent, gold.equation)
 
 
 def _has_top_level_comma(text: str) -> bool:

@@ -10,8 +10,12 @@ settings: the test body calls `compare_strings(gold, pred, match_types=[..."late
 other option (no `precision=`, `strict=`, `allow_set_relation_comp=`).
 
 Each case is judged as math-verify judges it: both strings are *responses* (extraction runs on the gold
-too), and the expected value is the one written in their table. Agreement is the share of cases where
-our verdict equals that expected value.
+too), and the expected value is the one written in their table. Their `match_types` map onto our one
+extraction switch: a case whose match types include `"expr"` (bare expressions and numbers anywhere in
+the text) runs with `fallback_last_number=True`, a LaTeX-only case with it off. Agreement is the share
+of cases where our verdict equals that expected value. Plain math-verify is run on the same cases too,
+as their test does (its parse and verify, their extraction configs, in this process), so the two
+agreements come from one run.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class PeerCase:
     gold: str
     pred: str
     expected: bool
+    match_types: tuple[str, ...] = ("latex", "expr")
 
 
 def load_peer_cases(checkout: Path) -> list[PeerCase]:
@@ -46,30 +51,34 @@ def load_peer_cases(checkout: Path) -> list[PeerCase]:
             raise FileNotFoundError(f"{path} not found: --peer expects a checkout of huggingface/Math-Verify")
         tree = ast.parse(path.read_text(), filename=str(path))
         for function in tree.body:
-            if isinstance(function, ast.FunctionDef) and _uses_latex_defaults(function):
+            match_types = _latex_default_match_types(function) if isinstance(function, ast.FunctionDef) else None
+            if match_types is not None:
                 rows = _parametrized_rows(function)
-                cases += [PeerCase(f"{path.name}::{function.name}", *row) for row in rows]
+                cases += [PeerCase(f"{path.name}::{function.name}", *row, match_types) for row in rows]
     return cases
 
 
-def _uses_latex_defaults(function: ast.FunctionDef) -> bool:
+def _latex_default_match_types(function: ast.FunctionDef) -> tuple[str, ...] | None:
+    """The match types of the test's one `compare_strings` call if it uses LaTeX extraction and no other
+    option, else None."""
     calls = [
         node
         for node in ast.walk(function)
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compare_strings"
     ]
     if len(calls) != 1:
-        return False
+        return None
     keywords = {keyword.arg: keyword.value for keyword in calls[0].keywords}
     if set(keywords) - _DEFAULT_OPTIONS:
-        return False
+        return None
     match_types = keywords.get("match_types")
     if match_types is None:
-        return True  # their default is ["latex", "expr"]
+        return ("latex", "expr")  # their default
     try:
-        return "latex" in ast.literal_eval(match_types)
+        types = tuple(ast.literal_eval(match_types))
     except ValueError:
-        return False
+        return None
+    return types if "latex" in types else None
 
 
 def _parametrized_rows(function: ast.FunctionDef) -> list[tuple[str, str, bool]]:
@@ -87,8 +96,19 @@ def _parametrized_rows(function: ast.FunctionDef) -> list[tuple[str, str, bool]]
 def run_peer_cases(cases: list[PeerCase], config=None) -> dict:
     """Judge every case with rlep's verifier; the agreement count and the cases that disagree."""
     from verifiers.api import verify_batch
+    from verifiers.config import VerifierConfig
 
-    verdicts = verify_batch([case.pred for case in cases], [case.gold for case in cases], config=config)
+    base = config if config is not None else VerifierConfig()
+    verdicts: list = [None] * len(cases)
+    for fallback in (True, False):
+        indices = [i for i, case in enumerate(cases) if ("expr" in case.match_types) is fallback]
+        judged = verify_batch(
+            [cases[i].pred for i in indices],
+            [cases[i].gold for i in indices],
+            config=base.model_copy(update={"fallback_last_number": fallback}),
+        )
+        for index, verdict in zip(indices, judged, strict=True):
+            verdicts[index] = verdict
     disagreements = [
         {
             "source": case.source,
@@ -109,6 +129,27 @@ def run_peer_cases(cases: list[PeerCase], config=None) -> dict:
     }
 
 
+def math_verify_agreement(cases: list[PeerCase]) -> dict:
+    """Plain math-verify on the same cases, as their `compare_strings` runs them (main thread: it uses
+    signal.alarm). The strings are the fixed cases of their repository, never model output."""
+    import math_verify
+
+    configs = {
+        "latex": lambda: math_verify.LatexExtractionConfig(boxed_match_priority=0),
+        "expr": lambda: math_verify.ExprExtractionConfig(),
+    }
+    agree, failed = 0, []
+    for case in cases:
+        targets = [configs[kind]() for kind in case.match_types]
+        try:
+            gold = math_verify.parse(case.gold, targets)
+            verdict = bool(math_verify.verify(gold, math_verify.parse(case.pred, targets)))
+        except Exception as err:  # a peer failure counts as a disagreement, with its message
+            verdict, failed = None, [*failed, f"{case.source}: {type(err).__name__}: {err}"]
+        agree += verdict is case.expected
+    return {"agree": agree, "agreement": agree / max(len(cases), 1), "errors": failed}
+
+
 def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), workers: int | None = None) -> dict:
     """Math-Verify's regression cases from a local checkout, judged by rlep (verifiers.peer); print and
     write the agreement and every disagreement."""
@@ -121,10 +162,14 @@ def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), worker
     cases = load_peer_cases(checkout)
     start = time.perf_counter()
     report = run_peer_cases(cases, VerifierConfig(workers=workers))
+    seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    peer = math_verify_agreement(cases)
     report.update(
         created_at=datetime.now(timezone.utc).isoformat(),
         checkout=str(checkout),
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
+        math_verify={**peer, "seconds": time.perf_counter() - start},
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"verify-peer-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
@@ -136,6 +181,7 @@ def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), worker
         table.add_row(row["source"], row["gold"][:80], row["pred"][-80:], str(row["expected"]), row["ours"])
     console.print(table)
     console.print(
-        f"peer agreement: {report['agree']} of {report['n_cases']} ({report['agreement']:.1%}); wrote {path}"
+        f"peer agreement: rlep {report['agree']} of {report['n_cases']} ({report['agreement']:.1%}), "
+        f"plain math-verify {peer['agree']} of {report['n_cases']} ({peer['agreement']:.1%}); wrote {path}"
     )
     return report

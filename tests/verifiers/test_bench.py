@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from verifiers.bench import build_corpus, run_verify_bench
-from verifiers.peer import PeerCase, load_peer_cases, run_peer_cases
+from verifiers.peer import PeerCase, load_peer_cases, math_verify_agreement, run_peer_cases
 
 
 def test_corpus_has_every_share_and_is_deterministic():
@@ -46,11 +46,11 @@ import pytest
 def compare_strings(gold, pred, match_types=["latex", "expr"], precision=6):
     raise AssertionError("never called: the file is parsed, not run")
 
-@pytest.mark.parametrize("gold,pred,expected", [("$1$", "$1$", 1), ("$2$", "$3$", 0)])
+@pytest.mark.parametrize("gold,pred,expected", [("$1$", "$1$", 1), ("$2$", "$3$", 0), ("$7$", "I think 7", 0)])
 def test_latex_default(gold, pred, expected):
     assert compare_strings(gold, pred, match_types=["latex"]) == expected
 
-@pytest.mark.parametrize("gold,pred,expected", [("$4$", "so \\\\boxed{4}", 1)])
+@pytest.mark.parametrize("gold,pred,expected", [("$4$", "so \\\\boxed{4}", 1), ("$7$", "I think 7", 1)])
 def test_both_default(gold, pred, expected):
     assert compare_strings(gold, pred) == expected
 
@@ -73,13 +73,18 @@ def _checkout(tmp_path, files: dict[str, str]):
 
 def test_peer_cases_are_the_latex_default_setting_rows(tmp_path):
     cases = load_peer_cases(_checkout(tmp_path, {"tests/test_all.py": _PEER_FILE}))
+    latex, both = ("latex",), ("latex", "expr")
     assert cases == [
-        PeerCase("test_all.py::test_latex_default", "$1$", "$1$", True),
-        PeerCase("test_all.py::test_latex_default", "$2$", "$3$", False),
-        PeerCase("test_all.py::test_both_default", "$4$", "so \\boxed{4}", True),
+        PeerCase("test_all.py::test_latex_default", "$1$", "$1$", True, latex),
+        PeerCase("test_all.py::test_latex_default", "$2$", "$3$", False, latex),
+        PeerCase("test_all.py::test_latex_default", "$7$", "I think 7", False, latex),
+        PeerCase("test_all.py::test_both_default", "$4$", "so \\boxed{4}", True, both),
+        PeerCase("test_all.py::test_both_default", "$7$", "I think 7", True, both),
     ]
+    # A bare number counts only where the case's match types include expressions (our last-number fallback).
     report = run_peer_cases(cases)
-    assert (report["agree"], report["n_cases"], report["disagreements"]) == (3, 3, [])
+    assert (report["agree"], report["n_cases"], report["disagreements"]) == (5, 5, [])
+    assert math_verify_agreement(cases)["agree"] == 5
 
 
 def test_peer_needs_a_checkout(tmp_path):

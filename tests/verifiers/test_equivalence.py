@@ -10,6 +10,24 @@ from __future__ import annotations
 import pytest
 
 from verifiers import verify_batch
+from verifiers.fastpath import exact_structure, exact_value
+from verifiers.normalize import normalize_answer
+
+# Intervals and unions whose ends are not plain numbers: the fast path declines them (checked below), so
+# the symbolic path decides them.
+SYMBOLIC_INTERVALS: list[tuple[str, str, bool]] = [
+    ("[\\sqrt2,3)", "[\\sqrt{2}, 3)", True),
+    ("[\\sqrt2,3)", "(\\sqrt2,3)", False),
+    ("[\\sqrt2,3)", "[\\sqrt2,3]", False),
+    ("(-\\infty,\\pi]", "(-\\infty, \\pi]", True),
+    ("(-\\infty,\\pi]", "(-\\infty,\\pi)", False),
+    ("(-\\infty,-\\sqrt2)\\cup(\\sqrt2,\\infty)", "(\\sqrt2,\\infty)\\cup(-\\infty,-\\sqrt2)", True),
+    ("(-\\infty,-\\sqrt2)\\cup(\\sqrt2,\\infty)", "(-\\infty,-\\sqrt2]\\cup(\\sqrt2,\\infty)", False),
+    ("(-\\infty,-\\sqrt2)\\cup(\\sqrt2,\\infty)", "(-\\infty,-\\sqrt3)\\cup(\\sqrt2,\\infty)", False),
+    ("(1,2)\\cup(3,4)", "(3,4)\\cup(1,2)", True),
+    ("(1,2)\\cup(3,4)", "(1,2)\\cup(3,5)", False),
+    ("(1,2)\\cup(3,4)", "(1,2)\\cup(3,4]", False),
+]
 
 CASES: list[tuple[str, str, bool]] = [
     # Integers, signs, leading zeros, trailing zeros.
@@ -170,6 +188,88 @@ CASES: list[tuple[str, str, bool]] = [
     ("\\{1,2\\}", "(1,2)", False),
     ("(3,-4)", "(3, -4)", True),
     ("(\\frac12, 3)", "(0.5, 3)", True),
+    # A bare list (brackets left out) is a set next to a set, the tuple it spells next to a parenthesised
+    # tuple, and never a square-bracketed interval (policy).
+    ("(1,3)", "1,3", True),
+    ("(1,3)", "3,1", False),
+    ("[1,3]", "1,3", False),
+    ("1,3", "(1,3)", True),
+    ("\\{1,3\\}", "{3,1}", True),  # unescaped braces only group: a bare list
+    ("(\\sqrt2,3)", "\\sqrt{2}, 3", True),
+    ("(\\sqrt2,3)", "3, \\sqrt2", False),
+    ("[\\sqrt2,3]", "\\sqrt2, 3", False),
+    ("\\{\\sqrt2,3\\}", "(\\sqrt2,3)", False),
+    ("\\{\\sqrt2,3\\}", "3,\\sqrt2", True),
+    *SYMBOLIC_INTERVALS,
+    # Inequalities in one variable are their solution sets, in every spelling and direction.
+    ("x \\geq 5", "x >= 5", True),
+    ("x \\geq 5", "x \\ge 5", True),
+    ("x \\geq 5", "x\\geqslant 5", True),
+    ("x \\geq 5", "5 \\leq x", True),
+    ("x \\geq 5", "[5, \\infty)", True),
+    ("[5,\\infty)", "x \\geq 5", True),
+    ("x \\geq 5", "x > 5", False),
+    ("x \\geq 5", "x \\geq 6", False),
+    ("x < 3", "3 > x", True),
+    ("x < 3", "x \\lt 3", True),
+    ("x < 3", "x \\leq 3", False),
+    ("x < 1", "-x > -1", True),
+    ("x < 1", "-x < -1", False),
+    ("(1,3]", "1 < x \\leq 3", True),
+    ("(1,3]", "3 \\geq x > 1", True),
+    ("(1,3]", "1 \\leq x < 3", False),
+    ("x \\geq \\sqrt2", "[\\sqrt{2},\\infty)", True),
+    ("x \\geq \\sqrt2", "(\\sqrt{2},\\infty)", False),
+    ("x \\neq 3", "x != 3", True),
+    ("x \\neq 3", "x \\ne 3", True),
+    ("x \\neq 3", "(-\\infty,3)\\cup(3,\\infty)", True),
+    ("x \\neq 3", "x \\neq 4", False),
+    ("x \\in [1,2]", "[1,2]", True),
+    # Matrices: every environment is one spelling; a determinant (vmatrix) is not a matrix.
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{bmatrix}1 & 2\\\\ 3 & 4\\end{bmatrix}", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{matrix}1&2\\\\3&4\\end{matrix}", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{Bmatrix}1&2\\\\3&4\\end{Bmatrix}", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\left[\\begin{array}{cc}1&2\\\\3&4\\end{array}\\right]", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\left(\\begin{array}{cc}1&2\\\\3&4\\end{array}\\right)", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1&3\\\\2&4\\end{pmatrix}", False),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}", False),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}", False),
+    ("\\begin{pmatrix}\\frac12\\\\2\\end{pmatrix}", "\\begin{bmatrix}0.5\\\\2\\end{bmatrix}", True),
+    # Equations: the same solution set (equal up to a non-zero factor).
+    ("2x+4y-3=0", "y=-\\frac{1}{2}x+\\frac{3}{4}", True),
+    ("2x+4y-3=0", "y=-\\frac{1}{2}x+\\frac{3}{5}", False),
+    ("y=2x+1", "2x-y+1=0", True),
+    ("y=2x+1", "2x-y-1=0", False),
+    ("x^2+y^2=1", "2x^2+2y^2=2", True),
+    ("x^2+y^2=1", "x^2+y^2=2", False),
+    # \approx: the exact part when there is one, else the approximation.
+    ("11", "x \\approx 11", True),
+    ("11", "\\approx 11", True),
+    ("11", "x \\approx 12", False),
+    ("\\frac13", "x = \\frac{1}{3} \\approx 0.33", True),
+    ("\\frac13", "\\approx 0.33", False),  # an approximation alone meets the exact rounding rule
+    # Percent, degrees, units: no conversion (policy).
+    ("10\\%", "0.1", True),
+    ("10\\%", "10", True),
+    ("10\\%", "0.01", False),
+    ("90^{\\circ}", "90", True),
+    ("5\\text{ m}", "5", True),
+    ("5", "5\\,\\mathrm{kg}", True),
+    ("5\\text{ m}", "500\\text{ cm}", False),
+    # Short forms of fractions and radicals; letters written as text.
+    ("\\frac{1}{3}", "\\frac13", True),
+    ("\\frac{1}{3}", "\\cfrac{1}{3}", True),
+    ("\\sqrt{3}", "\\sqrt3", True),
+    ("\\frac{\\sqrt3}{3}", "\\frac{1}{\\sqrt3}", True),
+    ("\\frac{\\sqrt3}{3}", "\\sqrt3/3", True),
+    ("\\sqrt{3}", "\\sqrt{2}", False),
+    ("E", "\\text{E}", True),
+    ("C", "\\text{(C)}", True),
+    ("C", "\\textbf{(C)}", True),
+    ("C", "(C)", True),
+    ("C", "\\mathrm{D}", False),
+    ("11111111100", "11,\\!111,\\!111,\\!100", True),
+    ("1000000", "1{,}000{,}000", True),
     # Polynomial identities and algebra.
     ("x^2+2x+1", "(x+1)^2", True),
     ("(x+1)^2", "x^2+2x+1", True),
@@ -242,3 +342,10 @@ def test_equivalence(verdicts, index, gold, pred, expected):
     verdict = verdicts[index]
     assert verdict.correct is expected, verdict
     assert verdict.reason in (("equal",) if expected else ("not-equal", "parse-error")), verdict
+
+
+@pytest.mark.parametrize(("gold", "pred", "expected"), SYMBOLIC_INTERVALS)
+def test_interval_rows_reach_the_symbolic_path(gold, pred, expected):
+    for text in (gold, pred):
+        normalized = normalize_answer(text).text
+        assert exact_structure(normalized) is None and exact_value(normalized) is None, normalized

@@ -71,6 +71,14 @@ CASES: list[tuple[str, str | None]] = [
     ("it costs \\$5 and \\$7", "7"),  # escaped dollars are not delimiters
     ("the value $ $ then $3$", "3"),  # an empty span is skipped
     ("an unclosed $x+1", "1"),
+    # Inline math does not run across lines (display math may); a stray `$` then opens the next span.
+    ("costs $5 a\nday, so $x+1$ is it", "x+1"),
+    ("so \\[\n\\frac{7}{2}\n\\] in all", "\\frac{7}{2}"),
+    ("so $$\nx = 2\n$$", "x = 2"),
+    # The last span of a long solution with no box and no answer phrase.
+    ("Adding both parts, the total comes to $\\frac{7}{2}$, as required.", "\\frac{7}{2}"),
+    ("Of the five options the only one that works is $\\text{(C)}$.", "\\text{(C)}"),
+    ("so we find $x \\in [1, 2)$", "x \\in [1, 2)"),
     ("\\\\(2\\\\) is no span, 4", "4"),
     # Fallback: the last number.
     ("I think 5 then 7", "7"),
@@ -95,13 +103,35 @@ def test_extract_answer(response, expected):
 
 @pytest.mark.parametrize(
     ("response", "expected"),
-    [("I think 5 then 7", None), ("\\boxed{3} and 4", "3"), ("Answer: 2 and 9", "2 and 9")],
+    [
+        ("I think 5 then 7", None),
+        ("\\boxed{3} and 4", "3"),
+        ("Answer: 2 and 9", "2 and 9"),
+        ("so $\n9\n$", None),  # inline math across lines is no span, and no number is taken
+        ("so \\(\n9\n\\)", None),
+        ("so \\[\n9\n\\]", "9"),
+    ],
 )
 def test_fallback_can_be_switched_off(response, expected):
     assert extract_answer(response, fallback_last_number=False) == expected
 
 
+# Linear scans, checked on inputs where a quadratic one would take minutes; the bound (about 100 times
+# what they take on a quiet machine) makes a regression fail instead of hanging the suite.
+@pytest.mark.timeout(10)
 def test_last_boxed_is_linear_on_many_unclosed_boxes():
-    # 50,000 unclosed boxes: a quadratic scan would take minutes.
     text = "\\boxed{" * 50_000 + "\\boxed{1}"
     assert last_boxed(text) == "1"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$a\n" * 50_000 + "\\(" * 50_000 + " $2$", "2"),  # spans that never close on their line
+        ("\\boxed{1} and " * 20_000, ",".join(["1"] * 20_000)),  # one long run of joined boxes
+        ("Answer: " * 50_000 + "5", "5"),
+    ],
+)
+def test_extraction_is_linear(text, expected):
+    assert extract_answer(text) == expected
