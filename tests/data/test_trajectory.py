@@ -85,6 +85,16 @@ def test_docstring_table_documents_every_column_with_its_type():
     ]
 
 
+def test_readme_table_lists_every_column_in_order():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## The trajectory schema (Parquet)")[1].split("\n## ")[0]
+    documented = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (yes|no) \|", section, re.M)
+    assert [(name, kind.strip(), null == "yes") for name, kind, null in documented] == [
+        (name, kind.strip(), null == "yes")
+        for name, kind, null in re.findall(r"^\| `(\w+)` \| ([^|]+) \| (yes|no) \|", trajectory.__doc__, re.M)
+    ]
+
+
 def test_rows_for_problem_carry_every_field():
     rows = rows_for_problem(
         PROBLEM, "Q: What is 1/2 + 1/4?\nA: ", _completions(), _verdicts(), [1.0, 0.0],
