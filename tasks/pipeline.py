@@ -10,8 +10,9 @@ trains from `train.model` again. When that exploration run would be the baseline
 same seed, same steps), the baseline run is reused as the exploration and nothing is trained twice.
 
 The loop has no Prefect in it: the stage functions are injected. `flows/pipeline.py` passes the Prefect
-subflows, `local_stages()` plain functions (used by `rlep pipeline --no-prefect`, `rlep bench train` and
-the study).
+subflows, `local_stages()` plain functions (used by `rlep pipeline --no-prefect` and `rlep bench train`).
+The study (`tasks/study/`) lays the same phases out as a grid of runs with dependencies, so that a runner can
+run independent ones at once; each run calls the same collection, training and evaluation functions.
 """
 
 from __future__ import annotations
