@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data.tiny_model as tiny_model
 import data.tiny_model.build as tiny_build
+import data.tiny_model.evaluate as tiny_evaluate
 from data.problem import render_prompt
 from data.tiny_math import answer_forms, generate
 from data.tiny_model import (
@@ -34,6 +35,7 @@ from data.tiny_model import (
     supervised_train,
     target_text,
 )
+from data.tiny_model.evaluate import greedy_accuracy
 from data.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,9 +223,32 @@ def test_build_writes_a_complete_model(built, fixture_config):
     assert info["config"] == fixture_config.model_dump(mode="json")
     assert info["final_loss"] < info["initial_loss"]
     accuracy = info["greedy_accuracy"]
-    assert accuracy["n"] == fixture_config.eval_problems and 0 <= accuracy["overall"] <= 1
+    assert accuracy["n"] == fixture_config.eval_problems
     assert sum(row["n"] for row in accuracy["by_data_source"].values()) == accuracy["n"]
+    # The recorded accuracy is that of the saved weights, and the per-source rows add up to it.
+    test = generate("test", fixture_config.eval_problems, seed=0)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(built), AutoTokenizer.from_pretrained(built)
+    assert accuracy == greedy_accuracy(model, tokenizer, test, fixture_config.answer_tokens)
+    right = sum(row["n"] * row["accuracy"] for row in accuracy["by_data_source"].values())
+    assert accuracy["overall"] == pytest.approx(right / accuracy["n"])
     assert not [p for p in built.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_greedy_accuracy_counts_the_verifiers_verdicts(monkeypatch):
+    # Responses chosen per problem: right (two spellings), wrong, or no answer; the verifier is the real one.
+    problems = generate("test", 8, seed=0, families=["add", "frac"], levels=[1])
+    responses = [f"\\boxed{{{p.answer}}}" if i % 4 == 0 else f"The answer is \\boxed{{{p.answer}}}." if i % 4 == 1
+                 else "\\boxed{-123456}" if i % 4 == 2 else "" for i, p in enumerate(problems)]  # fmt: skip
+    monkeypatch.setattr(tiny_evaluate, "greedy_responses", lambda model, tokenizer, chosen, *a: responses)
+    accuracy = greedy_accuracy(None, None, problems)
+    by_source = {}
+    for i, p in enumerate(problems):
+        by_source.setdefault(p.data_source, []).append(i % 4 < 2)
+    assert accuracy["overall"] == 0.5 and accuracy["n"] == 8
+    assert {k: (v["n"], v["accuracy"]) for k, v in accuracy["by_data_source"].items()} == {
+        k: (len(v), sum(v) / len(v)) for k, v in by_source.items()
+    }
+    assert len(by_source) == 2 and [e["response"] for e in accuracy["examples"]] == responses
 
 
 def test_training_changed_every_parameter(built, fixture_config):
