@@ -87,8 +87,53 @@ def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | No
     pred_parsed = _parse(_with_percent(pred))
     if not gold_parsed or not pred_parsed:
         return None
+    if not (gold.percent or pred.percent):
+        decided = expression_identity(gold_parsed[0], pred_parsed[0])
+        if decided is not None:
+            return decided
     return bool(
         verify(list(gold_parsed), list(pred_parsed), float_rounding=float_rounding, timeout_seconds=None)
+    )
+
+
+# Distinct rationals at which a difference of two expressions is evaluated (one per free symbol); a
+# polynomial or rational function that is not identically zero is non-zero at almost every point.
+_PROBE_POINTS = tuple(sympy.Rational(p, q) for p, q in ((7, 3), (11, 5), (13, 7), (17, 4), (19, 6), (23, 9)))
+_MAX_EXPONENT = 32
+
+
+def expression_identity(gold: object, pred: object) -> bool | None:
+    """A quick, sound decision for two plain expressions, or None to leave it to math-verify.
+
+    math-verify decides two expressions without decimals by `simplify(gold - pred) == 0`, which takes
+    tens of milliseconds on a polynomial. Here the difference is expanded (exponents bounded, so the
+    expansion is small): zero means equal. Otherwise it is evaluated at rational points: a non-zero
+    rational value proves the two differ, which is what simplify would conclude. Anything else (sets,
+    relations, matrices, a bare symbol that math-verify compares by name, decimals that it rounds,
+    functions such as sin whose values are not rational) returns None.
+    """
+    if not all(_plain_expression(side) for side in (gold, pred)):
+        return None
+    difference = gold - pred
+    if sympy.expand(difference) == 0:
+        return True
+    symbols = sorted(difference.free_symbols, key=str)
+    if len(symbols) > len(_PROBE_POINTS):
+        return None
+    value = difference.subs(dict(zip(symbols, _PROBE_POINTS)))
+    if isinstance(value, sympy.Rational) and value != 0:
+        return False
+    return None
+
+
+def _plain_expression(expression: object) -> bool:
+    if not isinstance(expression, sympy.Expr) or isinstance(expression, sympy.Symbol):
+        return False
+    if expression.has(sympy.Float) or not expression.free_symbols:
+        return False
+    return all(
+        power.exp.is_Rational and abs(power.exp.p) <= _MAX_EXPONENT and power.exp.q <= _MAX_EXPONENT
+        for power in expression.atoms(sympy.Pow)
     )
 
 

@@ -75,8 +75,12 @@ def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bo
     if gold_value is not None and pred_value is not None:
         return _decided(exact_equal(gold_answer, gold_value, pred, pred_value), extracted)
     pred_structure = exact_structure(pred.text)
-    if gold_structure and pred_structure and not (gold_answer.percent or pred.percent):
-        return _decided(structure_equal(gold_structure, pred_structure), extracted)
+    if not (gold_answer.percent or pred.percent):
+        if gold_structure and pred_structure:
+            return _decided(structure_equal(gold_structure, pred_structure), extracted)
+        # A list of two or more different numbers (set, tuple, interval) is never one number.
+        if (_several(gold_structure) and pred_value is not None) or (_several(pred_structure) and gold_value is not None):
+            return False, extracted, "not-equal"
     if pred == gold_answer:
         return True, extracted, "equal"
     if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:
@@ -96,6 +100,10 @@ def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bo
     if equal is None:
         return False, extracted, "parse-error"
     return _decided(equal, extracted)
+
+
+def _several(structure: Structure | None) -> bool:
+    return structure is not None and len(set(structure.values)) >= 2
 
 
 def _decided(equal: bool, extracted: str) -> tuple[bool, str, Reason]:
