@@ -178,6 +178,24 @@ def _matching_braces(text: str, start: int) -> dict[int, int]:
     return closing
 
 
+def answer_in_solution(solution: str, form: str) -> str | None:
+    """The gold answer written inside a dataset's worked solution, or None if it has none.
+
+    `form` is `boxed` (MATH, NuminaMath: the final box, joined with boxes written just before it as
+    rule 2 joins them) or `gsm8k` (GSM8K: what follows the last `####`, to the end of its line). Golds
+    are dataset text, not model output, but the code is the same linear string code.
+    """
+    if form == "boxed":
+        return final_boxes(solution)
+    if form == "gsm8k":
+        marker = solution.rfind("####")
+        if marker < 0:
+            return None
+        answer = solution[marker + 4 :].split("\n", 1)[0].strip()
+        return answer or None
+    raise ValueError(f"unknown solution form {form!r}: expected 'boxed' or 'gsm8k'")
+
+
 def last_answer_phrase(text: str) -> str | None:
     """The answer after the latest `####`, `Answer:` or `answer is` in `text`, or None."""
     anchor = _last_match(_ANCHOR, text)

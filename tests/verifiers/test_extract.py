@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers.extract import extract_answer, last_boxed
+from verifiers.extract import answer_in_solution, extract_answer, last_boxed
 
 CASES: list[tuple[str, str | None]] = [
     # Boxes: the last complete one counts; nested braces; \fbox; unbraced argument.
@@ -135,3 +135,27 @@ def test_last_boxed_is_linear_on_many_unclosed_boxes():
 )
 def test_extraction_is_linear(text, expected):
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("solution", "form", "expected"),
+    [
+        ("Add them: $2+3=5$, so the sum is $\\boxed{5}$.", "boxed", "5"),
+        ("First $\\boxed{1}$ is wrong. So $x = \\boxed{\\frac{1}{2}}$.", "boxed", "\\frac{1}{2}"),
+        ("The roots are $\\boxed{2}$ and $\\boxed{3}$.", "boxed", "2,3"),
+        ("We need $\\boxed{\\{1, 2\\}}$", "boxed", "\\{1, 2\\}"),
+        ("no box, just 42", "boxed", None),
+        ("She has 3+4=<<3+4=7>>7 apples.\n#### 7", "gsm8k", "7"),
+        ("It costs 1,200 in all.\n#### 1,200\n", "gsm8k", "1,200"),
+        ("#### 3\nthen #### 4", "gsm8k", "4"),
+        ("no marker: 5", "gsm8k", None),
+        ("####   \n", "gsm8k", None),
+    ],
+)
+def test_answer_in_solution(solution, form, expected):
+    assert answer_in_solution(solution, form) == expected
+
+
+def test_answer_in_solution_names_a_bad_form():
+    with pytest.raises(ValueError, match="gsm8k"):
+        answer_in_solution("\\boxed{1}", "minerva")
