@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,19 +39,19 @@ class ProblemSourceConfig(BaseModel):
     )
     split: str = Field("train", min_length=1, description="Split to load: tiny-math has `train` and `test`.")
     limit: int | None = Field(None, ge=1, description="Keep at most this many problems (first ones).")
-    seed: int = Field(0, ge=0, description="Seed of the tiny-math generator (ignored for files).")
+    seed: int = Field(0, ge=0, description="Seed of the tiny-math generator (tiny-math only).")
     tiny_math_size: int = Field(
-        2000, ge=1, le=100_000, description="How many tiny-math problems the split has before `limit`."
+        2000, ge=1, le=100_000, description="How many tiny-math problems the split has before `limit` (tiny-math only)."
     )
     families: list[Literal["add", "sub", "mul", "frac", "decimal"]] = Field(
         default_factory=lambda: list(tiny_math.FAMILIES),
         min_length=1,
-        description="tiny-math: the families to draw from, in equal shares (ignored for files).",
+        description="tiny-math: the families to draw from, in equal shares (tiny-math only).",
     )
     levels: list[Literal[1, 2, 3]] = Field(
         default_factory=lambda: list(tiny_math.LEVELS),
         min_length=1,
-        description="tiny-math: the difficulty levels to draw from, 1 = easiest (ignored for files).",
+        description="tiny-math: the difficulty levels to draw from, 1 = easiest (tiny-math only).",
     )
     problem_column: str = Field("problem", min_length=1, description="Column holding the problem text.")
     answer_column: str = Field("answer", min_length=1, description="Column holding the gold answer.")
@@ -61,6 +62,20 @@ class ProblemSourceConfig(BaseModel):
         None,
         description="Column naming the problem family; default: `data_source` if present, else the file name.",
     )
+
+    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
+        """Of the settings a user `given` (names of fields), those this source has no use for, with why.
+
+        The tiny-math settings mean nothing to a file or a dataset; the configuration builder refuses them
+        there rather than silently training on other problems than the user asked for. (Their defaults
+        stay in every configuration, so a model built in code is not checked.)
+        """
+        if self.source == "tiny-math":
+            return []
+        return [f"{name}: applies to tiny-math only, not to source {self.source!r}" for name in TINY_MATH_ONLY if name in given]
+
+
+TINY_MATH_ONLY = ("seed", "tiny_math_size", "families", "levels")
 
 
 # The default task of `rlep collect / train / eval`: 1-decimal addition (a.b+c.d), the tiny-math cell the

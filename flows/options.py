@@ -212,10 +212,28 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     except ValidationError:  # a model with required fields: nothing to start from
         data = {}
     _deep_merge(data, user)
+    origin = f"{config_file}: " if config_file else ""
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
+    refused = _settings_not_applying(config, user)
+    if refused:
+        raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
+    return config
+
+
+def _settings_not_applying(node: Any, given: dict[str, Any], path: tuple[str, ...] = ()) -> list[str]:
+    """Settings the user gave that the validated section has no use for (e.g. tiny-math's `families` for a
+    file source): a section says which through its `settings_not_applying(names)` method."""
+    if not isinstance(node, BaseModel):
+        return []
+    check = getattr(node, "settings_not_applying", None)
+    refused = [".".join((*path, why)) for why in check(given)] if check else []
+    for name, value in given.items():
+        if isinstance(value, dict):
+            refused += _settings_not_applying(getattr(node, name, None), value, (*path, name))
+    return refused
 
 
 def dump_yaml(config: BaseModel) -> str:

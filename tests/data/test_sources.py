@@ -22,13 +22,23 @@ def test_tiny_math_families_and_levels_select_cells():
     assert {(p.data_source, p.level) for p in problems} == {("tiny-math/decimal", 1), ("tiny-math/sub", 1)}
 
 
-def test_families_and_levels_are_checked_and_ignored_for_files(tmp_path):
+def test_families_and_levels_are_checked_and_do_not_apply_to_files(tmp_path):
     with pytest.raises(ValueError, match="families"):
         ProblemSourceConfig(families=["geometry"])
     with pytest.raises(ValueError, match="levels"):
         ProblemSourceConfig(levels=[])
     path = tmp_path / "p.jsonl"
     path.write_text('{"problem": "1+1=?", "answer": "2"}\n')
+    given = {"source", "families", "levels", "seed", "limit"}
+    # What the configuration builder refuses (see tests/flows/test_options.py) ...
+    assert ProblemSourceConfig(source=str(path)).settings_not_applying(given) == [
+        f"{name}: applies to tiny-math only, not to source {str(path)!r}" for name in ("seed", "families", "levels")
+    ]
+    assert ProblemSourceConfig(source="hf:x").settings_not_applying({"tiny_math_size"}) == [
+        "tiny_math_size: applies to tiny-math only, not to source 'hf:x'"
+    ]
+    assert ProblemSourceConfig().settings_not_applying(given) == []
+    # ... while a config built in code keeps the defaults, which reading a file does not use.
     assert [p.answer for p in _load(path, families=["decimal"], levels=[1])] == ["2"]
 
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
+import pytest
 
 from flows.cli import main
 
@@ -44,6 +45,34 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
     assert main(["collect", "--min-correct", "9", "--samples-per-prompt", "4", "--out", str(tmp_path / "c")]) == 2
     assert "min_correct (9) > samples_per_prompt (4)" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["collect", "--model", "{missing}"], "model '{missing}': no such directory"),
+        (["train", "--model", "{missing}"], "model '{missing}': no such directory"),
+        (["eval", "--model", "{missing}"], "model '{missing}': no such directory"),
+        (["pipeline", "--collect-model", "{missing}"], "model '{missing}': no such directory"),
+        (["train", "--problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
+        (["eval", "--source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
+        (["collect", "--source", "{tmp}/p.jsonl", "--families", "add"],
+         "problems.families: applies to tiny-math only, not to source '{tmp}/p.jsonl'"),
+        (["train", "--problems-source", "hf:my/set", "--problems-levels", "2"],
+         "problems.levels: applies to tiny-math only, not to source 'hf:my/set'"),
+        (["problems", "--source", "{tmp}/p.jsonl", "--seed", "3"], "seed: applies to tiny-math only"),
+    ],
+    ids=["collect-model", "train-model", "eval-model", "pipeline-model", "train-problems", "eval-problems",
+         "collect-families-of-a-file", "train-levels-of-a-dataset", "problems-seed-of-a-file"],  # fmt: skip
+)
+def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsys, args, message):
+    (tmp_path / "p.jsonl").write_text('{"problem": "1+1=?", "answer": "2"}\n')
+    fill = {"missing": str(tmp_path / "no" / "such" / "dir"), "tmp": str(tmp_path)}
+    out = tmp_path / ("OUT.jsonl" if args[0] == "problems" else "OUT")
+    argv = [a.format(**fill) for a in args] + ([] if args[0] == "problems" else ["--no-prefect"])
+    assert main([*argv, "--out", str(out)]) == 2
+    assert f"rlep {args[0]}: error: " in (err := capsys.readouterr().err) and message.format(**fill) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
 
 
 def test_show_config_round_trips(tmp_path, capsys):

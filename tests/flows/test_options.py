@@ -121,3 +121,17 @@ def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
     default = PipelineConfig().train.replay
     assert (replay.kind, replay.replay_per_group) == ("rlep", 4) and default.replay_per_group != 4
     assert replay.model_dump(exclude={"replay_per_group"}) == default.model_dump(exclude={"replay_per_group"})
+
+
+def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
+    from tasks.collect import CollectConfig
+
+    path = tmp_path / "collect.yaml"
+    path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source 'mine.jsonl'$"):
+        build_config(CollectConfig, path)
+    with pytest.raises(ConfigError, match=r"problems.seed: applies .*; problems.families: applies .* source 'hf:d'"):
+        build_config(CollectConfig, None, {"problems.source": "hf:d", "problems.families": ["add"], "problems.seed": 1})
+    # The defaults of those settings are no user's choice: a file source alone is fine, tiny-math takes them.
+    assert build_config(CollectConfig, None, {"problems.source": "mine.jsonl"}).problems.source == "mine.jsonl"
+    assert build_config(CollectConfig, path, {"problems.source": "tiny-math"}).problems.levels == [2]
