@@ -35,7 +35,7 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
 
 
 def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
-    code = "from flows.runlog import run_log\nimport os\nwith run_log(%r):\n    os.write(2, b'noise\\n')\n" % str(tmp_path / "none")
+    code = f"from flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, b'noise\\n')\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "noise" not in done.stderr
     assert not (tmp_path / "none").exists()

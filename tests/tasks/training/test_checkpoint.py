@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from tasks.training.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
+from tasks.training.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_trainer_state,
+    save_checkpoint,
+)
 
 
 class _Model:
