@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data import tiny_math
 from data.problem import Problem
+from verifiers.extract import answer_in_solution
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 HF_PREFIX = "hf:"
@@ -55,6 +56,12 @@ class ProblemSourceConfig(BaseModel):
     )
     problem_column: str = Field("problem", min_length=1, description="Column holding the problem text.")
     answer_column: str = Field("answer", min_length=1, description="Column holding the gold answer.")
+    answer_format: Literal["value", "boxed", "gsm8k"] = Field(
+        "value",
+        description="How the gold answer is written in answer_column: `value` (the answer itself), `boxed` "
+        "(a worked solution whose final \\boxed{...} is the answer, as MATH's `solution`), `gsm8k` (a "
+        "solution ending in `#### answer`, as GSM8K's `answer`). A row with no such answer is an error.",
+    )
     id_column: str | None = Field(
         None, description="Column holding a unique problem id; default: `id` if present, else the row number."
     )
@@ -186,6 +193,14 @@ def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, c
             raise ProblemSourceError(f"{origin}: row {index}: empty value in column {config.problem_column!r}")
         if answer is None or str(answer).strip() == "":
             raise ProblemSourceError(f"{origin}: row {index}: empty value in column {config.answer_column!r}")
+        if config.answer_format != "value":
+            answer = answer_in_solution(str(answer), config.answer_format)
+            if not answer:
+                marker = "a final \\boxed{...}" if config.answer_format == "boxed" else "a `#### answer` line"
+                raise ProblemSourceError(
+                    f"{origin}: row {index}: no answer in column {config.answer_column!r}: answer_format "
+                    f"{config.answer_format!r} expects {marker}"
+                )
         pid = str(row[id_column]) if id_column else f"{default_family}:{index}"
         if pid in seen:
             raise ProblemSourceError(f"{origin}: row {index}: duplicate id {pid!r} in column {id_column!r}")

@@ -112,3 +112,32 @@ def test_write_rejects_unknown_suffix(tmp_path):
     with pytest.raises(ProblemSourceError, match="must end in .jsonl or .parquet"):
         write_problems([], tmp_path / "p.txt")
     assert not list(tmp_path.iterdir())
+
+
+def test_gold_answer_out_of_a_solution_column(tmp_path):
+    math_style = tmp_path / "math.jsonl"
+    rows = [
+        {"problem": "What is $1+1$?", "solution": "We add: $1+1=\\boxed{2}$."},
+        {"problem": "Solve $x^2=4$.", "solution": "So $x = \\boxed{-2}$ or $x = \\boxed{2}$."},
+        {"problem": "Half of 3?", "solution": "It is $\\boxed{\\frac{3}{2}}$. Check: 2 times 3/2 is 3."},
+    ]
+    math_style.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    problems = _load(math_style, answer_column="solution", answer_format="boxed")
+    assert [p.answer for p in problems] == ["2", "-2,2", "\\frac{3}{2}"]
+    gsm8k_style = tmp_path / "gsm8k.jsonl"
+    gsm8k_style.write_text(
+        json.dumps({"question": "3 apples and 4 more?", "answer": "3+4=<<3+4=7>>7\n#### 7"}) + "\n"
+        + json.dumps({"question": "Cost of 12 at 100 each?", "answer": "12*100=1200\n#### 1,200"}) + "\n"
+    )
+    problems = _load(gsm8k_style, problem_column="question", answer_format="gsm8k")
+    assert [p.answer for p in problems] == ["7", "1,200"]
+    # The default reads the column as the answer itself.
+    assert _load(gsm8k_style, problem_column="question")[0].answer == "3+4=<<3+4=7>>7\n#### 7"
+
+
+@pytest.mark.parametrize(("answer_format", "expected"), [("boxed", "boxed"), ("gsm8k", "####")])
+def test_a_solution_without_its_answer_names_the_row(tmp_path, answer_format, expected):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?", "answer": "it is four"}) + "\n")
+    with pytest.raises(ProblemSourceError, match=f"row 0: no answer in column 'answer'.*{expected}"):
+        _load(path, answer_format=answer_format)
