@@ -68,7 +68,7 @@ save_checkpoint({out!r}, 2, _Model(pause=60), _Tokenizer(), {{"step": 2}})
 
 def test_sigkill_while_writing_a_checkpoint_leaves_the_last_complete_one(tmp_path):
     tests = os.path.dirname(__file__)
-    code = WRITER.format(root=os.path.dirname(os.path.dirname(tests)), tests=tests, out=str(tmp_path))
+    code = WRITER.format(root=os.path.dirname(os.path.dirname(os.path.dirname(tests))), tests=tests, out=str(tmp_path))
     writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "writing"  # step-2's weights are half written
