@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "train":
             p.add_argument("--resume", type=Path, default=None, metavar="OUT",
                            help="Continue the run in OUT from its last checkpoint (its saved settings; flags override).")
+        if name == "collect":
+            p.add_argument("--runner", choices=["local", "ray"], default="local",
+                           help="Where shards run: here one after another, or on Ray workers, one engine each [default: local].")
+            p.add_argument("--ray-address", default=None, help="With --runner ray: a cluster address; none: start a local Ray.")
+            p.add_argument("--max-parallel", type=int, default=None, help="With a local Ray: CPUs it may use [default: all cores].")
         add_model_flags(p, model)
 
     p = sub.add_parser("inspect", help="Summarise a collection run dir, a trajectories dir, or a pool/trajectory Parquet file.")

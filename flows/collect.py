@@ -3,7 +3,11 @@
 DAG per shard: generate-shard -> verify-shard (each writes a file and returns its path), then
 build-pool-and-manifest, then artifacts: a table per data source (accuracy, pass@k), a markdown summary
 with paths and throughput, and a progress artifact updated as shards complete. The work is in
-`tasks.collect`; this flow only wires it to Prefect. Run it with `rlep collect ...`, from a deployment
+`tasks.collect`; this flow only wires it to Prefect.
+
+With `runner.kind: ray` the shards run as `collect-shard-N` tasks of a subflow on Prefect's Ray task runner
+(a local Ray, or a cluster at `runner.address`): each Ray worker starts its own engine once and samples the
+shards it is given, so generation is data-parallel over workers (on GPUs: `runner.gpus_per_run` each). Run it with `rlep collect ...`, from a deployment
 (`rlep serve`), or `collect_flow(CollectConfig(...))`.
 """
 
@@ -18,11 +22,15 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.futures import as_completed
 
 from data.inspect import summarize
 from data.pool import POOL_FILE
+from data.problem import Problem
+from flows.ray_runner import ray_task_runner
 from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
 from tasks.engines.cache import release_engines
+from tasks.runner import RunnerConfig
 
 generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
 verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")
@@ -57,16 +65,44 @@ def markdown_summary(summary: dict, run_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@task(name="collect-shard", task_run_name="collect-shard-{shard}")
+def shard_task(config: CollectConfig, model: str, shard: int, problems: list[Problem]) -> str:
+    """generate -> verify of one shard inside a worker, with that worker's own (cached) engine."""
+    return str(verify_shard(config, shard, generate_shard(config, model, shard, problems)))
+
+
+@flow(name="collect-shards")
+def shards_flow(config: CollectConfig, model: str, work: list[tuple[int, list[Problem]]], cpus: float, gpus: float,
+                artifact: str | None = None) -> list[str]:  # fmt: skip
+    """Submit every shard with its resources; the progress artifact moves as each one is written."""
+    from prefect_ray.context import remote_options
+
+    with remote_options(num_cpus=cpus, num_gpus=gpus):
+        futures = [shard_task.submit(config, model, shard, problems) for shard, problems in work]
+    written = []
+    for future in as_completed(futures):
+        written.append(future.result())
+        if artifact is not None:
+            update_progress_artifact(artifact_id=artifact, progress=100.0 * len(written) / len(work))
+    return written
+
+
 @flow(name="collect", log_prints=True)
-def collect_flow(config: CollectConfig = CollectConfig()) -> dict:
+def collect_flow(config: CollectConfig = CollectConfig(), runner: RunnerConfig = RunnerConfig()) -> dict:
     """Sample, verify and store answers for `config.problems`; build the experience pool."""
     artifact = create_progress_artifact(progress=0.0, description=f"collection {config.resolved_run_id()}")
 
     def on_shard(done: int, total: int) -> None:
         update_progress_artifact(artifact_id=artifact, progress=100.0 * done / total)
 
+    def on_ray(config: CollectConfig, model: str, work: list[tuple[int, list[Problem]]]) -> None:
+        shards_flow.with_options(task_runner=ray_task_runner(runner))(
+            config, model, work, runner.cpus_per_run, runner.gpus_per_run, str(artifact)
+        )
+
     try:
-        result = run_collection(config, generate=generate_task, verify=verify_task, finish=finalize_task, on_shard=on_shard)
+        result = run_collection(config, generate=generate_task, verify=verify_task, finish=finalize_task, on_shard=on_shard,
+                                run_shards=on_ray if runner.kind == "ray" else None)  # fmt: skip
     finally:
         release_engines()
     update_progress_artifact(artifact_id=artifact, progress=100.0)

@@ -121,11 +121,15 @@ def _run_collect(args: argparse.Namespace) -> int:
     from tasks.collect import CollectConfig, preflight, run_collection
 
     config = _config(CollectConfig, args)
+    if args.runner == "ray" and not args.prefect:
+        raise UserError("--runner ray runs shards through Prefect's Ray task runner: drop --no-prefect")
     preflight(config)  # user errors surface here, before Prefect starts or anything is generated
     if args.prefect:
         from flows.collect import collect_flow
+        from tasks.runner import RunnerConfig
 
-        result = collect_flow(config)
+        runner = RunnerConfig(kind=args.runner, address=args.ray_address, max_parallel=args.max_parallel)
+        result = collect_flow(config, runner)
     else:
         from tasks.engines.cache import release_engines
 

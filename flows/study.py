@@ -17,6 +17,7 @@ import pandas as pd
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.ray_runner import ray_task_runner
 from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
 from tasks.study.report import claims_markdown
 
@@ -46,21 +47,8 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
 
 
 def _submit_on_ray(config: StudyConfig, runs) -> dict:
-    from prefect_ray import RayTaskRunner
-
-    runner = config.runner
-    init = {"include_dashboard": False}
-    if runner.address is None and runner.max_parallel is not None:
-        init["num_cpus"] = runner.max_parallel
-    if runner.address is None:
-        # Without an API address each Ray worker would start its own ephemeral Prefect server (they race for
-        # ports and time out under load): the workers report to this flow's server. On a cluster, set
-        # PREFECT_API_URL on the workers to a server they can reach.
-        from prefect.client.orchestration import get_client
-
-        init["runtime_env"] = {"env_vars": {"PREFECT_API_URL": str(get_client(sync_client=True).api_url)}}
-    on_ray = study_runs_flow.with_options(task_runner=RayTaskRunner(address=runner.address, init_kwargs=init))
-    return on_ray(runs, runner.cpus_per_run, runner.gpus_per_run)
+    on_ray = study_runs_flow.with_options(task_runner=ray_task_runner(config.runner))
+    return on_ray(runs, config.runner.cpus_per_run, config.runner.gpus_per_run)
 
 
 @flow(name="study-runs")

@@ -195,7 +195,7 @@ def _staging_path(store: ExperienceStore, shard: int) -> Path:
 
 def _log_timing(store: ExperienceStore, shard: int, phase: str, seconds: float, **extra: Any) -> None:
     with open(store.root / TIMINGS_FILE, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"shard": shard, "phase": phase, "seconds": seconds, **extra}) + "\n")
+        f.write(json.dumps({"shard": shard, "phase": phase, "seconds": seconds, "pid": os.getpid(), **extra}) + "\n")
 
 
 def generate_shard(config: CollectConfig, model: str, shard: int, problems: list[Problem]) -> Path:
@@ -305,14 +305,22 @@ def run_collection(
     finish: Callable = finalize,
     on_shard: Callable[[int, int], None] | None = None,
     progress: bool = True,
+    run_shards: Callable[[CollectConfig, str, list[tuple[int, list[Problem]]]], None] | None = None,
 ) -> dict[str, Any]:
     """The whole collection. `generate` / `verify` / `finish` default to the plain functions above;
-    `flows.collect` passes their Prefect task wrappers, so there is one loop for both."""
+    `flows.collect` passes their Prefect task wrappers, so there is one loop for both.
+
+    `run_shards(config, model, [(shard, problems), ...])`, when given, does the shards that are not done
+    elsewhere (flows.collect: in parallel on Ray workers, one engine each) and returns when all are written;
+    then no engine starts here and the manifest's engine start is 0 (each worker's is inside its shard time)."""
     started = time.perf_counter()
     store, shards, model = preflight(config)
     try:
         done = set(store.completed_shards())
         todo = [i for i in range(len(shards)) if i not in done]
+        if run_shards is not None:
+            run_shards(config, model, [(i, shards[i]) for i in todo])
+            return {**finish(config, model, started, 0.0), "shards": len(shards), "skipped_shards": len(done)}
         engine_start = time.perf_counter()
         if todo:  # started here so that shard timings measure sampling, not start-up
             shared_engine(model, config.engine)

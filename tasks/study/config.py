@@ -23,24 +23,12 @@ from data.run_layout import TrainRunLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
+from tasks.runner import RunnerConfig
 from tasks.training.config import TrainConfig
 
 
 class StudyError(ValueError):
     """A study configuration that cannot run; the message names the arm and the field."""
-
-
-class RunnerConfig(BaseModel):
-    """Where the runs of a study execute."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["local", "ray"] = Field("local", description="`local`: one run after another in this process; `ray`: "
-                                          "runs in parallel through Prefect's Ray task runner.")  # fmt: skip
-    address: str | None = Field(None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray.")
-    cpus_per_run: float = Field(1.0, gt=0, description="CPUs of one run (also its torch and OpenMP threads).")
-    gpus_per_run: float = Field(0.0, ge=0, description="GPUs of one run (vLLM's tensor parallelism goes in train.engine).")
-    max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
 
 
 class StudyConfig(BaseModel):

@@ -1,0 +1,49 @@
+"""Collection shards on Ray workers (data-parallel generation, one engine per worker) give the collection a
+run in one process gives: same rows, same pool, every shard sampled outside the calling process."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from data.store import read_trajectory_files
+from tasks.collect import CollectConfig, run_collection
+from tasks.engines.cache import release_engines
+from tasks.runner import RunnerConfig
+
+
+def _config(model, out):
+    return CollectConfig.model_validate(dict(
+        model=model, out=str(out), samples_per_prompt=4, min_correct=1, shard_size=4, max_tokens=12,
+        problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8},
+        engine={"backend": "transformers"},  # one engine per worker either way; vLLM in a Ray worker: the study test
+    ))  # fmt: skip
+
+
+def _rows(out):
+    table = read_trajectory_files(sorted((out / "trajectories").glob("part-*.parquet"))).to_pandas()
+    return table[["problem_id", "sample_index", "response", "correct"]].sort_values(["problem_id", "sample_index"], ignore_index=True)
+
+
+@pytest.mark.slow
+def test_shards_on_a_local_ray_match_a_collection_in_one_process(fixture_model, tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.collect import collect_flow
+
+    with prefect_test_harness(server_startup_timeout=120):
+        result = collect_flow(_config(fixture_model, tmp_path / "ray"), RunnerConfig(kind="ray", max_parallel=2))
+    try:
+        run_collection(_config(fixture_model, tmp_path / "local"), progress=False)
+    finally:
+        release_engines()
+
+    assert result["shards"] == 2 and result["timings"]["engine_start"] == 0.0
+    timings = [json.loads(line) for line in (tmp_path / "ray" / "timings.jsonl").read_text().splitlines()]
+    generate_pids = {t["pid"] for t in timings if t["phase"] == "generate"}
+    assert len(generate_pids) == 2 and os.getpid() not in generate_pids  # two workers, neither of them this process
+    ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
+    assert len(ray_rows) == 8 * 4
+    pd.testing.assert_frame_equal(ray_rows, local_rows)
+    assert (tmp_path / "ray" / "manifest.json").is_file()
