@@ -1,0 +1,26 @@
+"""Every shipped study configuration is a valid study: its arms' settings validate and it plans (before any
+run), with its seeds, and RLEP arms get their exploration and collection."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.study import StudyConfig, plan
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "flows" / "configs").glob("study-*.yaml"))
+
+
+def test_the_study_configurations_are_shipped():
+    assert {p.stem for p in CONFIGS} >= {"study-designs", "study-designs-quick", "study-hard", "study-hard-quick", "study-reasoning"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_a_shipped_study_configuration_plans(path):
+    config = StudyConfig.model_validate(yaml.safe_load(path.read_text()))
+    runs = plan(config)
+    trained = [r for r in runs if r.kind == "train" and r.arm is not None]
+    assert sorted({(r.arm, r.seed) for r in trained}) == sorted((a, s) for a in config.arms for s in config.seeds)
+    assert len(config.seeds) >= 3
+    if any(arm.get("replay", {}).get("kind") == "rlep" for arm in config.arms.values()):
+        assert sum(r.kind == "collect" for r in runs) == len(config.seeds)  # one pool per seed, shared
