@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,43 @@ def test_sigkill_while_writing_a_checkpoint_leaves_the_last_complete_one(tmp_pat
     save_checkpoint(tmp_path, 2, _Model(), _Tokenizer(), {"step": 2})  # the resumed run writes step 2 again
     assert load_trainer_state(latest_checkpoint(tmp_path)) == {"step": 2}
     assert (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes() == b"half of the weights and the rest"
+
+
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fixture_model, tmp_path, monkeypatch):
+    # The real trainer on a full disk at its second checkpoint: the write fails inside the weights writer.
+    import transformers
+
+    from tasks.training.config import TrainConfig
+    from tasks.training.trainer import Trainer
+
+    out = tmp_path / "run"
+    config = TrainConfig.model_validate(dict(
+        model=fixture_model, out=str(out), steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
+        eval_every=1, save_every=1, problems={"source": "tiny-math", "limit": 4}, engine={"backend": "transformers"},
+        eval_problems={"source": "tiny-math", "split": "test", "limit": 2}))  # fmt: skip
+    real_save = transformers.PreTrainedModel.save_pretrained
+
+    def full_disk(self, path, *args, **kwargs):
+        if "step-2" in str(path):
+            (Path(path) / "model.safetensors").write_bytes(b"half of the weights")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full_disk)
+    trainer = Trainer(config, progress=False)
+    try:
+        with pytest.raises(CheckpointError, match=rf"{out / 'checkpoints' / 'step-2'}: checkpoint not written \(No space left on device\)"):
+            trainer.run()
+    finally:
+        trainer.close()
+    assert _entries(out) == ["step-1"]  # nothing partial
+    monkeypatch.undo()  # space freed: the run resumes from its last complete checkpoint and finishes
+    trainer = Trainer(config, resume=True, progress=False)
+    try:
+        assert trainer.step == 1
+        trainer.run()
+    finally:
+        trainer.close()
+    assert _entries(out) == ["step-1", "step-2"]
+    assert load_trainer_state(latest_checkpoint(out))["step"] == 2
