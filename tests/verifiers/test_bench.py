@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from verifiers.bench import build_corpus, run_verify_bench
+from verifiers.config import VerifierConfig
 from verifiers.peer import PeerCase, load_peer_cases, math_verify_agreement, run_peer_cases
 
 
@@ -36,6 +37,9 @@ def test_report_is_written_and_no_worker_is_left(tmp_path):
     assert written["n_pairs"] == 80
     assert written["ours"]["latency_p99_ms"] >= written["ours"]["latency_p50_ms"]
     assert written["workers_left_after_close"] == []
+    # The benign run keeps the default budget (as plain math-verify keeps its own), and says what it decided.
+    assert written["ours_benign"]["timeout_seconds"] == VerifierConfig().timeout_seconds
+    assert sum(written["ours_benign"]["reasons"].values()) == written["n_benign"]
     assert written["worker_peak_rss_mb"] > 10  # a worker with sympy loaded is tens of MiB
     assert written["caller_peak_rss_mb"] > 10
 
