@@ -44,7 +44,7 @@ def test_rlep_adds_m_answers_of_the_same_prompt_without_replacement():
     assert len({r.response for r in joined}) == 2 and all(r.problem_id == "p0" for r in joined)
     # Re-scored and re-advantaged with the group; prompt aligned with the fresh answers.
     assert all(r.reward is None and r.advantage is None and r.prompt == "Q p0" for r in joined)
-    assert all(r.reward is not None for r in pool[("d", "p0")])  # the pool itself is untouched
+    assert [(r.reward, r.origin) for r in pool[("d", "p0")]] == [(1.0, "fresh")] * 5  # the pool itself is untouched
     assert replay.mix(groups, 3) == [r for g in groups for r in g.rollouts]  # trains on every group member
 
 
