@@ -350,3 +350,26 @@ def test_interval_rows_reach_the_symbolic_path(gold, pred, expected):
     for text in (gold, pred):
         normalized = normalize_answer(text).text
         assert exact_structure(normalized) is None and exact_value(normalized) is None, normalized
+
+
+# Whole responses as datasets and models write them (answer marked in different ways), with the verdict.
+RESPONSES: list[tuple[str, str, bool]] = [
+    ("We expand and collect terms.\n\nThe sum of the roots is $-\\frac{b}{a} = \\frac{7}{3}$.", "\\frac73", True),
+    ("Checking each case, the only valid choice is $\\text{(D)}$.", "D", True),
+    ("Checking each case, the only valid choice is $\\text{(D)}$.", "C", False),
+    ("The roots are $\\boxed{-2}$ and $\\boxed{3}$.", "\\{3, -2\\}", True),
+    ("The roots are $\\boxed{-2}$ and $\\boxed{3}$.", "\\{3, 2\\}", False),
+    ("So\n\\[\n\\boxed{\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}}\n\\]", "\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}", True),
+    ("In all, $\\boxed{11,\\!111,\\!111,\\!100}$ ways.", "11111111100", True),
+    ("The solution set is $x \\in [2, 5)$, as the sign chart shows.", "2 \\le x < 5", True),
+    ("The solution set is $x \\in [2, 5)$, as the sign chart shows.", "2 < x < 5", False),
+    ("Both lines meet where\n$y = 2x - 1$\nholds, i.e. the line $2x - y - 1 = 0$.", "y=2x-1", True),
+    ("Answer: $x \\approx 2.24$", "2.24", True),
+    ("It costs $5 a day,\nso over the week the total is $x = 7 \\cdot 5$", "35", True),  # a stray `$`
+]
+
+
+@pytest.mark.parametrize(("response", "gold", "expected"), RESPONSES)
+def test_whole_responses(response, gold, expected):
+    verdict = verify_batch([response], [gold])[0]
+    assert (verdict.correct, verdict.reason) == (expected, "equal" if expected else "not-equal"), verdict
