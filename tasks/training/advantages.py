@@ -11,6 +11,9 @@ from collections.abc import Sequence
 
 import torch
 
+from tasks.replay.base import Group
+from tasks.training.config import LossConfig
+
 
 def group_advantages(
     rewards: torch.Tensor, group_ids: Sequence[int] | torch.Tensor, eps: float = 1e-6, scale_by_std: bool = True
@@ -50,3 +53,22 @@ def asymre_advantages(rewards: torch.Tensor, group_ids: Sequence[int] | torch.Te
         members = ids == group
         advantages[members] = rewards[members] - (rewards[members].mean() + delta_v)
     return advantages
+
+
+def fill_advantages(groups: list[Group], loss: LossConfig) -> float:
+    """Advantages for every rollout without one, over its group's members (GRPO's, or AsymRE's r - V);
+    returns the share of such groups whose rewards are all equal (no GRPO signal)."""
+    pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
+    if not pending:
+        return 0.0
+    rewards_t = torch.tensor([r.reward for _, r in pending], dtype=torch.float32)
+    group_ids = [gi for gi, _ in pending]
+    advantages, zero_var = group_advantages(rewards_t, group_ids, scale_by_std=loss.scale_advantages_by_std)
+    if loss.objective == "asymre":
+        advantages = asymre_advantages(rewards_t, group_ids, loss.asymre_delta_v)
+    for (_, r), a in zip(pending, advantages.tolist()):
+        r.advantage = a
+    by_group: dict[int, bool] = {}
+    for (gi, _), z in zip(pending, zero_var.tolist()):
+        by_group[gi] = z
+    return sum(by_group.values()) / len(by_group)

@@ -97,6 +97,17 @@ class TrainConfig(BaseModel):
     temperature: float = Field(1.0, gt=0, le=10, description="Rollout sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling mass.")
     max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per rollout.")
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="`sync`: each step generates its answers, then trains on them. `async`: a generator process samples "
+        "the next steps' answers while this one trains (the FIFO replay paper's setting, arXiv 2604.08706), each at most "
+        "`max_staleness` policy versions behind the one trained (docs/async.md).",
+    )
+    max_staleness: int = Field(
+        1, ge=0, le=1000,
+        description="async: most policy updates between the weights that generated a fresh answer and those that train on "
+        "it; older answers are dropped and regenerated (counted in dropped_stale). 0 = no overlap.",
+    )
     ppo_epochs: int = Field(1, ge=1, le=100, description="Passes over each step's batch.")
     mini_batch_size: int | None = Field(
         64, ge=1, le=1_000_000,

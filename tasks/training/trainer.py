@@ -12,6 +12,10 @@ Each step reads top to bottom as named, timed phases:
                before the first
     sync       the new weights are loaded into the engine in place
 
+`mode: async` moves generation into its own process, which samples the next step's answers while this
+one trains, within `max_staleness` policy versions (tasks/training/async_gen.py, docs/async.md); the
+rest of the step is the same code in both modes.
+
 How it departs from the papers it implements (all explicit settings): the default model is a tiny
 character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
 dynamic sampling (DAPO), so groups with equal rewards simply contribute no gradient and are counted in
@@ -43,16 +47,17 @@ from data.fs import append_rows, write_parquet_atomic, write_text_atomic
 from data.problem import Problem, render_prompt
 from data.sources import load_problems
 from data.trajectory import to_table
-from tasks.engines import SamplingConfig, make_engine
+from tasks.engines import GenerationEngine, SamplingConfig, make_engine
 from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
 from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.replay.factory import pinned
-from tasks.training.advantages import asymre_advantages, group_advantages
+from tasks.training.advantages import fill_advantages
+from tasks.training.async_gen import Arrival, GeneratorProcess, RolloutFeed, split_cores
 from tasks.training.batch import build_batch
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
-from tasks.training.config import LossConfig, TrainConfig
+from tasks.training.config import TrainConfig
 from tasks.training.losses import overlong_penalty
 from tasks.training.prompts import PromptSampler
 from tasks.training.update import policy_update
@@ -128,26 +133,44 @@ class Trainer:
         self.torch_generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
         self.tokens_generated_total = 0
+        state = load_trainer_state(checkpoint) if checkpoint else {}
         if checkpoint:
-            self._restore(load_trainer_state(checkpoint))
+            self._restore(state)
         self._prepare_out_dir()
-        self.engine = make_engine(weights, config.engine)
+        self.torch_threads = torch.get_num_threads()
+        self.engine = self._start_engine(weights)
+        self.feed = RolloutFeed(
+            self.engine, config.mode, config.max_staleness, config.steps, lambda: self.sampler.next(config.prompts_per_step),
+            self._sampling, config.prompt_template, version=self.step,
+        )  # fmt: skip
+        if "feed" in state:
+            self.feed.load_state_dict(state["feed"])
+        self._last_step_end: float | None = None
+
+    def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess:
+        """In-process engine (sync), or the generator process on its own cores, this one keeping the rest (async)."""
+        if self.config.mode == "sync":
+            return make_engine(weights, self.config.engine)
+        trainer_cores, generator_cores = split_cores()
+        if trainer_cores:
+            torch.set_num_threads(len(trainer_cores))
+        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=generator_cores)
 
     # ------------------------------------------------------------------ the step
 
     def train_step(self, step: int) -> dict[str, Any]:
         """One training step; returns its metrics row."""
-        config, timer = self.config, PhaseTimer()
-        problems = self.sampler.next(config.prompts_per_step)
+        config, timer, start = self.config, PhaseTimer(), time.perf_counter()
         with timer("generate"):
-            fresh = self._generate(problems, step)
+            arrival = self.feed.take(step)
+            fresh = self._groups(arrival)
         with timer("replay"):
             groups = self.replay.join(fresh, step)
             self._tokenize_missing([r for g in groups for r in g.rollouts])
         with timer("verify"):
             self._score([r for g in groups for r in g.rollouts if r.reward is None])
         with timer("advantage"):
-            zero_std_frac = _fill_advantages(groups, config.loss)
+            zero_std_frac = fill_advantages(groups, config.loss)
         with timer("replay"):
             rollouts = self.replay.mix(groups, step)
         with timer("train"):
@@ -159,25 +182,27 @@ class Trainer:
                 horizon=config.max_tokens, generator=self.torch_generator, temperature=config.temperature,
             )  # fmt: skip
         with timer("sync"):
-            self.engine.load_weights(self.policy.state_dict())
+            self.feed.publish(step, self.policy.state_dict())
         self.step = step
         self._write_rows(fresh, rollouts, step)
-        return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer)
+        return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)
 
-    def _generate(self, problems: list[Problem], step: int) -> list[Group]:
+    def _sampling(self, step: int) -> SamplingConfig:
         config = self.config
-        prompts = [render_prompt(p, config.prompt_template) for p in problems]
-        sampling = SamplingConfig(
+        return SamplingConfig(
             n=config.samples_per_prompt, temperature=config.temperature, top_p=config.top_p,
             max_tokens=config.max_tokens, seed=config.seed * 1_000_003 + step,
         )  # fmt: skip
-        completions = self.engine.generate(prompts, sampling)
-        groups = []
-        for problem, prompt, group in zip(problems, prompts, completions):
+
+    def _groups(self, arrival: Arrival) -> list[Group]:
+        """The step's fresh answers as groups, each rollout with the policy version that generated it."""
+        groups, sampling = [], arrival.sampling
+        for problem, group in zip(arrival.problems, arrival.completions):
+            prompt = render_prompt(problem, self.config.prompt_template)
             rollouts = [
                 Rollout(
                     problem_id=problem.id, data_source=problem.data_source, prompt=prompt, gold_answer=problem.answer,
-                    response=c.text, response_token_ids=list(c.token_ids), policy_version=step - 1,
+                    response=c.text, response_token_ids=list(c.token_ids), policy_version=arrival.version,
                     prompt_token_ids=list(c.prompt_token_ids) or self._encode(prompt),
                     behaviour_logprobs=list(c.logprobs), finish_reason=c.finish_reason, sample_index=i,
                     sampling=sampling.model_dump(include={"n", "temperature", "top_p", "max_tokens", "seed"}),
@@ -214,8 +239,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ outputs
 
-    def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer) -> dict[str, Any]:
+    def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start) -> dict[str, Any]:
         fresh_rollouts = [r for g in fresh for r in g.rollouts]
+        staleness = [r.age(step) for r in fresh_rollouts]  # trainer's version (step - 1) minus the generating one
         replayed = [r for r in rollouts if r.origin == "replay"]
         # Effective M: replayed answers that joined a prompt's group (RLEP), per group that got any.
         joined = [sum(r.origin == "replay" for r in g.rollouts) for g in groups]
@@ -238,8 +264,15 @@ class Trainer:
             **{k: float(v) for k, v in train_metrics.items()},
             **{f"time_{phase}": timer.seconds.get(phase, 0.0) for phase in PHASES},
             **{f"replay_{k}": float(v) for k, v in self.replay.stats().items()},
+            "staleness_mean": float(np.mean(staleness)),
+            "staleness_max": int(max(staleness)),
+            "dropped_stale": arrival.dropped,
+            "time_wait_generate": arrival.wait_seconds,  # the trainer idle, waiting for rollouts
+            "time_wait_train": arrival.idle_seconds,  # the generator idle, waiting for work or weights
+            "time_generator_busy": arrival.generate_seconds,
         }
-        row["time_step"] = sum(timer.seconds.values())
+        now = time.perf_counter()  # wall time between the ends of consecutive steps (evaluation and saves excluded)
+        row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
         append_rows(self.out / "metrics.parquet", [row])
         return row
 
@@ -268,6 +301,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "replay": self.replay.state_dict(),
             "sampler": self.sampler.state_dict(),
+            "feed": self.feed.state_dict(),
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                     "torch_generator": self.torch_generator.get_state()},  # fmt: skip
         }
@@ -305,7 +339,8 @@ class Trainer:
             shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
 
     def close(self) -> None:
-        self.engine.close()
+        self.feed.close()
+        torch.set_num_threads(self.torch_threads)
 
     # ------------------------------------------------------------------ the run
 
@@ -320,14 +355,14 @@ class Trainer:
         with progress_bar(self.progress, "train", config.steps, self.step) as advance:
             for step in range(self.step + 1, config.steps + 1):
                 row = self.train_step(step)
-                last = step == config.steps
-                eval_rows = None
+                last, eval_rows, outside = step == config.steps, None, time.perf_counter()
                 if last or (config.eval_every and step % config.eval_every == 0):
                     eval_rows = self.evaluate(step)
                 if last or (config.save_every and step % config.save_every == 0):
                     checkpoint = self.save(step)
                 if on_step:
                     on_step(row, eval_rows)
+                self._last_step_end += time.perf_counter() - outside  # evaluation and checkpoints are not step time
                 if eval_rows:
                     accuracy = f"{next(r for r in eval_rows if r['data_source'] == 'all')['avg_at_k']:.3f}"
                 advance(f"reward {row['reward_mean']:.3f}  held-out {accuracy}  {row['time_step']:.1f}s/step")
@@ -351,25 +386,6 @@ def train(
         trainer.close()
     plot_learning_curves({config.replay.kind: result.out}, result.out / "learning_curve.png")
     return result
-
-
-def _fill_advantages(groups: list[Group], loss: LossConfig) -> float:
-    """Advantages for every rollout without one, over its group's members (GRPO's, or AsymRE's r - V);
-    returns the share of such groups whose rewards are all equal (no GRPO signal)."""
-    pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
-    if not pending:
-        return 0.0
-    rewards_t = torch.tensor([r.reward for _, r in pending], dtype=torch.float32)
-    group_ids = [gi for gi, _ in pending]
-    advantages, zero_var = group_advantages(rewards_t, group_ids, scale_by_std=loss.scale_advantages_by_std)
-    if loss.objective == "asymre":
-        advantages = asymre_advantages(rewards_t, group_ids, loss.asymre_delta_v)
-    for (_, r), a in zip(pending, advantages.tolist()):
-        r.advantage = a
-    by_group: dict[int, bool] = {}
-    for (gi, _), z in zip(pending, zero_var.tolist()):
-        by_group[gi] = z
-    return sum(by_group.values()) / len(by_group)
 
 
 def _seed_everything(seed: int) -> None:

@@ -1,0 +1,267 @@
+"""Where a step's fresh rollouts come from: sampled when the step needs them (`mode: sync`), or generated
+ahead by a generator process while the trainer updates (`mode: async`, the setting of the FIFO replay
+paper, arXiv 2604.08706, and of verl's fully-async mode / PipelineRL / AReaL on GPU clusters).
+
+Async, with `max_staleness` = L: the generator process (tasks.training.generator_worker) owns its own
+engine and handles one ordered stream of messages: prompts to generate, and the new weights after each
+update. The request for step t is sent only once the weights of version t-1-L have been sent before it, so
+its rollouts come from a policy at most L updates older than the one that trains on them (staleness =
+(t - 1) - policy_version: at step t the trainer updates version t-1). With L = 1 the generator samples
+step t+1 with version t-1 while the trainer trains step t: one step off-policy, the two overlapped.
+Because the stream is ordered, the version each request sees is fixed by the order of messages and not
+by which side is faster, so a run (and its resume) is reproducible. A rollout that arrives beyond the
+bound anyway is dropped, counted (`dropped_stale`) and its step regenerated with the newest weights.
+
+A checkpoint stores what is needed to resume without losing or repeating a rollout: the answers already
+generated for the next steps (by weights older than the checkpoint's, which are not saved), and the
+prompts drawn for any later step. On resume those steps train on the stored answers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from data.problem import Problem, render_prompt
+from tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
+
+STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
+
+
+class GeneratorError(RuntimeError):
+    """The generator process failed or died; the message carries its traceback or exit code."""
+
+
+def split_cores() -> tuple[list[int], list[int]]:
+    """(trainer cores, generator cores): this process's allowed cores cut in two halves, the generator on
+    the upper one. With one core nothing is pinned (both lists empty)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return [], []
+    half = len(cores) // 2
+    return cores[:half], cores[half:]
+
+
+class GeneratorProcess:
+    """Trainer-side handle of the generator process: a `GenerationEngine` (blocking `generate`, used by
+    evaluation) plus `submit` / `receive` for requests answered later and `push_weights`."""
+
+    name = "generator-process"
+
+    def __init__(self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = ()) -> None:
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # where `tasks` is importable from, whatever the cwd
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": path}
+        if cores:
+            env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
+        args = [sys.executable, "-m", "tasks.training.generator_worker", str(theirs.fileno()), str(os.getpid()),
+                str(model), str(version), config.model_dump_json(), json.dumps(list(cores))]  # fmt: skip
+        self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env)
+        theirs.close()
+        from multiprocessing.connection import Connection
+
+        self.conn = Connection(ours.detach())
+        self.pid = self.proc.pid
+        self.arrived: dict[Any, tuple] = {}
+        self.outbox: queue.Queue = queue.Queue()
+        self.send_error: BaseException | None = None
+        # Sends happen on their own thread: a weights message is larger than the socket buffer and would
+        # otherwise block the trainer until the generator finishes its current request.
+        self.sender = threading.Thread(target=self._send_loop, name="generator-sender", daemon=True)
+        self.sender.start()
+        self._eval_count = 0
+        try:
+            self._wait_for(lambda m: m[0] == "ready")
+        except BaseException:
+            self.close()
+            raise
+
+    def _send_loop(self) -> None:
+        while (message := self.outbox.get()) is not None:
+            try:
+                self.conn.send(message)
+            except OSError as error:
+                self.send_error = error
+                return
+
+    def _send(self, message: tuple) -> None:
+        if self.send_error is not None:
+            raise GeneratorError(f"generator process {self.pid} cannot be reached: {self.send_error}") from self.send_error
+        self.outbox.put(message)
+
+    def _wait_for(self, wanted: Callable[[tuple], bool]) -> tuple:
+        """The next message satisfying `wanted`; other results are kept for their own `receive`."""
+        while True:
+            if self.conn.poll(0.2):
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if message is None or message[0] == "error":
+                    detail = message[1] if message else f"exit code {self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)}"
+                    raise GeneratorError(f"generator process {self.pid} failed:\n{detail}")
+                if wanted(message):
+                    return message
+                self.arrived[message[1]] = message
+            elif self.proc.poll() is not None:
+                raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.returncode})")
+
+    def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
+        self._send(("generate", tag, list(prompts), sampling.model_dump()))
+
+    def receive(self, tag: Any) -> tuple[list[list[Completion]], int, float, float]:
+        """(completions, policy version that generated them, generator busy seconds, its idle seconds before)."""
+        message = self.arrived.pop(tag, None) or self._wait_for(lambda m: m[0] == "generated" and m[1] == tag)
+        _, _, version, completions, busy, idle = message
+        return completions, version, busy, idle
+
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        buffer = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, buffer)
+        self._send(("weights", version, buffer.getvalue()))
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False) -> list[list[Completion]]:
+        self._eval_count += 1
+        tag = ("now", self._eval_count)
+        self.submit(tag, prompts, sampling)
+        return self.receive(tag)[0]
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        raise TypeError("GeneratorProcess.push_weights names the policy version the weights are")
+
+    def close(self) -> None:
+        """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running."""
+        if self.proc.poll() is None:
+            self.outbox.put(("stop",))
+        self.outbox.put(None)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            self.sender.join(timeout=1.0)
+            self.conn.close()
+
+
+@dataclass
+class Arrival:
+    """One step's fresh answers and what getting them cost. `version`: the policy that generated them."""
+
+    problems: list[Problem]
+    completions: list[list[Completion]]
+    sampling: SamplingConfig
+    version: int
+    generate_seconds: float  # the engine busy on them
+    wait_seconds: float = 0.0  # the trainer blocked waiting for them
+    idle_seconds: float = 0.0  # the generator idle, waiting for work, before it made them
+    dropped: int = 0  # answers generated beyond max_staleness, thrown away (the step was regenerated)
+
+
+class RolloutFeed:
+    """Supplies each step's fresh answers in either mode; `publish` hands the engine the new weights."""
+
+    def __init__(self, engine: GenerationEngine | GeneratorProcess, mode: str, max_staleness: int, last_step: int,
+                 draw: Callable[[], list[Problem]], sampling_for: Callable[[int], SamplingConfig], template: str,
+                 version: int) -> None:  # fmt: skip
+        self.engine, self.mode, self.lookahead, self.last_step = engine, mode, max_staleness, last_step
+        self.draw, self.sampling_for, self.template = draw, sampling_for, template
+        self.version = version  # the newest weights the engine has been given
+        self.requested = version  # the last step whose prompts were drawn
+        self.prompts: dict[int, list[Problem]] = {}  # drawn, not yet trained on
+        self.submitted_at: dict[int, int] = {}  # step -> version published when it was requested
+        self.ready: dict[int, Arrival] = {}  # restored from a checkpoint
+        self.last_end: float | None = None
+
+    def _problems(self, step: int) -> list[Problem]:
+        while self.requested < step:
+            self.requested += 1
+            self.prompts[self.requested] = self.draw()
+        return self.prompts[step]
+
+    def _request(self, step: int) -> None:
+        prompts = [render_prompt(p, self.template) for p in self._problems(step)]
+        self.engine.submit(("step", step), prompts, self.sampling_for(step))
+        self.submitted_at[step] = self.version
+
+    def take(self, step: int) -> Arrival:
+        if self.mode == "async":
+            # Ahead: every step whose weights bound (version >= step - 1 - L) has been sent is requested.
+            for later in range(step, min(self.version + 1 + self.lookahead, self.last_step) + 1):
+                if later not in self.submitted_at and later not in self.ready:
+                    self._request(later)
+        if step in self.ready:
+            arrival = self.ready.pop(step)
+        elif self.mode == "sync":
+            problems = self._problems(step)
+            start = time.perf_counter()
+            idle = start - self.last_end if self.last_end is not None else 0.0
+            sampling = self.sampling_for(step)
+            completions = self.engine.generate([render_prompt(p, self.template) for p in problems], sampling)
+            busy = time.perf_counter() - start
+            arrival = Arrival(problems, completions, sampling, step - 1, busy, wait_seconds=busy, idle_seconds=idle)
+        else:
+            arrival = self._receive(step)
+            while (step - 1) - arrival.version > self.lookahead:
+                dropped = arrival.dropped + sum(len(group) for group in arrival.completions)
+                self._request(step)  # with the newest weights: staleness 0
+                arrival = self._receive(step)
+                arrival.dropped = dropped
+        self.prompts.pop(step, None)
+        self.submitted_at.pop(step, None)
+        self.last_end = time.perf_counter()
+        return arrival
+
+    def _receive(self, step: int) -> Arrival:
+        if step not in self.submitted_at:
+            self._request(step)
+        start = time.perf_counter()
+        completions, version, busy, idle = self.engine.receive(("step", step))
+        waited = time.perf_counter() - start
+        return Arrival(self.prompts[step], completions, self.sampling_for(step), version, busy, waited, idle)
+
+    def publish(self, step: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """The weights after step `step`'s update (policy version `step`) reach the engine, in place."""
+        if self.mode == "sync":
+            self.engine.load_weights(state_dict)
+        else:
+            self.engine.push_weights(state_dict, step)
+        self.version = step
+
+    def state_dict(self) -> dict[str, Any]:
+        """Steps drawn but not trained on: their answers when generated by weights older than the current
+        ones (waited for now), else their prompts (regenerated identically from the checkpoint's weights)."""
+        answers, prompts = {}, {}
+        for step in sorted(self.prompts):
+            if step in self.ready or self.submitted_at.get(step, self.version) < self.version:
+                arrival = self.ready.get(step) or self._receive(step)
+                self.ready[step] = arrival
+                answers[step] = {"problems": arrival.problems, "completions": arrival.completions, "version": arrival.version,
+                                 "sampling": arrival.sampling.model_dump()}  # fmt: skip
+            else:
+                prompts[step] = self.prompts[step]
+        return {"requested": self.requested, "answers": answers, "prompts": prompts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.requested = state["requested"]
+        self.prompts = dict(state["prompts"])
+        for step, a in state["answers"].items():
+            self.prompts[step] = a["problems"]
+            self.ready[step] = Arrival(a["problems"], a["completions"], SamplingConfig(**a["sampling"]), a["version"], 0.0)
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,0 +1,315 @@
+"""Async mode: generation in its own process, overlapped with training, within `max_staleness`.
+
+Real short runs on the fixture model (vLLM in the generator process) for every replay strategy; the
+staleness bound with either side slowed on purpose (and the same run whichever side is slow, because the
+version each request is generated with is fixed by the order of messages, not by timing); truncated
+importance weights on stale fresh rollouts; the drop-and-regenerate guard; shutdown after a normal end,
+an error on either side and Ctrl-C, with no generator process left; kill-and-resume.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from data.fs import write_parquet_atomic
+from data.problem import Problem, render_prompt
+from data.sources import ProblemSourceConfig, load_problems
+from data.trajectory import to_table, trajectory_row
+from tasks.engines import Completion, SamplingConfig
+from tasks.training.async_gen import GeneratorError, RolloutFeed
+from tasks.training.checkpoint import latest_checkpoint
+from tasks.training.config import TrainConfig
+from tasks.training.generator_worker import DELAY_ENV
+from tasks.training.trainer import Trainer
+
+PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
+
+
+@pytest.fixture(scope="module")
+def gold_pool(tmp_path_factory):
+    """Verified successes for the training problems (the fixture model gets nothing right): each gold answer, boxed."""
+    rows = [trajectory_row(p, render_prompt(p), response=f"\\boxed{{{p.answer}}}", response_token_ids=[], behaviour_logprobs=[],
+                           finish_reason="stop", correct=True, extracted_answer=p.answer, verdict_reason="equal", reward=1.0,
+                           run_id="gold", policy_version=0, model="gold", sampling={}, sample_index=0)
+            for p in load_problems(ProblemSourceConfig(**PROBLEMS))]  # fmt: skip
+    path = tmp_path_factory.mktemp("pool") / "pool.parquet"
+    write_parquet_atomic(path, to_table(rows))
+    return path
+
+
+def _config(model, out, replay=None, **kw):
+    settings = dict(model=model, out=str(out), steps=3, prompts_per_step=3, samples_per_prompt=4, max_tokens=12,
+                    eval_every=0, save_every=0, problems=PROBLEMS, engine={"backend": "vllm", "max_num_seqs": 64},
+                    eval_problems={"source": "tiny-math", "split": "test", "limit": 6}, replay=replay or {"kind": "none"},
+                    loss={"overlong_buffer": 8}, optimizer={"lr": 1e-3}, mode="async")  # fmt: skip
+    settings.update(kw)
+    return TrainConfig.model_validate(settings)
+
+
+def _alive(pid: int) -> bool:
+    """Is `pid` a running process (a zombie, exited but not yet reaped, counts as gone)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _run(config, spy=None):
+    trainer = Trainer(config, progress=False)
+    pid = trainer.engine.pid
+    if spy:
+        spy(trainer)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert not _alive(pid), "the generator process outlived the run"
+    return pq.read_table(config.out / "metrics.parquet").to_pandas()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "replay",
+    [{"kind": "none"}, {"kind": "fifo", "batch_size": 16}, {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2},
+     {"kind": "rlep", "replay_per_group": 2}],  # fmt: skip
+    ids=lambda r: r["kind"],
+)
+def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path, replay):
+    if replay["kind"] == "rlep":
+        replay = {**replay, "pool": str(gold_pool)}
+    config = _config(fixture_model, tmp_path / "run", replay, eval_every=2, save_every=3)
+    metrics = _run(config)
+    assert metrics.step.tolist() == [1, 2, 3]
+    # Step 1 comes from the starting weights; from step 2 on, from the weights one update older than trained.
+    assert metrics.staleness_max.tolist() == [0, 1, 1] and metrics.staleness_mean.tolist() == [0, 1, 1]
+    assert (metrics.dropped_stale == 0).all()
+    for column in ("time_wait_generate", "time_wait_train", "time_generator_busy", "time_step"):
+        assert (metrics[column] >= 0).all() and metrics[column].notna().all(), column
+    fresh = pq.read_table(tmp_path / "run" / "fresh")
+    sampled = fresh.filter(pc.equal(fresh["origin"], "fresh"))
+    assert sorted(set(sampled.column("policy_version").to_pylist())) == [0, 1]  # the true generating version
+    assert sampled.num_rows == 3 * 3 * 4 and all(len(lp) for lp in sampled.column("behaviour_logprobs").to_pylist())
+    evals = pq.read_table(tmp_path / "run" / "eval.parquet").to_pandas()
+    assert sorted(set(evals.step)) == [0, 2, 3]  # held-out evaluation through the generator process
+    before, after = load_file(os.path.join(fixture_model, "model.safetensors")), load_file(latest_checkpoint(config.out) / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    if replay["kind"] != "none":
+        assert metrics.replay_share.iloc[1:].gt(0).all()
+
+
+def _slow_trainer(seconds):
+    def spy(trainer):
+        import tasks.training.trainer as module
+
+        update = module.policy_update
+
+        def slow(*args, **kwargs):
+            time.sleep(seconds)
+            return update(*args, **kwargs)
+
+        module.policy_update = slow  # the test's monkeypatch puts the real one back
+
+    return spy
+
+
+@pytest.mark.slow
+def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path, monkeypatch):
+    # max_staleness 1 is checked in every strategy's run above; here 2, with two requests in flight.
+    common = dict(steps=4, max_staleness=2, replay={"kind": "fifo", "batch_size": 16})
+    monkeypatch.setenv(DELAY_ENV, "0.4")  # the generator sleeps before each request
+    slow_generator = _run(_config(fixture_model, tmp_path / "slow-gen", **common))
+    monkeypatch.delenv(DELAY_ENV)
+    import tasks.training.trainer as module
+
+    monkeypatch.setattr(module, "policy_update", module.policy_update)  # restored after the test
+    slow_trainer = _run(_config(fixture_model, tmp_path / "slow-train", **common), spy=_slow_trainer(0.4))
+    expected = [0, 1, 2, 2]  # the bound, reached once enough updates exist
+    for metrics in (slow_generator, slow_trainer):
+        assert metrics.staleness_max.tolist() == expected and (metrics.dropped_stale == 0).all()
+    # The same run either way: what each request is generated with depends on message order, not on timing.
+    for column in ("reward_mean", "loss", "replay_share", "tokens_generated_total"):
+        assert slow_generator[column].tolist() == pytest.approx(slow_trainer[column].tolist(), rel=1e-5, abs=1e-7), column
+
+
+@pytest.mark.slow
+def test_truncated_is_weights_apply_to_stale_fresh_rollouts(fixture_model, tmp_path, monkeypatch):
+    import tasks.training.update as update
+
+    weights, parts = [], []
+    loss_fn = update.clipped_policy_loss
+    add = update._Accumulator.add
+    monkeypatch.setattr(update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1])
+    monkeypatch.setattr(update._Accumulator, "add", lambda self, part, *a: (parts.append(part), add(self, part, *a))[1])
+    config = _config(fixture_model, tmp_path / "tis", steps=3, mini_batch_size=6,
+                     loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8})  # fmt: skip
+    metrics = _run(config)
+    stale, current = [], []
+    for w, part in zip(weights, parts):
+        real = part.mask.bool()
+        for row in range(len(part)):
+            assert not part.is_replay[row]  # no replay: every row is a fresh rollout
+            (stale if part.age[row] > 0 else current).append(w[row][real[row]])
+    assert stale and current
+    assert all((v == 1.0).all() for v in current)  # generated by the weights being trained: no correction
+    stale_values = torch.cat(stale)
+    assert (stale_values != 1.0).any() and (stale_values <= 2.0).all()
+    assert metrics.is_ratio_mean.iloc[0] == 1.0 and (metrics.is_ratio_mean.iloc[1:] != 1.0).all()
+
+
+class _LaggingEngine:
+    """A generator that applies new weights `lag` pushes late: its answers can arrive beyond the bound."""
+
+    def __init__(self, lag):
+        self.lag, self.pushed, self.requests = lag, [0], []
+
+    def submit(self, tag, prompts, sampling):
+        self.requests.append(tag[1])
+
+    def receive(self, tag):
+        version = self.pushed[max(0, len(self.pushed) - 1 - self.lag)]
+        self.lag = 0  # a regenerated request sees the newest weights
+        return [[Completion("x", [1], [-0.5], "stop", [2])] * 2], version, 0.0, 0.0
+
+    def push_weights(self, state_dict, version):
+        self.pushed.append(version)
+
+
+def test_answers_beyond_the_bound_are_dropped_counted_and_regenerated():
+    problem = Problem(id="p", problem="1+1", answer="2", data_source="s")
+    engine = _LaggingEngine(lag=0)
+    feed = RolloutFeed(engine, "async", 1, 10, lambda: [problem], lambda s: SamplingConfig(n=2, seed=s), "{problem}", version=0)
+    for step in (1, 2, 3):
+        arrival = feed.take(step)
+        assert arrival.dropped == 0 and (step - 1) - arrival.version <= 1
+        feed.publish(step, {})
+    engine.lag = 2  # the next answers come from weights 3 updates old: beyond max_staleness 1
+    arrival = feed.take(4)
+    assert arrival.dropped == 2 and arrival.version == 3  # both answers thrown away; regenerated with the newest
+    assert engine.requests.count(4) == 2
+
+
+@pytest.mark.slow
+def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch):
+    import tasks.training.trainer as module
+
+    update = module.policy_update
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected trainer failure")
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(module, "policy_update", failing)
+    trainer = Trainer(_config(fixture_model, tmp_path / "trainer-error", steps=4), progress=False)
+    pid = trainer.engine.pid
+    with pytest.raises(RuntimeError, match="injected trainer failure"):
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
+    assert not _alive(pid)
+    monkeypatch.setattr(module, "policy_update", update)
+
+    # The generator fails: weights it cannot load (a name the model does not have).
+    trainer = Trainer(_config(fixture_model, tmp_path / "generator-error", steps=4), progress=False)
+    pid = trainer.engine.pid
+    trainer.policy.state_dict = lambda: {"no.such.weight": torch.zeros(3)}
+    with pytest.raises(GeneratorError, match=f"generator process {pid} failed"):
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
+    assert not _alive(pid)
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return ""
+
+
+def _train_cli(args):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "train", "--no-prefect", *args], env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def _cli_args(model):
+    return ["--model", model, "--mode", "async", "--engine", "vllm", "--steps", "5", "--prompts-per-step", "3",
+            "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
+            "--problems-families", "add", "sub", "mul", "frac", "decimal", "--problems-levels", "1", "2", "3",  # = PROBLEMS
+            "--eval-every", "2", "--save-every", "1", "--overlong-buffer", "8", "--lr", "1e-3",
+            "--replay", "fifo", "--batch-size", "16", "--is-correction", "truncate"]  # fmt: skip
+
+
+def _wait_for_checkpoint(proc, out, names, deadline=300):
+    end = time.time() + deadline
+    while latest_checkpoint(out) is None or latest_checkpoint(out).name not in names:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < end
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
+    out = tmp_path / "interrupted"
+    proc = _train_cli([*_cli_args(fixture_model), "--out", str(out)])
+    _wait_for_checkpoint(proc, out, ("step-1", "step-2"))
+    workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
+    assert len(workers) == 1
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not _alive(workers[0])
+
+
+@pytest.mark.slow
+def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, tmp_path):
+    reference = _train_cli([*_cli_args(fixture_model), "--out", str(tmp_path / "straight")])
+    output, _ = reference.communicate(timeout=600)
+    assert reference.returncode == 0, output
+
+    out = tmp_path / "killed"
+    proc = _train_cli([*_cli_args(fixture_model), "--out", str(out)])
+    _wait_for_checkpoint(proc, out, ("step-2", "step-3"))
+    workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    end = time.time() + 30  # the generator notices its trainer is gone and exits by itself
+    while any(_alive(w) for w in workers) and time.time() < end:
+        time.sleep(0.1)
+    assert workers and not any(_alive(w) for w in workers)
+    resumed = _train_cli(["--resume", str(out)])
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output
+
+    straight = pq.read_table(tmp_path / "straight" / "metrics.parquet").to_pandas()
+    again = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert again.step.tolist() == [1, 2, 3, 4, 5]
+    for column in ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss", "staleness_mean", "is_ratio_mean"):
+        assert again[column].tolist() == pytest.approx(straight[column].tolist(), rel=1e-4, abs=1e-6), column
+    a = load_file(tmp_path / "straight" / "checkpoints" / "step-5" / "model.safetensors")
+    b = load_file(out / "checkpoints" / "step-5" / "model.safetensors")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    # Each step's fresh answers were written once: none lost, none trained twice.
+    fresh = pq.read_table(out / "fresh").to_pandas()
+    fresh = fresh[fresh.origin == "fresh"]
+    assert len(fresh) == 5 * 3 * 4 and not fresh.duplicated(["policy_version", "problem_id", "sample_index", "sampling"]).any()
