@@ -182,6 +182,14 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
     """Where a run command's log goes: its --resume or out directory (none while its settings do not validate)."""
     if getattr(args, "resume", None):
         return Path(args.resume)
+    if args.command == "study":  # the study directory: --out, else the file's `out`
+        import yaml
+
+        try:
+            out = args.out or (yaml.safe_load(Path(args.config).read_text()) or {}).get("out")
+        except (OSError, yaml.YAMLError, AttributeError):
+            return None
+        return Path(out) if out else None
     try:
         return _config(_config_commands()[args.command][0], args).out
     except (ConfigError, ValueError):
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)
     try:
-        if args.verbose or args.command not in _config_commands():
+        if args.verbose or args.command not in (*_config_commands(), "study"):
             return args.handler(args)
         from flows.runlog import run_log
 

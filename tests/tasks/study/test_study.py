@@ -76,6 +76,11 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     monkeypatch.setattr(tasks.training.trainer, "train", no_training)
     again = run_study(config, progress=False)
     assert pd.read_parquet(again["study"]).equals(study)
+    # The command resumes the same way, and keeps library output in the study's rlep.log, not the terminal.
+    path = tmp_path / "study.yaml"
+    path.write_text(json.dumps(config.model_dump(mode="json")))
+    assert main(["study", "--config", str(path), "--no-prefect"]) == 0
+    assert pd.read_parquet(paths["study"]).equals(study) and (tmp_path / "study" / "rlep.log").is_file()
 
 
 @pytest.mark.slow
