@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 from prefect import flow, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.ray_runner import ray_task_runner
 from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
@@ -41,6 +41,9 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     study, final = gather(runs)
     paths = write_study_outputs(config, study, final, command)
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
+    summary = pd.read_parquet(paths["summary"]).round(4)
+    create_table_artifact(key="study-summary", table=summary.astype(object).where(summary.notna(), None).to_dict("records"),
+                          description="held-out accuracy per arm and step: mean, 95% interval, paired difference to the baseline")  # fmt: skip
     create_markdown_artifact(key="study-report", markdown=paths["report"].read_text())
     print(f"report: {paths['report']}")
     return str(paths["report"])

@@ -93,6 +93,11 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
                          runner={"kind": "ray", "max_parallel": 2})  # fmt: skip
     with prefect_test_harness(server_startup_timeout=120):
         report = study_flow(StudyConfig.model_validate(settings))
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            keys = {a.key for a in client.read_artifacts()}
+    assert keys >= {"study-claims", "study-summary", "study-report"}
     study = pd.read_parquet(tmp_path / "ray" / "study.parquet")
     assert report.endswith("report.md") and len(study) == 2 * 2 * 3  # arms x seeds x evaluation steps
     assert all((tmp_path / "ray" / "runs" / arm / f"seed-{s}" / "study_run.json").is_file() for arm in ("baseline", "fifo") for s in (0, 1))
