@@ -1,10 +1,13 @@
 """The pipeline as `make demo` runs it (RLEP's three phases and a baseline, under a temporary Prefect server)
 on the fixture model, the artifacts it publishes, and the order `run_pipeline` follows."""
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from data.run_layout import TrainRunLayout
 from tasks.pipeline import PipelineConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
@@ -14,7 +17,7 @@ HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "spli
 def _config(model, out, replay, **extra):
     return PipelineConfig.model_validate({
         "out": str(out),
-        "collect": {"model": model, "problems": PROBLEMS, "samples_per_prompt": 2, "min_correct": 1,
+        "collect": {"model": model, "problems": PROBLEMS, "samples_per_prompt": 3, "min_correct": 2,
                     "shard_size": 4, "max_tokens": 10, "engine": {"backend": "transformers"}},
         "train": {"model": model, "problems": PROBLEMS, "eval_problems": HELD_OUT, "steps": 2,
                   "prompts_per_step": 2, "samples_per_prompt": 3, "max_tokens": 10, "eval_every": 1,
@@ -25,11 +28,14 @@ def _config(model, out, replay, **extra):
 
 
 @pytest.mark.slow
-def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, half_right_collection):
+def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, gold_answers, monkeypatch):
     from prefect.client.orchestration import get_client
 
     from flows.pipeline import pipeline_flow
 
+    # The fixture model gets nothing right: two right answers per problem, so the demo's pool rule (at least
+    # 2 correct of the samples) keeps every problem; the third sample is the model's own.
+    collected_from = gold_answers(monkeypatch, lambda gold, prompt: [f"\\boxed{{{gold}}}", f"So it is \\boxed{{{gold}}}."])
     out = tmp_path / "pipe"
     config = _config(fixture_model, out, {"kind": "rlep", "replay_per_group": 2})
     with prefect_test_harness(server_startup_timeout=120):
@@ -43,12 +49,16 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
 
     # explore = the baseline run (same settings); the pool is sampled from its last checkpoint ...
     explore_checkpoint = out / "baseline" / "checkpoints" / "step-2"
-    assert set(half_right_collection) == {str(explore_checkpoint)}
+    assert set(collected_from) == {str(explore_checkpoint)}
     pool = pq.read_table(out / "collect" / "pool.parquet").to_pandas()
-    assert len(pool) and set(pool.model) == {str(explore_checkpoint.resolve())} and pool.correct.all()
+    assert set(pool.model) == {str(explore_checkpoint.resolve())} and pool.correct.all()
+    assert len(pool) >= 2 * PROBLEMS["limit"] and pool.problem_id.nunique() == PROBLEMS["limit"]
     # ... and RLEP restarts from the start and replays it: pooled answers joined the groups.
     rlep_metrics = pq.read_table(out / "rlep" / "metrics.parquet").to_pandas()
     assert (rlep_metrics.replay_share > 0).all() and (rlep_metrics.replay_per_group_mean > 0).all()
+    rlep_settings = json.loads((TrainRunLayout(out / "rlep").config).read_text())
+    assert rlep_settings["model"] == fixture_model  # from the start model, not the explored checkpoint
+    assert rlep_settings["replay"]["pool"] == str(out / "collect" / "pool.parquet")
     assert not (out / "explore").exists()  # nothing trained twice
 
     for section in ("Phase I: collection", "Phase II: training", "| rlep |", "| baseline |", "Replay overhead",
