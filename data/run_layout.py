@@ -2,6 +2,7 @@
 
 A training run directory (`rlep train --out OUT`):
 
+    OUT/train_config.json        the run's settings
     OUT/metrics.parquet          one row per step (data.metrics columns)
     OUT/eval.parquet             held-out evaluation rows, appended every `eval_every` steps
     OUT/fresh/part-NNNNN.parquet every answer sampled at step N and every replayed answer it trained on
@@ -50,6 +51,11 @@ class TrainRunLayout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        """The run's settings (`--resume` reads them back)."""
+        return self.root / "train_config.json"
 
     @property
     def metrics(self) -> Path:

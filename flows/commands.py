@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from data.run_layout import EvalRunLayout
+from data.run_layout import EvalRunLayout, TrainRunLayout
 from flows.options import build_config, dump_yaml, flag_overrides
 
 
@@ -207,12 +207,11 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from tasks.training.config import TrainConfig
-    from tasks.training.trainer import CONFIG_FILE
 
     if args.resume:
-        saved = Path(args.resume) / CONFIG_FILE
+        saved = TrainRunLayout(args.resume).config
         if not saved.is_file():
-            raise UserError(f"--resume {args.resume}: no {CONFIG_FILE} there (not a training run directory)")
+            raise UserError(f"--resume {args.resume}: no {saved.name} there (not a training run directory)")
         config = _config(TrainConfig, args, base_file=saved, extra={"out": str(args.resume)})
     else:
         config = _config(TrainConfig, args)

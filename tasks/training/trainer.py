@@ -45,6 +45,7 @@ import torch
 
 from data.fs import append_rows, write_parquet_atomic, write_text_atomic
 from data.problem import Problem, render_prompt
+from data.run_layout import TrainRunLayout
 from data.sources import load_problems
 from data.trajectory import to_table
 from tasks.engines import GenerationEngine, SamplingConfig, make_engine
@@ -63,7 +64,6 @@ from tasks.training.prompts import PromptSampler
 from tasks.training.update import policy_update
 from verifiers import rewards, verify_batch
 
-CONFIG_FILE = "train_config.json"
 PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
 
 
@@ -100,6 +100,7 @@ class Trainer:
         config = config.model_copy(update={"replay": pinned(config.replay)})  # resume replays the same pool version
         self.config = config
         self.out = Path(config.out)
+        self.layout = TrainRunLayout(self.out)
         self.run_id = config.resolved_run_id()
         self.progress = progress
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -107,7 +108,7 @@ class Trainer:
 
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
-            raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.out / 'checkpoints'}")
+            raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.layout.checkpoints}")
         self.problems = load_problems(config.problems)
         self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
         self.eval_problems = load_problems(config.eval_problems)
@@ -273,7 +274,7 @@ class Trainer:
         }
         now = time.perf_counter()  # wall time between the ends of consecutive steps (evaluation and saves excluded)
         row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
-        append_rows(self.out / "metrics.parquet", [row])
+        append_rows(self.layout.metrics, [row])
         return row
 
     def _write_rows(self, fresh: list[Group], trained: list[Rollout], step: int) -> None:
@@ -281,7 +282,7 @@ class Trainer:
         step trained on (origin replay), so the run's data says exactly what it trained on."""
         rollouts = [r for g in fresh for r in g.rollouts] + [r for r in trained if r.origin == "replay"]
         rows = [r.to_row(self.by_key[(r.data_source, r.problem_id)], run_id=self.run_id, model=self.base_model) for r in rollouts]
-        write_parquet_atomic(self.out / "fresh" / f"part-{step:05d}.parquet", to_table(rows))
+        write_parquet_atomic(self.layout.fresh_part(step), to_table(rows))
 
     def evaluate(self, step: int) -> list[dict[str, Any]]:
         """Held-out evaluation with the live engine; rows appended to OUT/eval.parquet."""
@@ -290,7 +291,7 @@ class Trainer:
         result = evaluate_with_engine(
             self.engine, self.eval_problems, sampling, self.config.verifier, self.config.prompt_template, step=step
         )
-        append_rows(self.out / "eval.parquet", result.rows)
+        append_rows(self.layout.eval, result.rows)
         return result.rows
 
     def save(self, step: int) -> Path:
@@ -322,9 +323,8 @@ class Trainer:
     def _prepare_out_dir(self) -> None:
         """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
         self.out.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.out / CONFIG_FILE, self.config.model_dump_json(indent=2))
-        for name in ("metrics.parquet", "eval.parquet"):
-            path = self.out / name
+        write_text_atomic(self.layout.config, self.config.model_dump_json(indent=2))
+        for path in (self.layout.metrics, self.layout.eval):
             if path.exists():
                 table = pq.read_table(path)
                 if self.step == 0:
@@ -332,11 +332,11 @@ class Trainer:
                 else:
                     keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= self.step]
                     write_parquet_atomic(path, table.take(keep))
-        for part in (self.out / "fresh").glob("part-*.parquet"):
+        for part in self.layout.fresh_parts():
             if int(part.stem.split("-")[1]) > self.step:
                 part.unlink()
         if self.step == 0:
-            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+            shutil.rmtree(self.layout.checkpoints, ignore_errors=True)
 
     def close(self) -> None:
         self.feed.close()
@@ -367,7 +367,7 @@ class Trainer:
                     accuracy = f"{next(r for r in eval_rows if r['data_source'] == 'all')['avg_at_k']:.3f}"
                 advance(f"reward {row['reward_mean']:.3f}  held-out {accuracy}  {row['time_step']:.1f}s/step")
         checkpoint = checkpoint or latest_checkpoint(self.out)
-        return TrainResult(self.out, config.steps, checkpoint, self.out / "metrics.parquet", self.out / "eval.parquet")
+        return TrainResult(self.out, config.steps, checkpoint, self.layout.metrics, self.layout.eval)
 
 
 def train(
@@ -384,7 +384,7 @@ def train(
         result = trainer.run(on_step)
     finally:
         trainer.close()
-    plot_learning_curves({config.replay.kind: result.out}, result.out / "learning_curve.png")
+    plot_learning_curves({config.replay.kind: result.out}, TrainRunLayout(result.out).learning_curve)
     return result
 
 

@@ -22,11 +22,12 @@ from safetensors.torch import load_file
 from data.fs import write_parquet_atomic
 from data.pool import PoolStore
 from data.problem import render_prompt
+from data.run_layout import TrainRunLayout
 from data.sources import ProblemSourceConfig, load_problems
 from data.trajectory import COLUMNS, to_table, trajectory_row
 from tasks.training.checkpoint import latest_checkpoint
 from tasks.training.config import TrainConfig
-from tasks.training.trainer import CONFIG_FILE, Trainer
+from tasks.training.trainer import Trainer
 
 METRIC_COLUMNS = ["step", "reward_mean", "accuracy", "zero_std_group_frac", "clip_frac_low", "clip_frac_high", "kl",
                   "entropy", "is_ratio_mean", "replay_share", "replay_age_mean", "grad_norm", "time_generate",
@@ -306,7 +307,7 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
         write_parquet_atomic(tmp_path / "more.parquet", more)
         store.publish(tmp_path / "more.parquet", {"run_dir": "more"})
         assert store.versions() == [1, 2]
-        assert json.loads((out / CONFIG_FILE).read_text())["replay"]["pool"] == str(v1 / "pool.parquet")
+        assert json.loads((TrainRunLayout(out).config).read_text())["replay"]["pool"] == str(v1 / "pool.parquet")
     resumed = _train_cli(["--resume", str(out)])
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
