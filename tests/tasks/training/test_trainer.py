@@ -71,7 +71,7 @@ def _weights(path):
      {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2}],  # fmt: skip
     ids=lambda r: r["kind"],
 )
-def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, replay):
+def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, replay, capsys):
     if replay["kind"] == "rlep":
         replay = {**replay, "pool": str(gold_pool)}
     trainer = Trainer(_config(fixture_model, tmp_path / "run", replay), progress=False)
@@ -103,6 +103,9 @@ def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, re
         # 2 replayed per group of 4 fresh: a third of the batch from step 1, all re-verified as correct.
         assert metrics.replay_share.tolist() == pytest.approx([2 / 6] * 3)
         assert (metrics.replay_accuracy == 1.0).all() and metrics.zero_std_group_frac.max() < 1
+        # The gold pool answers every training problem twice: coverage printed and recorded.
+        assert f"replay pool {gold_pool}: answers for 6 of 6 training problems (100%)" in capsys.readouterr().out
+        assert metrics[["replay_pool_coverage", "replay_pool_problems", "replay_pool_answers"]].drop_duplicates().values.tolist() == [[1.0, 6, 12]]
     else:
         assert metrics.replay_share.iloc[0] == 0 and (metrics.replay_share.iloc[1:] > 0).all()
         assert (metrics.replay_age_mean.iloc[1:] >= 1).all()
@@ -272,7 +275,7 @@ def _train_cli(args):
 @pytest.mark.parametrize(
     "engine, replay",
     [("transformers", ["--replay", "fifo", "--replay-ratio", "0.25"]),
-     ("vllm", ["--replay", "rlep", "--replay-per-group", "2"]),
+     ("vllm", ["--replay", "rlep", "--replay-per-group", "1"]),  # 1 of the 2 pooled answers: the draw matters
      ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"])],  # fmt: skip
     ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
 )
