@@ -23,8 +23,7 @@ dynamic sampling (DAPO), so groups with equal rewards simply contribute no gradi
 policy (RLEP's choice), unless `loss.is_correction=truncate`. Each replay design's own departures are in
 its class docstring (tasks/replay/strategies.py).
 
-Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect/pool.parquet`,
-`rlep train --resume runs/train` (after a kill).
+Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect`, `rlep train --resume runs/train`.
 """
 
 from __future__ import annotations
@@ -253,7 +252,7 @@ class Trainer:
             "accuracy": float(np.mean([bool(r.correct) for r in fresh_rollouts])),
             "zero_std_group_frac": zero_std_frac,
             "replay_share": len(replayed) / len(rollouts),
-            "replay_age_mean": float(np.mean([r.age(step) for r in replayed])) if replayed else 0.0,
+            "replay_age_mean": self._replay_age(replayed, step),
             "replay_per_group_mean": float(np.mean(with_replay)) if with_replay else 0.0,
             "replay_prompt_share": len(with_replay) / len(groups),
             "fresh_share_trained": sum(r.origin == "fresh" for r in rollouts) / len(fresh_rollouts),
@@ -276,6 +275,12 @@ class Trainer:
         row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
         append_rows(self.layout.metrics, [row])
         return row
+
+    def _replay_age(self, replayed: list[Rollout], step: int) -> float:
+        """Mean updates since this run generated its replayed answers; RLEP's pool is another run's (NaN)."""
+        if not replayed:
+            return 0.0
+        return float("nan") if self.config.replay.kind == "rlep" else float(np.mean([r.age(step) for r in replayed]))
 
     def _write_rows(self, fresh: list[Group], trained: list[Rollout], step: int) -> None:
         """OUT/fresh/part-N.parquet: every answer sampled at step N (origin fresh) and every earlier answer the

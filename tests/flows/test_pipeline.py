@@ -56,6 +56,7 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
     # ... and RLEP restarts from the start and replays it: pooled answers joined the groups.
     rlep_metrics = pq.read_table(out / "rlep" / "metrics.parquet").to_pandas()
     assert (rlep_metrics.replay_share > 0).all() and (rlep_metrics.replay_per_group_mean > 0).all()
+    assert rlep_metrics.replay_age_mean.isna().all()  # the pool is the exploration run's: no age in this run's steps
     rlep_settings = json.loads((TrainRunLayout(out / "rlep").config).read_text())
     assert rlep_settings["model"] == fixture_model  # from the start model, not the explored checkpoint
     assert rlep_settings["replay"]["pool"] == str(out / "collect" / "pool.parquet")
