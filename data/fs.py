@@ -10,6 +10,7 @@ later run can tell it from one being written now (`process_alive`).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.metadata
 import os
@@ -77,6 +78,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     removed first), so `path` only ever appears complete. On an error the temporary directory is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_writers_dirs(path)
     tmp = temp_name(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -88,6 +90,17 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     fsync_dir(path.parent)
+
+
+def _remove_dead_writers_dirs(path: Path) -> None:
+    """Delete temporary directories of `path` left by writers that were killed (their pid is gone): a run
+    resumed after a kill mid-checkpoint writes that checkpoint again, and the half-written copy would
+    otherwise stay on disk for good. A live writer's directory is left alone."""
+    prefix = f".{path.name}."
+    for stale in path.parent.glob(glob.escape(prefix) + "*.tmp"):
+        pid = stale.name[len(prefix) : -len(".tmp")]
+        if stale.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def write_text_atomic(path: Path | str, text: str) -> Path:

@@ -82,6 +82,7 @@ def test_sigkill_while_writing_a_checkpoint_leaves_the_last_complete_one(tmp_pat
     assert load_trainer_state(latest_checkpoint(tmp_path)) == {"step": 1}  # what --resume starts from
     save_checkpoint(tmp_path, 2, _Model(), _Tokenizer(), {"step": 2})  # the resumed run writes step 2 again
     assert load_trainer_state(latest_checkpoint(tmp_path)) == {"step": 2}
+    assert _entries(tmp_path) == ["step-1", "step-2"]  # and the killed writer's half-written copy is gone
     assert (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes() == b"half of the weights and the rest"
 
 
