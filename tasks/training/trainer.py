@@ -336,7 +336,7 @@ class Trainer:
                     path.unlink()
                 else:
                     keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= self.step]
-                    write_parquet_atomic(path, table.take(keep))
+                    write_parquet_atomic(path, table.take(keep) if keep else table.slice(0, 0))  # take([]) has no kernel
         for part in self.layout.fresh_parts():
             if int(part.stem.split("-")[1]) > self.step:
                 part.unlink()
