@@ -1,5 +1,6 @@
 """Quiet runs: library noise from Python, C and child processes goes to the run's log, our lines to the terminal."""
 
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,13 @@ def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "noise" not in done.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
+    # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
+    code = ("import os, sys\nfrom flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
+            "from transformers.utils import logging\nprint(logging.is_progress_bar_enabled())")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    runs = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env).stdout.strip()
+            for mode in ("quiet", "verbose")}  # fmt: skip
+    assert runs == {"quiet": "False", "verbose": "True"}
