@@ -28,11 +28,23 @@ class _Tee(io.TextIOBase):
 
     def __init__(self, log: io.TextIOBase, terminal: io.TextIOBase) -> None:
         self.log, self.terminal, self.pending = log, terminal, ""
+        self.released = False
+
+    def release(self) -> None:
+        """End of the run: later writes go to whatever sys.stderr is then. Handlers that kept this stream
+        during the run (Prefect's console handler binds sys.stderr when it starts) must not write into the
+        closed log, nor into a stream that was current at the end of the run and may be closed since."""
+        self.released = True
+
+    def _after(self) -> io.TextIOBase:
+        return sys.stderr if sys.stderr is not self else sys.__stderr__
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
+        if self.released:
+            return self._after().write(text)
         self.log.write(text)
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
@@ -42,6 +54,9 @@ class _Tee(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        if self.released:
+            self._after().flush()
+            return
         self.log.flush()
         self.terminal.flush()
 
@@ -49,7 +64,7 @@ class _Tee(io.TextIOBase):
         return False
 
     def fileno(self) -> int:
-        return self.log.fileno()
+        return self._after().fileno() if self.released else self.log.fileno()
 
 
 @contextmanager
@@ -67,7 +82,8 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
     final = Path(run_dir) / LOG_FILE if run_dir is not None else None
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    sys.stdout, sys.stderr = terminal_out, _Tee(log, terminal_err)
+    tee = _Tee(log, terminal_err)
+    sys.stdout, sys.stderr = terminal_out, tee
     try:
         yield final
     finally:
@@ -76,6 +92,7 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
                 stream.flush()
             except (OSError, ValueError):
                 pass
+        tee.release()
         sys.stdout, sys.stderr = old_out, old_err
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)

@@ -50,3 +50,13 @@ def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     runs = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env).stdout.strip()
             for mode in ("quiet", "verbose")}  # fmt: skip
     assert runs == {"quiet": "False", "verbose": "True"}
+
+
+def test_a_handler_that_kept_the_run_stderr_writes_to_the_terminal_afterwards():
+    # Prefect's console handler binds sys.stderr when it starts inside a run; after the run its writes must not
+    # fail on the closed log (they broke every later flow of an in-process caller).
+    code = ("import logging, sys\nfrom flows.runlog import run_log\nwith run_log(None):\n"
+            "    handler = logging.StreamHandler(sys.stderr)\n"
+            "handler.emit(logging.makeLogRecord({'msg': 'after the run'}))\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "after the run" in done.stderr and "Error" not in done.stderr
