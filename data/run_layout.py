@@ -86,8 +86,9 @@ class TrainRunLayout:
     def fresh_part(self, step: int) -> Path:
         return self.fresh / f"part-{step:05d}.parquet"
 
-    def fresh_parts(self) -> list[Path]:
-        return sorted(self.fresh.glob("part-*.parquet"))
+    def fresh_parts(self) -> list[tuple[int, Path]]:
+        """(step, file) of every rollout part, by step."""
+        return sorted((int(p.stem.removeprefix("part-")), p) for p in self.fresh.glob("part-*.parquet"))
 
     @property
     def final_eval(self) -> EvalRunLayout:

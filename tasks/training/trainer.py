@@ -337,8 +337,8 @@ class Trainer:
                 else:
                     keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= self.step]
                     write_parquet_atomic(path, table.take(keep) if keep else table.slice(0, 0))  # take([]) has no kernel
-        for part in self.layout.fresh_parts():
-            if int(part.stem.split("-")[1]) > self.step:
+        for step, part in self.layout.fresh_parts():
+            if step > self.step:
                 part.unlink()
         if self.step == 0:
             shutil.rmtree(self.layout.checkpoints, ignore_errors=True)

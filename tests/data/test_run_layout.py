@@ -20,6 +20,10 @@ def test_train_layout_names(tmp_path):
     assert layout.checkpoint(7) == tmp_path / "checkpoints" / "step-7"
     assert layout.fresh_part(7) == tmp_path / "fresh" / "part-00007.parquet"
     assert layout.final_eval.samples == tmp_path / "final_eval" / "eval_samples.parquet"
+    for step in (12, 3):
+        layout.fresh_part(step).parent.mkdir(exist_ok=True)
+        layout.fresh_part(step).touch()
+    assert layout.fresh_parts() == [(3, layout.fresh_part(3)), (12, layout.fresh_part(12))]
 
 
 def test_step_checkpoints_sorted_by_step_not_by_name(tmp_path):
