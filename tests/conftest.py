@@ -85,3 +85,27 @@ def half_right_collection(monkeypatch):
 def gold_answers():
     """`answer_with_gold` for fixtures of a wider scope, which patch with their own `pytest.MonkeyPatch`."""
     return answer_with_gold
+
+
+def _assert_same_run(straight, resumed, steps: int, columns: tuple[str, ...]) -> None:
+    """A resumed run reproduces the uninterrupted one: the same steps, the same values of `columns` in
+    metrics.parquet at every step, and the same final weights."""
+    import pyarrow.parquet as pq
+    import torch
+    from safetensors.torch import load_file
+
+    from data.run_layout import TrainRunLayout
+
+    a, b = TrainRunLayout(straight), TrainRunLayout(resumed)
+    first, again = pq.read_table(a.metrics).to_pandas(), pq.read_table(b.metrics).to_pandas()
+    assert again.step.tolist() == list(range(1, steps + 1))
+    for column in columns:
+        assert again[column].tolist() == pytest.approx(first[column].tolist(), rel=1e-4, abs=1e-6), column
+    wa, wb = (load_file(layout.checkpoint(steps) / "model.safetensors") for layout in (a, b))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+
+
+@pytest.fixture(scope="session")
+def assert_same_run():
+    """`assert_same_run(straight_dir, resumed_dir, steps, columns)`: see `_assert_same_run`."""
+    return _assert_same_run

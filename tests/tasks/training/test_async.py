@@ -282,7 +282,7 @@ def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, tmp_path):
+def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, tmp_path, assert_same_run):
     reference = _train_cli([*_cli_args(fixture_model), "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output
@@ -301,14 +301,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, t
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 
-    straight = pq.read_table(tmp_path / "straight" / "metrics.parquet").to_pandas()
-    again = pq.read_table(out / "metrics.parquet").to_pandas()
-    assert again.step.tolist() == [1, 2, 3, 4, 5]
-    for column in ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss", "staleness_mean", "is_ratio_mean"):
-        assert again[column].tolist() == pytest.approx(straight[column].tolist(), rel=1e-4, abs=1e-6), column
-    a = load_file(tmp_path / "straight" / "checkpoints" / "step-5" / "model.safetensors")
-    b = load_file(out / "checkpoints" / "step-5" / "model.safetensors")
-    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    assert_same_run(tmp_path / "straight", out, 5,
+                    ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss", "staleness_mean", "is_ratio_mean"))  # fmt: skip
     # Each step's fresh answers were written once: none lost, none trained twice.
     fresh = pq.read_table(out / "fresh").to_pandas()
     fresh = fresh[fresh.origin == "fresh"]

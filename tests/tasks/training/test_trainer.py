@@ -279,7 +279,7 @@ def _train_cli(args):
      ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"])],  # fmt: skip
     ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
 )
-def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_pool, tmp_path, engine, replay):
+def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_pool, tmp_path, engine, replay, assert_same_run):
     store = PoolStore(tmp_path / "pools")
     if "rlep" in replay:  # a pool store: the run pins the version it starts with (v1) and resumes with it
         v1 = store.publish(gold_pool, {"run_dir": "gold"})
@@ -315,12 +315,6 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 
-    straight = pq.read_table(tmp_path / "straight" / "metrics.parquet").to_pandas()
-    again = pq.read_table(out / "metrics.parquet").to_pandas()
-    assert again.step.tolist() == [1, 2, 3, 4, 5]
-    for column in ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss"):
-        assert again[column].tolist() == pytest.approx(straight[column].tolist(), rel=1e-4, abs=1e-6), column
-    a, b = _weights(tmp_path / "straight" / "checkpoints" / "step-5"), _weights(out / "checkpoints" / "step-5")
-    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    assert_same_run(tmp_path / "straight", out, 5, ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss"))
     evals = pq.read_table(out / "eval.parquet").to_pandas()
     assert sorted(set(evals.step)) == [0, 2, 4, 5] and not evals.duplicated(["step", "data_source"]).any()
