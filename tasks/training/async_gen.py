@@ -55,6 +55,23 @@ def split_cores() -> tuple[list[int], list[int]]:
     return cores[:half], cores[half:]
 
 
+class CoreShare:
+    """The cores of an async run: the generator process on the upper half (pinned), the update on the lower
+    half's threads while the generator works and on every core while it waits for work. Sync mode keeps
+    about 95% of 2 cores busy, so an update confined to its half would make async slower, not faster
+    (docs/async.md). The trainer calls `adjust` before each micro-batch."""
+
+    def __init__(self) -> None:
+        trainer, self.generator_cores = split_cores()
+        self.own, self.all = len(trainer), len(trainer) + len(self.generator_cores)
+        self.adjust(generator_busy=True)
+
+    def adjust(self, generator_busy: bool) -> None:
+        threads = self.own if generator_busy else self.all
+        if threads and threads != torch.get_num_threads():  # nothing to share on one core
+            torch.set_num_threads(threads)
+
+
 class GeneratorProcess:
     """Trainer-side handle of the generator process: a `GenerationEngine` (blocking `generate`, used by
     evaluation) plus `submit` / `receive` for requests answered later and `push_weights`."""
@@ -77,6 +94,7 @@ class GeneratorProcess:
         self.conn = Connection(ours.detach())
         self.pid = self.proc.pid
         self.arrived: dict[Any, tuple] = {}
+        self.pending: set = set()  # tags submitted whose answers have not arrived: the generator is busy
         self.outbox: queue.Queue = queue.Queue()
         self.send_error: BaseException | None = None
         # Sends happen on their own thread: a weights message is larger than the socket buffer and would
@@ -103,25 +121,39 @@ class GeneratorProcess:
             raise GeneratorError(f"generator process {self.pid} cannot be reached: {self.send_error}") from self.send_error
         self.outbox.put(message)
 
+    def _next_message(self) -> tuple:
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is None or message[0] == "error":
+            detail = message[1] if message else f"exit code {self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)}"
+            raise GeneratorError(f"generator process {self.pid} failed:\n{detail}")
+        if message[0] == "generated":
+            self.pending.discard(message[1])
+        return message
+
     def _wait_for(self, wanted: Callable[[tuple], bool]) -> tuple:
         """The next message satisfying `wanted`; other results are kept for their own `receive`."""
         while True:
             if self.conn.poll(0.2):
-                try:
-                    message = self.conn.recv()
-                except (EOFError, OSError):
-                    message = None
-                if message is None or message[0] == "error":
-                    detail = message[1] if message else f"exit code {self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)}"
-                    raise GeneratorError(f"generator process {self.pid} failed:\n{detail}")
+                message = self._next_message()
                 if wanted(message):
                     return message
                 self.arrived[message[1]] = message
             elif self.proc.poll() is not None:
                 raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.returncode})")
 
+    def busy(self) -> bool:
+        """Whether the generator is working on a request now (answers that have arrived are kept; no wait)."""
+        while self.pending and self.conn.poll(0):
+            message = self._next_message()
+            self.arrived[message[1]] = message
+        return bool(self.pending)
+
     def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
         self._send(("generate", tag, list(prompts), sampling.model_dump()))
+        self.pending.add(tag)
 
     def receive(self, tag: Any) -> tuple[list[list[Completion]], int, float, float]:
         """(completions, policy version that generated them, generator busy seconds, its idle seconds before)."""

@@ -54,7 +54,7 @@ from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.replay.factory import pinned
 from tasks.training.advantages import fill_advantages
-from tasks.training.async_gen import Arrival, GeneratorProcess, RolloutFeed, split_cores
+from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
 from tasks.training.batch import build_batch
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
@@ -148,13 +148,11 @@ class Trainer:
         self._last_step_end: float | None = None
 
     def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess:
-        """In-process engine (sync), or the generator process on its own cores, this one keeping the rest (async)."""
+        """In-process engine (sync), or the generator process on its own cores, sharing the rest (async, CoreShare)."""
         if self.config.mode == "sync":
             return make_engine(weights, self.config.engine)
-        trainer_cores, generator_cores = split_cores()
-        if trainer_cores:
-            torch.set_num_threads(len(trainer_cores))
-        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=generator_cores)
+        self.cores = CoreShare()
+        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=self.cores.generator_cores)
 
     # ------------------------------------------------------------------ the step
 
@@ -180,12 +178,16 @@ class Trainer:
                 ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size,
                 micro_batch_size=config.micro_batch_size, ref_model=self.ref_model,
                 horizon=config.max_tokens, generator=self.torch_generator, temperature=config.temperature,
+                before_micro_batch=self._share_cores if config.mode == "async" else None,
             )  # fmt: skip
         with timer("sync"):
             self.feed.publish(step, self.policy.state_dict())
         self.step = step
         self._write_rows(fresh, rollouts, step)
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)
+
+    def _share_cores(self) -> None:
+        self.cores.adjust(generator_busy=self.engine.busy())
 
     def _sampling(self, step: int) -> SamplingConfig:
         config = self.config

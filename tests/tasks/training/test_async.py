@@ -23,8 +23,8 @@ from data.fs import write_parquet_atomic
 from data.problem import Problem, render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from data.trajectory import to_table, trajectory_row
-from tasks.engines import Completion, SamplingConfig
-from tasks.training.async_gen import GeneratorError, RolloutFeed
+from tasks.engines import Completion, EngineConfig, SamplingConfig
+from tasks.training.async_gen import CoreShare, GeneratorError, GeneratorProcess, RolloutFeed
 from tasks.training.checkpoint import latest_checkpoint
 from tasks.training.config import TrainConfig
 from tasks.training.generator_worker import DELAY_ENV
@@ -195,6 +195,48 @@ def test_answers_beyond_the_bound_are_dropped_counted_and_regenerated():
     arrival = feed.take(4)
     assert arrival.dropped == 2 and arrival.version == 3  # both answers thrown away; regenerated with the newest
     assert engine.requests.count(4) == 2
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkeypatch, restore_threads):
+    import tasks.training.async_gen as module
+
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    cores = CoreShare()
+    assert cores.generator_cores == [2, 3] and torch.get_num_threads() == 2  # the generator starts busy (loading)
+    cores.adjust(generator_busy=False)
+    assert torch.get_num_threads() == 4
+    cores.adjust(generator_busy=True)
+    assert torch.get_num_threads() == 2
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0})
+    CoreShare().adjust(generator_busy=True)  # one core: nothing to share, nothing pinned
+    assert torch.get_num_threads() == 2 and CoreShare().generator_cores == []
+
+
+def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_model, monkeypatch):
+    monkeypatch.setenv(DELAY_ENV, "1.5")  # the generator sleeps before each request
+    generator = GeneratorProcess(fixture_model, EngineConfig(backend="transformers"), version=0)
+    try:
+        assert not generator.busy()
+        generator.submit(("step", 1), ["1+1="], SamplingConfig(n=2, max_tokens=4, seed=0))
+        assert generator.busy()
+        completions, version, busy_seconds, _ = generator.receive(("step", 1))
+        assert not generator.busy() and len(completions[0]) == 2 and version == 0 and busy_seconds >= 1.5
+        generator.submit(("step", 2), ["2+2="], SamplingConfig(n=2, max_tokens=4, seed=0))
+        deadline = time.time() + 60
+        while generator.busy():  # answers are noticed without a receive (they wait in `arrived`)
+            assert time.time() < deadline
+            time.sleep(0.1)
+        assert len(generator.receive(("step", 2))[0][0]) == 2
+    finally:
+        generator.close()
+    assert not _alive(generator.pid)
 
 
 @pytest.mark.slow
