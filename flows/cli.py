@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flows.commands import (
     UserError,
+    _cmd_bench_async,
     _cmd_bench_generate,
     _cmd_bench_train,
     _cmd_bench_verify,
@@ -138,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_model_flags(p, PipelineConfig)
     p = bench_sub.add_parser(
+        "async",
+        help="Steps/s of async training against sync on the same settings (FIFO replay), CPU use, overlap ceiling (docs/async.md).",
+    )
+    p.set_defaults(handler=_cmd_bench_async)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of settings (a `train:` section and the bench's); flags override it.")
+    from tasks.bench_async import AsyncBenchConfig
+
+    add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
+    p = bench_sub.add_parser(
         "verify",
         help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency, peak RSS; "
         "or, with --peer DIR, agreement on Math-Verify's regression cases.",
@@ -183,6 +193,13 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
     """Where a run command's log goes: its --resume or out directory (none while its settings do not validate)."""
     if getattr(args, "resume", None):
         return Path(args.resume)
+    if args.command == "bench":  # `bench async`: the directory of its runs
+        from tasks.bench_async import AsyncBenchConfig
+
+        try:
+            return _config(AsyncBenchConfig, args).train.out
+        except (ConfigError, ValueError):
+            return None
     if args.command == "study":  # the study directory: --out, else the file's `out`
         import yaml
 
@@ -211,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
 
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)
     try:
-        if args.verbose or args.command not in (*_config_commands(), "study"):
+        logged = args.command in (*_config_commands(), "study") or (args.command == "bench" and args.bench == "async")
+        if args.verbose or not logged:
             return args.handler(args)
         from flows.runlog import run_log
 

@@ -339,6 +339,23 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- bench
 
 
+def _cmd_bench_async(args: argparse.Namespace) -> int:
+    from tasks.bench_async import AsyncBenchConfig, run_async_bench
+
+    config = _config(AsyncBenchConfig, args)
+    from tasks.models import resolve_model
+
+    resolve_model(config.train.model)  # a missing model fails here, before any run directory is made
+    if config.train.replay.kind == "rlep":
+        from data.pool import resolve_pool_path
+
+        resolve_pool_path(config.train.replay.pool)
+    report = run_async_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
 def _cmd_bench_generate(args: argparse.Namespace) -> int:
     from tasks.bench_generate import GenerateBenchConfig, run_generate_bench
 
