@@ -30,7 +30,7 @@ from data.problem import Problem
 from flows.ray_runner import ray_task_runner
 from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
 from tasks.engines.cache import release_engines
-from tasks.runner import RunnerConfig
+from tasks.runner import RunnerConfig, limit_threads, worker_threads
 
 generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
 verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")
@@ -66,8 +66,10 @@ def markdown_summary(summary: dict, run_dir: str) -> str:
 
 
 @task(name="collect-shard", task_run_name="collect-shard-{shard}")
-def shard_task(config: CollectConfig, model: str, shard: int, problems: list[Problem]) -> str:
-    """generate -> verify of one shard inside a worker, with that worker's own (cached) engine."""
+def shard_task(config: CollectConfig, model: str, shard: int, problems: list[Problem], threads: int | None = None) -> str:
+    """generate -> verify of one shard inside a worker, with that worker's own (cached) engine on `threads` threads."""
+    if threads is not None:
+        limit_threads(threads)
     return str(verify_shard(config, shard, generate_shard(config, model, shard, problems)))
 
 
@@ -78,7 +80,7 @@ def shards_flow(config: CollectConfig, model: str, work: list[tuple[int, list[Pr
     from prefect_ray.context import remote_options
 
     with remote_options(num_cpus=cpus, num_gpus=gpus):
-        futures = [shard_task.submit(config, model, shard, problems) for shard, problems in work]
+        futures = [shard_task.submit(config, model, shard, problems, worker_threads(cpus)) for shard, problems in work]
     written = []
     for future in as_completed(futures):
         written.append(future.result())

@@ -10,7 +10,6 @@ after another in this process. Finished runs are skipped, so a killed study resu
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +17,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.ray_runner import ray_task_runner
+from tasks.runner import worker_threads
 from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
 from tasks.study.report import claims_markdown
 
@@ -59,7 +59,7 @@ def study_runs_flow(runs: list, cpus_per_run: float, gpus_per_run: float) -> dic
     """Submit every run with its resources; a run waits for the runs it needs."""
     from prefect_ray.context import remote_options
 
-    threads = max(1, math.floor(cpus_per_run))
+    threads = worker_threads(cpus_per_run)
     futures = {}
     for run in runs:
         needs = {key: futures[key] for key in run.needs}

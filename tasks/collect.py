@@ -219,7 +219,10 @@ def generate_shard(config: CollectConfig, model: str, shard: int, problems: list
     with _writing(staging):
         write_parquet_atomic(staging, to_table(rows))
     tokens = sum(len(c.token_ids) for group in completions for c in group)
-    _log_timing(store, shard, "generate", time.perf_counter() - start, tokens=tokens, problems=len(problems))
+    import torch  # loaded with the engine already
+
+    _log_timing(store, shard, "generate", time.perf_counter() - start, tokens=tokens, problems=len(problems),
+                threads=torch.get_num_threads())  # fmt: skip
     return staging
 
 

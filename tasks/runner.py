@@ -4,6 +4,8 @@ command, or an existing cluster). The study fans out its (arm, seed) runs with i
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,3 +22,20 @@ class RunnerConfig(BaseModel):
     cpus_per_run: float = Field(1.0, gt=0, description="CPUs of one run or shard (also its torch and OpenMP threads).")
     gpus_per_run: float = Field(0.0, ge=0, description="GPUs of one run or shard (vLLM's tensor parallelism goes in the engine settings).")
     max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
+
+
+def worker_threads(cpus_per_run: float) -> int:
+    """Threads of one run or shard on a Ray worker: its whole CPUs, at least one."""
+    return max(1, math.floor(cpus_per_run))
+
+
+def limit_threads(threads: int) -> None:
+    """Keep this worker's torch and OpenMP threads (vLLM's included) to its share of the cores. Called at the
+    start of a run or shard on a Ray worker, where by default each would use every core of the machine."""
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    # vLLM on the CPU binds its OpenMP threads to every core by default: two workers side by side would then
+    # spin on the same cores. Unbound, it keeps the thread count set above.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")

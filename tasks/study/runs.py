@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +10,7 @@ import pandas as pd
 from data.fs import write_text_atomic
 from data.metrics import ALL_SOURCES
 from data.run_layout import TrainRunLayout
+from tasks.runner import limit_threads
 from tasks.study.config import Run
 
 DONE_FILE = "study_run.json"  # written last: a run directory holding it is finished
@@ -19,13 +19,7 @@ DONE_FILE = "study_run.json"  # written last: a run directory holding it is fini
 def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threads: int | None = None) -> dict:
     """Run `run` (its `needs` results in `results`) unless it already finished; returns its result record."""
     if threads is not None:  # one run per Ray worker: its share of the cores, not all of them
-        import torch
-
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-        # vLLM on the CPU binds its OpenMP threads to every core by default: two runs side by side would then
-        # spin on the same cores. Unbound, it keeps the thread count set above.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        limit_threads(threads)
     if run.kind == "collect":
         return _collect(run, results, progress)
     out = Path(run.config.out)

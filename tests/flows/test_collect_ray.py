@@ -43,6 +43,7 @@ def test_shards_on_a_local_ray_match_a_collection_in_one_process(fixture_model, 
     timings = [json.loads(line) for line in (tmp_path / "ray" / "timings.jsonl").read_text().splitlines()]
     generate_pids = {t["pid"] for t in timings if t["phase"] == "generate"}
     assert len(generate_pids) == 2 and os.getpid() not in generate_pids  # two workers, neither of them this process
+    assert {t["threads"] for t in timings if t["phase"] == "generate"} == {1}  # cpus_per_run 1: one thread each (tests/tasks/test_runner.py)
     ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
     assert len(ray_rows) == 8 * 4
     pd.testing.assert_frame_equal(ray_rows, local_rows)
