@@ -59,11 +59,13 @@ class CoreShare:
     """The cores of an async run: the generator process on the upper half (pinned), the update on the lower
     half's threads while the generator works and on every core while it waits for work. Sync mode keeps
     about 95% of 2 cores busy, so an update confined to its half would make async slower, not faster
-    (docs/async.md). The trainer calls `adjust` before each micro-batch."""
+    (docs/async.md). Never more threads than torch had at the start (OMP_NUM_THREADS=1 keeps the update on
+    one thread, for cores shared with other jobs). The trainer calls `adjust` before each micro-batch."""
 
     def __init__(self) -> None:
         trainer, self.generator_cores = split_cores()
-        self.own, self.all = len(trainer), len(trainer) + len(self.generator_cores)
+        self.all = min(len(trainer) + len(self.generator_cores), torch.get_num_threads())
+        self.own = min(len(trainer), self.all)
         self.adjust(generator_busy=True)
 
     def adjust(self, generator_busy: bool) -> None:

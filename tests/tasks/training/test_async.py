@@ -208,6 +208,7 @@ def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkey
     import tasks.training.async_gen as module
 
     monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    torch.set_num_threads(4)
     cores = CoreShare()
     assert cores.generator_cores == [2, 3] and torch.get_num_threads() == 2  # the generator starts busy (loading)
     cores.adjust(generator_busy=False)
@@ -217,6 +218,11 @@ def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkey
     monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0})
     CoreShare().adjust(generator_busy=True)  # one core: nothing to share, nothing pinned
     assert torch.get_num_threads() == 2 and CoreShare().generator_cores == []
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    torch.set_num_threads(1)  # a cap set by the user (OMP_NUM_THREADS=1) holds in both states
+    capped = CoreShare()
+    capped.adjust(generator_busy=False)
+    assert torch.get_num_threads() == 1 and capped.generator_cores == [2, 3]
 
 
 def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_model, monkeypatch):
