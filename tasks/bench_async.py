@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.run_layout import TrainRunLayout
 from data.sources import default_task
 from tasks.bench_report import write_bench_report
+from tasks.progress import progress_bar
 from tasks.replay.config import FIFOReplayConfig
 from tasks.training.config import TrainConfig
 
@@ -60,6 +61,13 @@ class AsyncBenchConfig(BaseModel):
     pairs: int = Field(2, ge=1, le=100, description="Sync/async pairs, alternated.")
     skip_steps: int = Field(2, ge=0, le=1000, description="First steps left out of the medians (engine and allocator warm-up).")
     results: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
+
+    @model_validator(mode="after")
+    def _steady_steps(self) -> AsyncBenchConfig:
+        if self.train.steps < self.skip_steps + 2:
+            raise ValueError(f"train.steps ({self.train.steps}) must be at least skip_steps + 2 ({self.skip_steps + 2}): "
+                             "the medians leave out the first skip_steps steps and the last one")  # fmt: skip
+        return self
 
 
 class _CpuClock:
@@ -120,7 +128,7 @@ def _median(values: list[float]) -> float:
 def summarize_run(run: dict[str, Any], mode: str, skip_steps: int, cores: int) -> dict[str, Any]:
     """Medians over steady steps: step wall time, the mode's phases, CPU seconds and how busy the cores were."""
     steps = [r["step"] for r in run["rows"]]
-    steady = [r for r in run["rows"] if skip_steps < r["step"] < max(steps)] or run["rows"]
+    steady = [r for r in run["rows"] if skip_steps < r["step"] < max(steps)]
     step_seconds = _median([r["time_step"] for r in steady])
     measured = [run["cpu"][r["step"]] for r in steady if r["step"] in run["cpu"]]
     cpu_seconds = _median([trainer + generator for trainer, generator in measured])
@@ -155,21 +163,24 @@ def summarize(pairs: list[dict[str, dict]], cores: int) -> dict[str, Any]:
     }
 
 
-def run_async_bench(config: AsyncBenchConfig) -> dict[str, Any]:
+def run_async_bench(config: AsyncBenchConfig, progress: bool = True) -> dict[str, Any]:
     """Run the pairs; returns {"summary": ..., "pairs": ..., "path": json path}."""
     cores = len(os.sched_getaffinity(0))
     base = config.train.out
     pairs = []
-    for k in range(1, config.pairs + 1):
-        pair = {}
-        for mode in ("sync", "async"):
-            run_config = config.train.model_copy(update={"mode": mode, "out": base / f"pair-{k}-{mode}"})
-            start = time.perf_counter()
-            pair[mode] = summarize_run(_run(run_config), mode, config.skip_steps, cores)
-            pair[mode]["run_seconds"] = time.perf_counter() - start
-            print(f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, {pair[mode]['cpu_seconds_per_step']:.2f} CPU s/step "
-                  f"({pair[mode]['cores_busy']:.0%} of {cores} cores busy)")  # fmt: skip
-        pairs.append(pair)
+    with progress_bar(progress, "bench async runs", 2 * config.pairs) as advance:
+        for k in range(1, config.pairs + 1):
+            pair = {}
+            for mode in ("sync", "async"):
+                run_config = config.train.model_copy(update={"mode": mode, "out": base / f"pair-{k}-{mode}"})
+                start = time.perf_counter()
+                pair[mode] = summarize_run(_run(run_config), mode, config.skip_steps, cores)
+                pair[mode]["run_seconds"] = time.perf_counter() - start
+                line = (f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, {pair[mode]['cpu_seconds_per_step']:.2f} "
+                        f"CPU s/step ({pair[mode]['cores_busy']:.0%} of {cores} cores busy)")  # fmt: skip
+                print(line)
+                advance(line)
+            pairs.append(pair)
     summary = summarize(pairs, cores)
     path = write_bench_report("async", config.results, config=config.model_dump(mode="json"), pairs=pairs, summary=summary)
     return {"summary": summary, "pairs": pairs, "path": str(path)}

@@ -34,6 +34,11 @@ def test_speedup_and_overlap_ceiling():
     assert summary["overlap_ceiling"] == 1.2
 
 
+def test_too_few_steps_for_a_steady_median_is_refused():
+    with pytest.raises(ValueError, match=r"train.steps \(3\) must be at least skip_steps \+ 2 \(4\)"):
+        AsyncBenchConfig(train=TrainConfig(steps=3), skip_steps=2)
+
+
 @pytest.mark.slow
 def test_the_bench_runs_both_modes_and_writes_what_it_measured(fixture_model, tmp_path):
     train = TrainConfig.model_validate(dict(
@@ -42,7 +47,7 @@ def test_the_bench_runs_both_modes_and_writes_what_it_measured(fixture_model, tm
         eval_problems={"source": "tiny-math", "split": "test", "limit": 6}, engine={"backend": "vllm", "max_num_seqs": 64},
         replay={"kind": "fifo", "batch_size": 16},
     ))  # fmt: skip
-    report = run_async_bench(AsyncBenchConfig(train=train, pairs=1, skip_steps=1, results=tmp_path / "results"))
+    report = run_async_bench(AsyncBenchConfig(train=train, pairs=1, skip_steps=1, results=tmp_path / "results"), progress=False)
     written = json.loads(open(report["path"]).read())
     assert written["summary"] == report["summary"] and written["machine"]["cpus"] >= 1
     sync, async_ = written["pairs"][0]["sync"], written["pairs"][0]["async"]
