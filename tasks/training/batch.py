@@ -32,6 +32,10 @@ class TrainingBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device) -> TrainingBatch:
+        """The same batch on `device` (the model's: the loss is computed where the model is)."""
+        return TrainingBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+
     def select(self, index: torch.Tensor) -> TrainingBatch:
         """The rows `index` (a mini-batch), trimmed to their longest sequence."""
         width = int(self.attention_mask[index].sum(-1).max())

@@ -40,7 +40,9 @@ def token_logprobs(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32),
-    under the model's logits divided by `temperature`."""
+    under the model's logits divided by `temperature`. Computed on the model's device."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature

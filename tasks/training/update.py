@@ -70,6 +70,7 @@ def policy_update(
     log-probs mu. `token_mean_over=fresh` divides token-mean losses by the mini-batch's fresh tokens.
     `before_micro_batch` is called before each micro-batch's forward (async mode sets the thread count there).
     """
+    batch = batch.to(next(model.parameters()).device)  # built on the CPU; a GPU model needs it on its device
     size = len(batch)
     mini = mini_batch_size or size
     micro = micro_batch_size or mini

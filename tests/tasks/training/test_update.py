@@ -95,3 +95,10 @@ def test_asymre_objective_ignores_the_ratio(base_model):
     model, metrics = _step(base_model, batch, loss, micro=3, mini=4, epochs=2)
     assert "clip_frac_low" not in metrics and 0 < metrics["positive_token_frac"] < 1
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base_model.parameters()))
+
+
+def test_a_batch_moves_whole_to_the_model_device():
+    # The update moves each step's batch (built on the CPU) to the model's device; every field must follow
+    # (no GPU here: the meta device stands in for one).
+    batch = _batch().to(torch.device("meta"))
+    assert {getattr(batch, name).device.type for name in batch.__dataclass_fields__} == {"meta"}
