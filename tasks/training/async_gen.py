@@ -55,6 +55,25 @@ def split_cores() -> tuple[list[int], list[int]]:
     return cores[:half], cores[half:]
 
 
+def generator_gpu_env(gpus: Sequence[int], visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES of the generator process: `gpus` as the trainer numbers them, mapped through the
+    trainer's own CUDA_VISIBLE_DEVICES (`visible`) when it has one."""
+    ids = [d.strip() for d in visible.split(",")] if visible else None
+    if ids is not None and max(gpus) >= len(ids):
+        raise ValueError(f"generator_gpus {list(gpus)}: this process sees {len(ids)} GPUs (CUDA_VISIBLE_DEVICES={visible})")
+    return ",".join(ids[g] if ids is not None else str(g) for g in gpus)
+
+
+def update_device(generator_gpus: Sequence[int], gpu_count: int) -> str:
+    """The trainer's device: the CPU without GPUs; else the first GPU the generator does not use."""
+    if gpu_count == 0:
+        return "cpu"
+    free = [g for g in range(gpu_count) if g not in set(generator_gpus)]
+    if not free:
+        raise ValueError(f"generator_gpus {list(generator_gpus)} takes all {gpu_count} GPUs; leave one for the update")
+    return f"cuda:{free[0]}" if generator_gpus else "cuda"
+
+
 class CoreShare:
     """The cores of an async run: the generator process on the upper half (pinned), the update on the lower
     half's threads while the generator works and on every core while it waits for work. Sync mode keeps
@@ -80,13 +99,16 @@ class GeneratorProcess:
 
     name = "generator-process"
 
-    def __init__(self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = ()) -> None:
+    def __init__(self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (),
+                 gpus: Sequence[int] = ()) -> None:  # fmt: skip
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parents[2])  # where `tasks` is importable from, whatever the cwd
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": path}
         if cores:
             env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = generator_gpu_env(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
         args = [sys.executable, "-m", "tasks.training.generator_worker", str(theirs.fileno()), str(os.getpid()),
                 str(model), str(version), config.model_dump_json(), json.dumps(list(cores))]  # fmt: skip
         self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env)

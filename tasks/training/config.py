@@ -108,6 +108,11 @@ class TrainConfig(BaseModel):
         description="async: most policy updates between the weights that generated a fresh answer and those that train on "
         "it; older answers are dropped and regenerated (counted in dropped_stale). 0 = no overlap.",
     )
+    generator_gpus: list[int] = Field(
+        default_factory=list,
+        description="async on GPUs: the GPUs (numbered as this process sees them) of the generator process's engine; the "
+        "update runs on the first GPU not listed. Empty: one device for both (on a GPU, lower engine.gpu_memory_utilization).",
+    )
     ppo_epochs: int = Field(1, ge=1, le=100, description="Passes over each step's batch.")
     mini_batch_size: int | None = Field(
         64, ge=1, le=1_000_000,
@@ -133,6 +138,14 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        if self.generator_gpus:
+            if self.mode != "async":
+                raise ValueError(f"generator_gpus {self.generator_gpus}: applies to mode async only (mode is {self.mode!r})")
+            if len(set(self.generator_gpus)) != len(self.generator_gpus) or min(self.generator_gpus) < 0:
+                raise ValueError(f"generator_gpus {self.generator_gpus}: GPU numbers must be distinct and >= 0")
+            if self.engine.tensor_parallel_size > len(self.generator_gpus):
+                raise ValueError(f"engine.tensor_parallel_size ({self.engine.tensor_parallel_size}) > the generator's GPUs "
+                                 f"({len(self.generator_gpus)}: {self.generator_gpus})")  # fmt: skip
         return self
 
     def resolved_run_id(self) -> str:

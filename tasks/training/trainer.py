@@ -54,7 +54,7 @@ from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.replay.factory import pinned
 from tasks.training.advantages import fill_advantages
-from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
+from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed, update_device
 from tasks.training.batch import build_batch
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
@@ -102,7 +102,7 @@ class Trainer:
         self.layout = TrainRunLayout(self.out)
         self.run_id = config.resolved_run_id()
         self.progress = progress
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(update_device(config.generator_gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0))
         _seed_everything(config.seed)
 
         checkpoint = latest_checkpoint(self.out) if resume else None
@@ -152,7 +152,8 @@ class Trainer:
         if self.config.mode == "sync":
             return make_engine(weights, self.config.engine)
         self.cores = CoreShare()
-        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=self.cores.generator_cores)
+        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=self.cores.generator_cores,
+                                gpus=self.config.generator_gpus)  # fmt: skip
 
     # ------------------------------------------------------------------ the step
 

@@ -24,7 +24,14 @@ from data.problem import Problem, render_prompt
 from data.sources import ProblemSourceConfig, load_problems
 from data.trajectory import to_table, trajectory_row
 from tasks.engines import Completion, EngineConfig, SamplingConfig
-from tasks.training.async_gen import CoreShare, GeneratorError, GeneratorProcess, RolloutFeed
+from tasks.training.async_gen import (
+    CoreShare,
+    GeneratorError,
+    GeneratorProcess,
+    RolloutFeed,
+    generator_gpu_env,
+    update_device,
+)
 from tasks.training.checkpoint import latest_checkpoint
 from tasks.training.config import TrainConfig
 from tasks.training.generator_worker import DELAY_ENV
@@ -223,6 +230,29 @@ def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkey
     capped = CoreShare()
     capped.adjust(generator_busy=False)
     assert torch.get_num_threads() == 1 and capped.generator_cores == [2, 3]
+
+
+def test_generator_gpus_give_the_engine_and_the_update_separate_devices():
+    # Nothing here has a GPU: the mapping the processes would be started with, checked as data.
+    assert generator_gpu_env([1], None) == "1"
+    assert generator_gpu_env([1, 2], "4,5,6") == "5,6"  # numbered as the trainer sees them, mapped to the real ones
+    with pytest.raises(ValueError, match="sees 2 GPUs"):
+        generator_gpu_env([2], "0,1")
+    assert update_device([], 0) == "cpu" and update_device([], 2) == "cuda"
+    assert update_device([0], 2) == "cuda:1" and update_device([1, 2], 4) == "cuda:0"
+    with pytest.raises(ValueError, match="takes all 2 GPUs"):
+        update_device([0, 1], 2)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"mode": "sync", "generator_gpus": [1]}, "applies to mode async only"),
+     ({"mode": "async", "generator_gpus": [1, 1]}, "must be distinct"),
+     ({"mode": "async", "generator_gpus": [1], "engine": {"tensor_parallel_size": 2}}, r"tensor_parallel_size \(2\) > the generator's GPUs")],
+)  # fmt: skip
+def test_generator_gpus_are_checked_against_mode_and_tensor_parallelism(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.model_validate(settings)
 
 
 def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_model, monkeypatch):
