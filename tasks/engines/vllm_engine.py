@@ -49,6 +49,15 @@ def checkpoint_dtype(model: str | Path) -> str:
     return "auto"
 
 
+def engine_for_weights(config: EngineConfig, base_model: str | Path, weights: str | Path) -> EngineConfig:
+    """The engine settings for sampling from `weights`, a checkpoint of a run that started from `base_model`:
+    an `auto` dtype is the starting model's, not the checkpoint's (checkpoints are saved in float32), so a
+    resumed run samples in the precision of the run it continues."""
+    if config.dtype != "auto" or str(weights) == str(base_model):
+        return config
+    return config.model_copy(update={"dtype": checkpoint_dtype(base_model)})
+
+
 class VLLMEngine:
     """`GenerationEngine` backed by `vllm.LLM`."""
 

@@ -55,5 +55,7 @@ def latest_checkpoint(out: Path) -> Path | None:
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    # Our own file: it holds python objects (replay buffer rollouts, RNG states), so not weights-only.
-    return torch.load(Path(checkpoint) / TRAINER_STATE_FILE, weights_only=False)
+    # Our own file: it holds python objects (replay buffer rollouts, RNG states), so not weights-only. Loaded
+    # on the CPU: optimizer state saved on a GPU follows its parameters when loaded into the optimizer, so a run
+    # resumes on another device (or GPU layout) too.
+    return torch.load(Path(checkpoint) / TRAINER_STATE_FILE, weights_only=False, map_location="cpu")

@@ -49,7 +49,9 @@ def token_logprobs(
     logp_all = logits.log_softmax(-1)
     targets = input_ids[:, 1:].unsqueeze(-1)
     logp = logp_all.gather(-1, targets).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():  # a metric, not in the loss: no graph over [B, T, vocab] kept for it
+        detached = logp_all.detach()
+        entropy = -(detached.exp() * detached).sum(-1)
     return logp, entropy
 
 

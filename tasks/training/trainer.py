@@ -48,6 +48,7 @@ from data.run_layout import TrainRunLayout
 from data.sources import load_problems
 from data.trajectory import to_table
 from tasks.engines import GenerationEngine, SamplingConfig, make_engine
+from tasks.engines.vllm_engine import engine_for_weights
 from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
 from tasks.progress import progress_bar
@@ -149,10 +150,11 @@ class Trainer:
 
     def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess:
         """In-process engine (sync), or the generator process on its own cores, sharing the rest (async, CoreShare)."""
+        engine = engine_for_weights(self.config.engine, self.base_model, weights)
         if self.config.mode == "sync":
-            return make_engine(weights, self.config.engine)
+            return make_engine(weights, engine)
         self.cores = CoreShare()
-        return GeneratorProcess(weights, self.config.engine, version=self.step, cores=self.cores.generator_cores,
+        return GeneratorProcess(weights, engine, version=self.step, cores=self.cores.generator_cores,
                                 gpus=self.config.generator_gpus)  # fmt: skip
 
     # ------------------------------------------------------------------ the step

@@ -112,3 +112,18 @@ def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engin
         model.load_state_dict(original)
         vllm_engine.load_weights(original)
     assert [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)] == before
+
+
+def test_a_resumed_run_samples_in_the_starting_models_precision(tmp_path):
+    import json
+
+    from tasks.engines.vllm_engine import engine_for_weights
+
+    base, checkpoint = tmp_path / "base", tmp_path / "run" / "checkpoints" / "step-4"
+    for path, dtype in ((base, "bfloat16"), (checkpoint, "float32")):  # checkpoints are saved in float32
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(json.dumps({"dtype": dtype}))
+    auto = EngineConfig()
+    assert engine_for_weights(auto, base, checkpoint).dtype == "bfloat16"
+    assert engine_for_weights(auto, base, base) is auto  # a fresh run: "auto" is read from the weights themselves
+    assert engine_for_weights(EngineConfig(dtype="float16"), base, checkpoint).dtype == "float16"  # a choice is kept
