@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"library output (vLLM, torch, ...): {log}; rlep --verbose {args.command} shows it here")
         return code
     except user_errors as err:
-        print(f"rlep {args.command}: error: {err}", file=sys.stderr)
+        name = " ".join(filter(None, (args.command, getattr(args, "bench", None))))  # `rlep bench async: error: ...`
+        print(f"rlep {name}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
 
 

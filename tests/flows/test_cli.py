@@ -76,6 +76,15 @@ def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
 
 
+def test_bench_async_refuses_bad_input_naming_itself_before_writing_anything(tmp_path, capsys):
+    out = tmp_path / "OUT"
+    assert main(["bench", "async", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2
+    assert "rlep bench async: error: model" in capsys.readouterr().err
+    assert main(["bench", "async", "--steps", "3", "--out", str(out)]) == 2
+    assert "train.steps (3) must be at least skip_steps + 2 (4)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_show_config_round_trips(tmp_path, capsys):
     assert main(["show-config", "train"]) == 0
     path = tmp_path / "train.yaml"
