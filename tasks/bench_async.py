@@ -11,8 +11,9 @@ also evaluates and saves, excluded) of:
 
 From them: `speedup` = sync step / async step (per pair, and the median over pairs), and the **overlap
 ceiling** = sync step / (async CPU seconds per step / cores): the async step if its work kept every core
-busy all the time. Overlap can only remove idle cores, so this bounds what async can gain on this machine
-for this workload (work run on fewer threads per side costs fewer CPU seconds, which is all it can win).
+busy all the time. Overlap can only fill idle cores, so this estimates the most async can gain on this
+machine for this workload. An estimate, not a strict bound: CPU seconds include OpenMP threads spinning
+while they wait, which a better schedule could turn into work.
 Writes bench/results/async-<time>.json; the runs' own files go under `train.out`.
 """
 
