@@ -314,7 +314,8 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "feed": self.feed.state_dict(),
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "torch_generator": self.torch_generator.get_state()},  # fmt: skip
+                    "torch_generator": self.torch_generator.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},  # fmt: skip
         }
         return save_checkpoint(self.out, step, self.policy, self.tokenizer, state, keep=self.config.keep_checkpoints)
 
@@ -329,6 +330,9 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
         self.torch_generator.set_state(state["rng"]["torch_generator"])
+        if state["rng"].get("cuda") is not None and torch.cuda.is_available():  # dropout on a GPU draws from these
+            for device, rng in enumerate(state["rng"]["cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(rng, device)
 
     def _prepare_out_dir(self) -> None:
         """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
