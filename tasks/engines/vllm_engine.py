@@ -16,6 +16,7 @@ the engine puts the real one back once it has started.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -134,8 +135,14 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
+        # vLLM 0.32's LLMEngine has no shutdown(); its in-process core client has one (otherwise run by a
+        # finalizer when collected). Shut down and collect now, so the memory (a GPU's, too) is free before
+        # the next engine of this process starts.
         engine = getattr(self.llm, "llm_engine", None)
-        shutdown = getattr(engine, "shutdown", None) if engine is not None else None
-        if callable(shutdown):
-            shutdown()
+        for owner in (engine, getattr(engine, "engine_core", None)):
+            shutdown = getattr(owner, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+                break
         del self.llm
+        gc.collect()
