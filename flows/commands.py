@@ -205,6 +205,14 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- train
 
 
+def _check_pool(config) -> None:
+    """An RLEP run's pool must exist: a missing one fails here, before any model is loaded."""
+    if config.replay.kind == "rlep":
+        from data.pool import resolve_pool_path
+
+        resolve_pool_path(config.replay.pool)
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from tasks.training.config import TrainConfig
 
@@ -215,10 +223,7 @@ def _run_train(args: argparse.Namespace) -> int:
         config = _config(TrainConfig, args, base_file=saved, extra={"out": str(args.resume)})
     else:
         config = _config(TrainConfig, args)
-    if config.replay.kind == "rlep":
-        from data.pool import resolve_pool_path
-
-        resolve_pool_path(config.replay.pool)  # a missing pool fails here, before any model is loaded
+    _check_pool(config)
     if args.prefect:
         from flows.train import train_flow
 
@@ -346,10 +351,7 @@ def _cmd_bench_async(args: argparse.Namespace) -> int:
     from tasks.models import resolve_model
 
     resolve_model(config.train.model)  # a missing model fails here, before any run directory is made
-    if config.train.replay.kind == "rlep":
-        from data.pool import resolve_pool_path
-
-        resolve_pool_path(config.train.replay.pool)
+    _check_pool(config.train)
     report = run_async_bench(config)
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {report['path']}")

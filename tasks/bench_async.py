@@ -36,6 +36,7 @@ from data.sources import default_task
 from tasks.bench_report import write_bench_report
 from tasks.progress import progress_bar
 from tasks.replay.config import FIFOReplayConfig
+from tasks.runner import module_env
 from tasks.training.config import TrainConfig
 
 PHASES_SYNC = ("time_generate", "time_train")
@@ -112,9 +113,7 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     config.out.mkdir(parents=True, exist_ok=True)
     settings, result = config.out / "bench-config.json", config.out / "bench-result.json"
     settings.write_text(config.model_dump_json())
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-m", "tasks.bench_async", str(settings), str(result)], env=env)
+    done = subprocess.run([sys.executable, "-m", "tasks.bench_async", str(settings), str(result)], env=module_env())
     if done.returncode != 0:
         raise RuntimeError(f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log")
     run = json.loads(result.read_text())

