@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 # Short on purpose: the default model is character-level, so every prompt character costs a token.
 DEFAULT_PROMPT_TEMPLATE = "Q: {problem}\nPut the final answer in \\boxed{{}}.\nA: "
@@ -26,7 +27,17 @@ class Problem:
         return asdict(self)
 
 
-def render_prompt(problem: Problem | str, template: str = DEFAULT_PROMPT_TEMPLATE) -> str:
-    """The model input for a problem: `template` with `{problem}` filled in."""
+def render_prompt(problem: Problem | str, template: str = DEFAULT_PROMPT_TEMPLATE, chat: Any = None) -> str:
+    """The model input for a problem, the one rendering collection, training and evaluation share.
+
+    Plain text (`chat` None): `template` with `{problem}` filled in. With `chat`, a tokenizer with a chat
+    template (`data.prompting.chat_tokenizer`): the problem's own chat `messages` when it has them, else
+    that text as the one user message, rendered by the template with the assistant turn opened.
+    """
     text = problem.problem if isinstance(problem, Problem) else problem
-    return template.format(problem=text)
+    if chat is None:
+        return template.format(problem=text)
+    from data.prompting import render_chat
+
+    own = getattr(problem, "messages", None)  # a chat kept from the source (verl rows)
+    return render_chat(chat, own or [{"role": "user", "content": template.format(problem=text)}])

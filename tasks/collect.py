@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.fs import process_alive, write_parquet_atomic, write_text_atomic
 from data.pool import PoolStats
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from data.run_layout import checkpoint_step
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from data.store import ExperienceStore, StoreError, read_trajectory_files
@@ -69,6 +70,7 @@ class CollectConfig(BaseModel):
         None, ge=0, description="Training step of the model's weights; default: N for a `step-N` checkpoint directory, else 0."
     )
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
+    chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward from verdicts (stored per row).")
 
@@ -109,6 +111,7 @@ def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem
     and a directory with finished shards holds the same collection (else its shards would be reused)."""
     shards = plan_shards(config)
     model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
+    chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here too
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     take_lock(store.root)
     try:
@@ -205,7 +208,8 @@ def generate_shard(config: CollectConfig, model: str, shard: int, problems: list
     if staging.exists():  # generated before a kill: verified next, not sampled again
         return staging
     start = time.perf_counter()
-    prompts = [render_prompt(p, config.prompt_template) for p in problems]
+    chat = chat_tokenizer(model, config.chat_template)
+    prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
     sampling = config.sampling(shard)
     completions = shared_engine(model, config.engine).generate(prompts, sampling)
     unverified = _Unverified()

@@ -10,12 +10,14 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.fs import write_parquet_atomic
 from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from data.run_layout import EvalRunLayout
 from data.sources import ProblemSourceConfig, default_task, load_problems
 from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
@@ -47,6 +49,9 @@ class EvalConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Sampling seed.")
     prompt_template: str = Field(
         DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.", json_schema_extra={"cli_flag": "prompt-template"}
+    )
+    chat_template: ChatTemplateMode = Field(
+        "auto", description=CHAT_TEMPLATE_HELP, json_schema_extra={"cli_flag": "chat-template"}
     )
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
     out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
@@ -86,10 +91,12 @@ def evaluate_with_engine(
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
     step: int = 0,
     progress: bool = False,
+    chat: Any = None,
 ) -> EvalResult:
-    """Sample `sampling.n` answers per problem with `engine`, verify them, and summarise."""
+    """Sample `sampling.n` answers per problem with `engine`, verify them, and summarise. Prompts are
+    `render_prompt(problem, prompt_template, chat)`; `chat` is the tokenizer of `data.prompting.chat_tokenizer`."""
     start = time.perf_counter()
-    prompts = [render_prompt(p, prompt_template) for p in problems]
+    prompts = [render_prompt(p, prompt_template, chat) for p in problems]
     completions = engine.generate(prompts, sampling, progress=progress)
     responses = [c.text for group in completions for c in group]
     golds = [p.answer for p, group in zip(problems, completions) for _ in group]
@@ -145,10 +152,12 @@ def write_eval(result: EvalResult, out: Path) -> dict[str, Path]:
 def evaluate(config: EvalConfig, progress: bool = True) -> EvalResult:
     """Load `config.model` and its problems, evaluate, and write the tables when `config.out` is set."""
     problems = load_problems(config.problems)
-    engine = make_engine(resolve_model(config.model, progress=progress), config.engine)
+    model = resolve_model(config.model, progress=progress)
+    chat = chat_tokenizer(model, config.chat_template)  # before the engine starts: `on` without a template fails fast
+    engine = make_engine(model, config.engine)
     try:
         result = evaluate_with_engine(
-            engine, problems, config.sampling(), config.verifier, config.prompt_template, progress=progress
+            engine, problems, config.sampling(), config.verifier, config.prompt_template, progress=progress, chat=chat
         )
     finally:
         engine.close()

@@ -23,6 +23,28 @@ def fixture_model() -> str:
     return str(build_tiny_model(config=TinyModelConfig.fixture(), progress=False))
 
 
+# A chat template in the tiny tokenizer's alphabet (printable ASCII), shaped like ChatML.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_model(fixture_model, tmp_path_factory) -> str:
+    """The fixture model with CHAT_TEMPLATE in its tokenizer: a stand-in for an instruct model."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    out = tmp_path_factory.mktemp("chat") / "model"
+    shutil.copytree(fixture_model, out)
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(out))
+    return str(out)
+
+
 @pytest.fixture(scope="session")
 def vllm_engine(fixture_model):
     """One in-process vLLM engine for the whole session (start-up costs seconds). Tests that change its

@@ -232,9 +232,10 @@ class RolloutFeed:
 
     def __init__(self, engine: GenerationEngine | GeneratorProcess, mode: str, max_staleness: int, last_step: int,
                  draw: Callable[[], list[Problem]], sampling_for: Callable[[int], SamplingConfig], template: str,
-                 version: int) -> None:  # fmt: skip
+                 version: int, chat: Any = None) -> None:  # fmt: skip
         self.engine, self.mode, self.lookahead, self.last_step = engine, mode, max_staleness, last_step
         self.draw, self.sampling_for, self.template = draw, sampling_for, template
+        self.chat = chat  # prompts are render_prompt(problem, template, chat), as everywhere (data.prompting)
         self.version = version  # the newest weights the engine has been given
         self.requested = version  # the last step whose prompts were drawn
         self.prompts: dict[int, list[Problem]] = {}  # drawn, not yet trained on
@@ -249,7 +250,7 @@ class RolloutFeed:
         return self.prompts[step]
 
     def _request(self, step: int) -> None:
-        prompts = [render_prompt(p, self.template) for p in self._problems(step)]
+        prompts = [render_prompt(p, self.template, self.chat) for p in self._problems(step)]
         self.engine.submit(("step", step), prompts, self.sampling_for(step))
         self.submitted_at[step] = self.version
 
@@ -266,7 +267,7 @@ class RolloutFeed:
             start = time.perf_counter()
             idle = start - self.last_end if self.last_end is not None else 0.0
             sampling = self.sampling_for(step)
-            completions = self.engine.generate([render_prompt(p, self.template) for p in problems], sampling)
+            completions = self.engine.generate([render_prompt(p, self.template, self.chat) for p in problems], sampling)
             busy = time.perf_counter() - start
             arrival = Arrival(problems, completions, sampling, step - 1, busy, wait_seconds=busy, idle_seconds=idle)
         else:

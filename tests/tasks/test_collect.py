@@ -268,3 +268,30 @@ def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture
         release_engines()
     assert again["skipped_shards"] == 1 and again["pool"]["samples"] == 48
     assert sorted(p.name for p in (out / "trajectories").iterdir()) == [f"part-0000{i}.parquet" for i in range(3)]
+
+
+def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat_model, fixture_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    from data.problem import render_prompt
+    from data.prompting import PromptError
+    from data.sources import ProblemSourceConfig, load_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(chat_model)
+    problems = load_problems(ProblemSourceConfig(source="tiny-math", split="train", limit=3))
+    template = "{problem} Put the final answer in \\boxed{{}}."
+    try:
+        for mode, expected in (("auto", [render_prompt(p, template, tokenizer) for p in problems]),
+                               ("off", [template.format(problem=p.problem) for p in problems])):  # fmt: skip
+            out = tmp_path / mode
+            run_collection(_config(chat_model, out, samples_per_prompt=2, max_tokens=4, problems={"source": "tiny-math", "limit": 3},
+                                   prompt_template=template, chat_template=mode), progress=False)  # fmt: skip
+            rows = ExperienceStore(out).read_trajectories().to_pylist()
+            assert [r["prompt"] for r in rows[::2]] == expected
+            # What the engine was given is what is stored, token for token (the trainer encodes the same way).
+            assert all(r["prompt_token_ids"] == tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in rows)
+    finally:
+        release_engines()
+    with pytest.raises(PromptError, match="has no chat template"):
+        run_collection(_config(fixture_model, tmp_path / "on", chat_template="on"), progress=False)
+    assert not (tmp_path / "on").exists()  # refused before the run directory is made

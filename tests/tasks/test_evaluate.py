@@ -72,3 +72,28 @@ def test_written_tables_hold_the_same_values(result, tmp_path):
     paths = write_eval(result, tmp_path)
     assert pq.read_table(paths["eval"]).to_pylist() == result.rows
     assert pq.read_table(paths["samples"]).num_rows == 16
+
+
+def test_evaluation_renders_prompts_with_the_chat_template_it_is_given(chat_model):
+    from data.prompting import chat_tokenizer
+
+    chat = chat_tokenizer(chat_model, "auto")
+    problems = [Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source) for pid, (gold, source, _) in ANSWERS.items()]
+    by_prompt = {f"<|user|>\nquestion {p.id} =<|end|>\n<|assistant|>\n": ANSWERS[p.id][2] for p in problems}
+    chatted = evaluate_with_engine(FixedAnswers(by_prompt), problems, SamplingConfig(n=4, temperature=1.0, max_tokens=8),
+                                   prompt_template="{problem} =", step=7, chat=chat)  # fmt: skip
+    assert chatted.rows == evaluate_with_engine(
+        FixedAnswers({render_prompt(p): ANSWERS[p.id][2] for p in problems}), problems, SamplingConfig(n=4, temperature=1.0, max_tokens=8), step=7
+    ).rows
+
+
+def test_eval_refuses_chat_template_on_for_a_model_without_one_before_starting_an_engine(fixture_model, monkeypatch):
+    import tasks.evaluate
+    from data.prompting import PromptError
+    from tasks.evaluate import EvalConfig, evaluate
+
+    monkeypatch.setattr(tasks.evaluate, "make_engine", lambda *a, **k: pytest.fail("engine started"))
+    with pytest.raises(PromptError, match="has no chat template"):
+        evaluate(EvalConfig(model=fixture_model, chat_template="on"), progress=False)
+    with pytest.raises(ValueError, match="chat_template"):
+        EvalConfig(chat_template="yes")
