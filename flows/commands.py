@@ -78,6 +78,20 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- real-model
+
+
+def _cmd_real_model(args: argparse.Namespace) -> int:
+    from tasks.real_model import ensure_real_model, read_info
+
+    out = ensure_real_model(args.name, force=args.force, progress=not args.quiet)
+    info = read_info(out) or {}
+    print(f"{args.name}: {out}")
+    print(f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from {info.get('source')}")
+    print(f"  use it with --model {args.name} (e.g. rlep eval --model {args.name})")
+    return 0
+
+
 # ---------------------------------------------------------------- eval
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 TINY_MODEL = "tiny"
 TINY_WORKED_MODEL = "tiny-worked"
+# Real pretrained models fetched from a registry package and converted once (tasks/real_model.py).
+REAL_MODEL_NAMES = ("smollm2",)
 
 
 class ModelNotFound(ValueError):
@@ -14,7 +16,8 @@ class ModelNotFound(ValueError):
 
 def resolve_model(model: str, progress: bool = True) -> str:
     """`tiny` -> the project's tiny model (built and cached on first use; `tiny-worked`: the one that writes
-    worked solutions, docs/tiny_model.md); a directory -> its path, checked
+    worked solutions, docs/tiny_model.md); `smollm2` -> SmolLM2-135M-Instruct converted from its registry
+    package (fetched and converted on first use, tasks/real_model.py); a directory -> its path, checked
     for `config.json`; anything else is passed on as a Hugging Face model name (needs the hub or its cache).
     """
     if model == TINY_MODEL:
@@ -25,6 +28,13 @@ def resolve_model(model: str, progress: bool = True) -> str:
         from data.tiny_model import TinyModelConfig, build_tiny_model
 
         return str(build_tiny_model(config=TinyModelConfig.worked(), progress=progress))
+    if model in REAL_MODEL_NAMES:
+        from tasks.real_model import RealModelUnavailable, ensure_real_model
+
+        try:
+            return str(ensure_real_model(model, progress=progress))
+        except RealModelUnavailable as err:
+            raise ModelNotFound(f"model {model!r} is not converted yet and could not be: {err}; then run `rlep real-model`") from None
     path = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or path.exists()
     if looks_like_path:
