@@ -108,7 +108,11 @@ class VLLMEngine:
             stop=list(sampling.stop) or None,
             logprobs=0,  # the sampled token's own log-prob only
         )
-        outputs = self.llm.generate(list(prompts), params, use_tqdm=progress)
+        # A prompt is the complete model input: a chat template has already put in any BOS it wants, so the
+        # tokenizer adds nothing (as the transformers engine, the trainer and verl tokenise it).
+        outputs = self.llm.generate(
+            list(prompts), params, use_tqdm=progress, tokenization_kwargs={"add_special_tokens": False}
+        )
         results = []
         for output in outputs:
             completions = []
