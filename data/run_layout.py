@@ -8,6 +8,7 @@ A training run directory (`rlep train --out OUT`):
     OUT/fresh/part-NNNNN.parquet every answer sampled at step N and every replayed answer it trained on
     OUT/checkpoints/step-N/      HF weights + tokenizer + trainer state (complete or absent)
     OUT/learning_curve.png       held-out accuracy and training reward against step
+    OUT/tensorboard/, OUT/mlruns/ the same metrics for a tracker, with `tracker` tensorboard or mlflow
 
 An evaluation run directory (`rlep eval --out OUT`): `eval.parquet` (one summary row per data source and
 the `all` row) and `eval_samples.parquet` (every answer with its verdict).
@@ -98,3 +99,13 @@ class TrainRunLayout:
     @property
     def learning_curve(self) -> Path:
         return self.root / "learning_curve.png"
+
+    @property
+    def tensorboard(self) -> Path:
+        """TensorBoard event files of `tracker: tensorboard` (tasks/tracking.py)."""
+        return self.root / "tensorboard"
+
+    @property
+    def mlflow(self) -> Path:
+        """The file-based MLflow store of `tracker: mlflow`."""
+        return self.root / "mlruns"

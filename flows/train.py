@@ -2,7 +2,9 @@
 
 The loop lives in `tasks.training.trainer` (it holds an engine and a torch model, which do not travel
 between tasks); this flow runs it as one task, mirrors its progress into Prefect artifacts (a progress
-bar, the latest metrics and evaluation as tables) and publishes the learning curve. Run it with
+bar, the latest metrics and evaluation as tables) and the run's Logs tab (a line per step and evaluation),
+writes the metrics for `config.tracker` (TensorBoard, MLflow; tasks/tracking.py) and publishes the
+learning curve. Run it with
 `rlep train ...`, from a deployment (`rlep serve`), or `train_flow(TrainConfig(...))` in Python.
 """
 
@@ -18,6 +20,8 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from flows.runlog import send_logs_to_prefect
+from tasks.tracking import step_report
 from tasks.training.config import TrainConfig
 from tasks.training.trainer import TrainResult, train
 
@@ -30,7 +34,8 @@ def _rounded(row: dict) -> dict:
 
 @task(name="run-training")
 def run_training(config: TrainConfig, resume: bool = False, progress: bool = True) -> TrainResult:
-    """The training loop (`tasks.training.trainer.train`), reporting into artifacts as it goes."""
+    """The training loop (`tasks.training.trainer.train`), reporting into artifacts, logs and the tracker as it goes."""
+    send_logs_to_prefect()
     artifact = None
 
     def on_step(row: dict, eval_rows: list[dict] | None) -> None:
@@ -45,7 +50,8 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
             create_table_artifact(key="train-metrics", table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
                                   description=f"metrics of step {row['step']}")  # fmt: skip
 
-    return train(config, resume=resume, progress=progress, on_step=on_step)
+    with step_report(config, then=on_step) as report:
+        return train(config, resume=resume, progress=progress, on_step=report)
 
 
 @flow(name="train", log_prints=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from data.problem import DEFAULT_PROMPT_TEMPLATE
 from data.sources import ProblemSourceConfig, default_task
@@ -133,6 +133,19 @@ class TrainConfig(BaseModel):
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
     out: Path = Field(Path("runs/train"), description="Run directory (metrics, eval, checkpoints, fresh rollouts).")
     run_id: str | None = Field(None, description="Run id written into every rollout row; default: the out directory's name.")
+    tracker: Literal["none", "tensorboard", "mlflow"] = Field(
+        "none",
+        description="Also write every step's metrics and each evaluation for a tracker (tasks/tracking.py): TensorBoard event "
+        "files in OUT/tensorboard (`tensorboard --logdir OUT`), or a file-based MLflow store in OUT/mlruns (needs mlflow installed).",
+    )
+
+    @field_validator("tracker")
+    @classmethod
+    def _tracker_installed(cls, kind: str) -> str:
+        from tasks.tracking import check_tracker
+
+        check_tracker(kind)  # a missing package fails here, before anything runs
+        return kind
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
