@@ -7,11 +7,17 @@ child process, lands there. Python's `sys.stdout` is a copy of the terminal, so 
 bars (rich, on stdout) still show; `sys.stderr` goes to the log, and of it only our own `warning:` lines
 are also shown on the terminal. The log lives in a temporary file until the run ends and is then added to
 RUN_DIR/rlep.log, so a run refused on bad input creates nothing. `rlep --verbose` skips all of this.
+
+Our own progress lines (training steps, evaluations, shards) are records of the `rlep` loggers.
+`send_logs_to_prefect()` makes them reach the Prefect run they are logged in as well (its Logs tab in the
+UI); the records still reach the root logger's handlers (Prefect's console on stderr, so in a CLI run
+the run's rlep.log), while library output never goes to the UI.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
 import tempfile
@@ -20,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOG_FILE = "rlep.log"
+RLEP_LOGGER = "rlep"  # parent of the loggers whose records are progress lines for the user (rlep.train, ...)
 OUR_LINES = ("warning:", "  warning:")  # stderr lines of ours that the terminal shows as well
 
 
@@ -111,3 +118,41 @@ def _keep(tmp: Path, final: Path | None) -> None:
                 dst.write(src.read())
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def send_logs_to_prefect() -> None:
+    """Forward records of the `rlep` loggers (INFO and up) to the Prefect flow or task run that logs them.
+
+    Call it at the start of a flow or task; it is idempotent, per process, so a task that runs in another
+    process (a Ray worker) calls it there too. The run is looked up when a record is emitted, from the
+    emitting thread's Prefect context: concurrent tasks each get their own lines, and a record logged
+    outside any run is not sent."""
+    logger = logging.getLogger(RLEP_LOGGER)
+    if not any(getattr(h, "rlep_run_logs", False) for h in logger.handlers):
+        logger.addHandler(_run_log_handler())
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+def flush_prefect_logs() -> None:
+    """Send the records still queued for the Prefect API now: a Ray worker may be stopped right after its task."""
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+
+
+def _run_log_handler() -> logging.Handler:
+    from prefect.exceptions import MissingContextError
+    from prefect.logging.handlers import APILogHandler
+
+    class RunLogHandler(APILogHandler):
+        """Prefect's API log handler, silent outside a run (a `--no-prefect` run logs the same lines)."""
+
+        rlep_run_logs = True
+
+        def handleError(self, record: logging.LogRecord) -> None:
+            if isinstance(sys.exc_info()[1], MissingContextError):
+                return
+            super().handleError(record)
+
+    return RunLogHandler(level=logging.INFO)
