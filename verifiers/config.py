@@ -7,6 +7,7 @@ keyword the API accepts is a field here, with its bounds.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +62,15 @@ class VerifierConfig(BaseModel):
         default=True,
         description="When no boxed answer or answer phrase is found, take the last number in the "
         "response. Switch off to reward only explicitly marked answers.",
+    )
+    answer_format: Literal["any", "boxed"] = Field(
+        default="any",
+        description="Which written answers count. `any`: rlep's extraction (boxes, answer phrases, math "
+        "spans, and the last number if fallback_last_number). `boxed`: only the last \\boxed{} of the "
+        "whole response as verl's MATH scorer reads it (no </think> cut, no phrase, no last number, no "
+        "joined boxes), and the answer must also pass that scorer's string check (is_equiv); an answer "
+        "accepted in this mode is scored 1.0 by verl's math_reward.compute_score. For re-checking a "
+        "pool before export (verifiers.strict).",
     )
     float_rounding: int = Field(
         default=6,

@@ -63,6 +63,20 @@ def rational_value(expression: object) -> Fraction | None:
     return None
 
 
+@lru_cache(maxsize=4096)
+def numeric_value(text: str) -> Fraction | None:
+    """The value of a normalised answer that is a real number (`\\frac{1}{\\sqrt{3}}`), as the exact
+    rational of its 30-digit evaluation; None for anything else."""
+    parsed = _parse(text)
+    if not parsed or not isinstance(parsed[0], sympy.Expr) or not parsed[0].is_number:
+        return None
+    value = parsed[0].evalf(30)
+    if not isinstance(value, sympy.Float) or not value.is_finite:
+        return None
+    exact = sympy.Rational(value)
+    return Fraction(int(exact.p), int(exact.q))
+
+
 @lru_cache(maxsize=65536)
 def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | None:
     """Whether `pred` is equivalent to `gold`; None when either cannot be read as mathematics.

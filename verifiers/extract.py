@@ -14,7 +14,10 @@ Where the answer is looked for, in order:
    the other, separated only by a connector (at most 32 characters, no digit, `=`, sentence end `.`,
    `:`, `?`, `!` or blank line, and at most three words besides `and`/`or`; a label such as `x_2 =`
    just before the next box is allowed), are one answer: their contents
-   joined by commas (`\\boxed{1} and \\boxed{2}` -> `1,2`), which then compares as a list.
+   joined by commas (`\\boxed{1} and \\boxed{2}` -> `1,2`), which then compares as a list; a
+   connector with a word of correction (`but`, `actually`, `wait`, `so`, ...) separates them, so in
+   `\\boxed{7}, but actually \\boxed{42}` the answer is `42`. The last box is kept apart as well
+   (`Extraction.last_box`): verifiers.judge uses it alone when the gold is a single value.
 3. Otherwise, or when it comes after the last box, the latest answer phrase: `#### X` (GSM8K),
    `Answer: X` (DAPO, Minerva), or `the (final) answer is X`. The phrase runs to the end of its line, or to the end of the `$...$`,
    `\\(...\\)` or `\\[...\\]` it starts with, and stops at a sentence-ending period.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from dataclasses import dataclass
 
 THINK_CLOSE = "</think>"
 
@@ -44,6 +48,13 @@ _MAX_CONNECTOR = 32
 _LABEL = re.compile(r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]{1,8}\}?)?\s*=\s*$")
 _JOINING_WORDS = frozenset(("and", "or", "text", "quad", "qquad"))
 _CONNECTOR_WORD = re.compile(r"[A-Za-z]+")
+# Words that make a later box a correction of an earlier one, not a second item of a list.
+_CORRECTION_WORDS = frozenset(
+    (
+        "but actually wait instead rather no not nope oops sorry hmm however mistake correction corrected "
+        "correct recheck redo scratch so thus hence therefore final finally really oh"
+    ).split()
+)
 _NOT_CONNECTOR = re.compile(r"[.:?!=\d]|\n\s*\n")
 # Math delimiters; `\\` first so that an escaped backslash is not read as half of `\(`.
 _MATH_DELIMITER = re.compile(r"\\\\|\\\$|\$\$|\$|\\[()\[\]]")
@@ -59,12 +70,26 @@ _LAST_NUMBER = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}|(?<![\w.])-?\d+(?:,\
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 
 
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """The final answer found in a response (None: nothing answer-like), and, when that answer joins
+    several boxes (rule 2), the content of the last box alone."""
+
+    answer: str | None
+    last_box: str | None = None
+
+
 def extract_answer(response: str, fallback_last_number: bool = True) -> str | None:
     """The final answer written in `response`, as raw text, or None if there is none.
 
     The rules are listed in this module's docstring; an empty box gives "" (an answer that says
     nothing), not None.
     """
+    return extract_final(response, fallback_last_number).answer
+
+
+def extract_final(response: str, fallback_last_number: bool = True) -> Extraction:
+    """`extract_answer`, with the last box kept apart when several boxes were joined into one answer."""
     text = response.replace("\x00", "")
     think_end = text.rfind(THINK_CLOSE)
     if think_end >= 0:
@@ -72,16 +97,18 @@ def extract_answer(response: str, fallback_last_number: bool = True) -> str | No
     boxes = _outermost(_complete_boxes(text))
     anchor = _last_match(_ANCHOR, text)
     if boxes and (anchor is None or anchor.start() < boxes[-1][1]):
-        return _joined_boxes(text, boxes)
+        joined = _joined_boxes(text, boxes)
+        last = _unwrap(boxes[-1][2])
+        return Extraction(joined, last if joined != last else None)
     phrase = last_answer_phrase(text)
     if phrase is not None:
-        return phrase
+        return Extraction(phrase)
     span, span_end = _last_math_span(text)
     if fallback_last_number:
         number = _last_match(_LAST_NUMBER, text, span_end)
         if number is not None:
-            return number.group()
-    return span
+            return Extraction(number.group())
+    return Extraction(span)
 
 
 def _complete_boxes(text: str) -> list[tuple[int, int, str]]:
@@ -149,6 +176,8 @@ def _is_connector(separator: str, max_words: int = 3) -> bool:
     if len(separator) > _MAX_CONNECTOR or _NOT_CONNECTOR.search(separator) is not None:
         return False
     words = [word for word in _CONNECTOR_WORD.findall(separator) if word not in _JOINING_WORDS]
+    if any(word.lower() in _CORRECTION_WORDS for word in words):
+        return False  # `\\boxed{7}, but actually \\boxed{42}`: the later box replaces the earlier one
     return len(words) <= max_words
 
 

@@ -26,27 +26,29 @@ from fractions import Fraction
 from functools import lru_cache
 
 from verifiers.config import VerifierConfig
-from verifiers.equivalence import equations_equal, symbolic_equal
-from verifiers.extract import extract_answer
+from verifiers.equivalence import equations_equal, numeric_value, symbolic_equal
+from verifiers.extract import Extraction, extract_answer, extract_final
 from verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal
 from verifiers.normalize import Answer, normalize_answer
+from verifiers.strict import verl_boxed_answer, verl_equivalent
 from verifiers.verdict import Reason
 
 _MARKED_GOLD = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
 _PYTHON_LOOKING = re.compile(r"__|\b(?:import|lambda|exec|eval|getattr|globals|locals|compile|open)\b")
 _MAX_NESTING = 64
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LETTER = re.compile(r"[A-Za-z]")
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
 @lru_cache(maxsize=16384)
-def prepare_gold(gold: str) -> tuple[Answer, Fraction | None, Structure | None]:
-    """The normalised gold answer, its exact value and its exact structure (or None). Cached per worker."""
+def prepare_gold(gold: str) -> Answer:
+    """The normalised gold answer. Cached per worker."""
     # A gold written as a response (a dataset's solution, or Math-Verify's `$...$` golds) is read with
     # the response's extraction rules, minus the last-number fallback; a bare gold answer is used whole.
     marked = _MARKED_GOLD.search(gold) is not None
     extracted = extract_answer(gold, fallback_last_number=False) if marked else None
-    answer = normalize_answer(extracted if extracted is not None else gold)
-    return answer, exact_value(answer.text), exact_structure(answer.text)
+    return normalize_answer(extracted if extracted is not None else gold)
 
 
 def judge(response: str, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
@@ -54,60 +56,144 @@ def judge(response: str, gold: str, config: VerifierConfig) -> tuple[bool, str |
     return decide(find_answer(response, config), gold, config)
 
 
-def find_answer(response: str, config: VerifierConfig) -> str | None:
-    """The extracted answer, cut to `max_answer_chars + 1` characters so that an oversized one is
-    recognisable (and cheap to send back) without carrying it whole."""
-    extracted = extract_answer(response, fallback_last_number=config.fallback_last_number)
-    return None if extracted is None else extracted[: config.max_answer_chars + 1]
+def find_answer(response: str, config: VerifierConfig) -> Extraction:
+    """The extracted answer (see VerifierConfig.answer_format), cut to `max_answer_chars + 1`
+    characters so that an oversized one is recognisable (and cheap to send back) without carrying it
+    whole."""
+    if config.answer_format == "boxed":
+        found = Extraction(verl_boxed_answer(response))
+    else:
+        found = extract_final(response, fallback_last_number=config.fallback_last_number)
+    limit = config.max_answer_chars + 1
+    return Extraction(
+        None if found.answer is None else found.answer[:limit],
+        None if found.last_box is None else found.last_box[:limit],
+    )
 
 
-def decide(extracted: str | None, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
-    """(correct, extracted, reason) for an answer already extracted by `find_answer`."""
-    if extracted is None:
+def decide(found: Extraction, gold: str, config: VerifierConfig) -> tuple[bool, str | None, Reason]:
+    """(correct, extracted, reason) for an answer found by `find_answer`."""
+    if found.answer is None:
         return False, None, "no-answer"
+    extracted = found.answer
     if len(extracted) > config.max_answer_chars:
         return False, extracted, "too-long"
+    gold_answer = prepare_gold(gold)
+    if found.last_box is not None and _shape(gold_answer.text) == "scalar":
+        # Boxes joined into a list meet a single-valued gold: the last box is the final answer, as in
+        # verl and math-verify. Writing more boxes earns nothing over writing the last one alone, and a
+        # list still never equals one number when the gold is a list.
+        extracted = found.last_box
     pred = normalize_answer(extracted)
     if not pred.text:
         return False, extracted, "no-answer"
-    gold_answer, gold_value, gold_structure = prepare_gold(gold)
-    pred_value = exact_value(pred.text)
+    correct, reason = compare(gold_answer, pred, config.float_rounding)
+    if correct and config.answer_format == "boxed" and not verl_equivalent(extracted, gold):
+        return False, extracted, "not-equal"  # right, but verl's string check would score it 0
+    return correct, extracted, reason
+
+
+def compare(gold: Answer, pred: Answer, float_rounding: int) -> tuple[bool, Reason]:
+    """(equal, reason) for two normalised answers: `equal`, `not-equal` or `parse-error`."""
+    aligned = align_equations(gold, pred)
+    if aligned is None:
+        return False, "not-equal"
+    gold, pred = aligned
+    if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:
+        return False, "parse-error"
+    gold_value, pred_value = exact_value(gold.text), exact_value(pred.text)
+    if gold.approximate and not pred.approximate:
+        close = approximation_matches(gold, gold_value, pred, pred_value)
+        if close is not None:
+            return close, "equal" if close else "not-equal"
     if gold_value is not None and pred_value is not None:
-        return _decided(exact_equal(gold_answer, gold_value, pred, pred_value), extracted)
-    pred_structure = exact_structure(pred.text)
-    if not (gold_answer.percent or pred.percent):
+        return _decided(exact_equal(gold, gold_value, pred, pred_value))
+    gold_structure, pred_structure = exact_structure(gold.text), exact_structure(pred.text)
+    if not (gold.percent or pred.percent):
         if gold_structure and pred_structure:
-            return _decided(structure_equal(gold_structure, pred_structure), extracted)
+            return _decided(structure_equal(gold_structure, pred_structure))
         # A list of two or more different numbers (set, tuple, interval) is never one number.
         if (_several(gold_structure) and pred_value is not None) or (_several(pred_structure) and gold_value is not None):
-            return False, extracted, "not-equal"
-    if pred == gold_answer:
-        return True, extracted, "equal"
-    if _PYTHON_LOOKING.search(pred.text) or _nesting_depth(pred.text) > _MAX_NESTING:
-        return False, extracted, "parse-error"
-    shapes = {_shape(pred.text), _shape(gold_answer.text)}
+            return False, "not-equal"
+    if pred == gold:
+        return True, "equal"
+    shapes = {_shape(pred.text), _shape(gold.text)}
     if shapes == {"set", "tuple"}:
-        return False, extracted, "not-equal"
+        return False, "not-equal"
     if shapes == {"list", "tuple"}:
-        pred, gold_answer = _read_as_tuple(pred, gold_answer)
+        pred, gold = _read_as_tuple(pred, gold)
         if pred is None:
-            return False, extracted, "not-equal"
-    equal = symbolic_equal(gold_answer, pred, config.float_rounding)
-    if not equal and gold_answer.equation and pred.equation:
+            return False, "not-equal"
+    equal = symbolic_equal(gold, pred, float_rounding)
+    if not equal and gold.equation and pred.equation:
         # Two equations that are not the same value after `x =` is dropped may still describe the same
         # solution set (`2x+4y=3` vs `y = -x/2 + 3/4`).
-        equal = equations_equal(gold_answer.equation, pred.equation) or equal
+        equal = equations_equal(gold.equation, pred.equation) or equal
     if equal is None:
-        return False, extracted, "parse-error"
-    return _decided(equal, extracted)
+        return False, "parse-error"
+    return _decided(equal)
+
+
+def align_equations(gold: Answer, pred: Answer) -> tuple[Answer, Answer] | None:
+    """The two answers as they must be compared, given the left sides normalisation dropped; None when
+    they differ already.
+
+    A dropped left side (`Answer.label`) may be ignored only when the other side is a bare value: `x = 3`
+    against `3`. Two equations are compared by their values only when their left sides are the same
+    (`x = 3` and `x = 1+2`); otherwise they are compared whole, as equations, so `\\cos(x) = \\frac{42}{59}`
+    is not `\\sin(x) = \\frac{42}{59}`, nor `AB = 5` `BC = 5`, nor `2x = 6` `x = 6` (while `2x = 6` and
+    `x = 3` are the same equation). An equation whose left side names nothing (`2x = 6`) never equals a
+    bare value (`6`): math-verify would compare its right side alone. In a prediction, a left side with
+    no letter is a computation, and its right side the answer (`\\frac12 \\cdot 3 = \\frac32` against
+    `\\frac32`); a gold such as `7 = 11a+c` stays an equation (as in math-verify).
+    """
+    gold_equation, pred_equation = gold.equation is not None, pred.equation is not None
+    if gold_equation and pred_equation:
+        if gold.label == pred.label:
+            return gold, pred
+        return _whole(gold), _whole(pred)
+    if gold_equation or pred_equation:
+        side = gold if gold_equation else pred
+        if side.label is None and side.text.count("=") == 1 and not _has_top_level_comma(side.text):
+            left, right = (part.strip() for part in side.text.split("="))
+            if side is gold or _LETTER.search(_COMMAND.sub("", left)) is not None or not right:
+                return None
+            # A computation (`\\frac{1}{2} \\cdot 3 = \\frac{3}{2}`): its result is the answer.
+            return gold, Answer(right, pred.percent)
+    return gold, pred
+
+
+def _whole(answer: Answer) -> Answer:
+    return Answer(answer.equation or answer.text, answer.percent, equation=answer.equation)
+
+
+_DECIMAL = re.compile(r"-?\d{1,40}(?:\.(\d{1,40}))?")
+
+
+def approximation_matches(
+    gold: Answer, gold_value: Fraction | None, pred: Answer, pred_value: Fraction | None
+) -> bool | None:
+    """For a gold written as an approximation (`\\approx 0.33`): whether `pred`'s value rounds to it at
+    the gold's number of decimals (half away from zero); None when this rule does not apply (no plain
+    decimal gold, a percent sign, or a prediction with no numeric value)."""
+    decimal = _DECIMAL.fullmatch(gold.text)
+    if decimal is None or gold_value is None or gold.percent or pred.percent:
+        return None
+    value = pred_value if pred_value is not None else numeric_value(pred.text)
+    if value is None:
+        return None
+    digits = len(decimal.group(1) or "")
+    scaled = abs(value) * 10**digits
+    rounded = Fraction(int(scaled + Fraction(1, 2)), 10**digits)
+    return (rounded if value >= 0 else -rounded) == gold_value
 
 
 def _several(structure: Structure | None) -> bool:
     return structure is not None and len(set(structure.values)) >= 2
 
 
-def _decided(equal: bool, extracted: str) -> tuple[bool, str, Reason]:
-    return equal, extracted, "equal" if equal else "not-equal"
+def _decided(equal: bool) -> tuple[bool, Reason]:
+    return equal, "equal" if equal else "not-equal"
 
 
 def _nesting_depth(text: str) -> int:

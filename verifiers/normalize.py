@@ -53,13 +53,20 @@ from verifiers.relations import (
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A normalised answer: its text, and whether a percent sign was removed from it."""
+    """A normalised answer: its text, and whether a percent sign was removed from it.
+
+    The fields after `percent` record what normalisation took off, for the comparison rules of
+    verifiers.judge; they are not part of equality, so `x = 3` and `3` are still the same Answer.
+    """
 
     text: str
     percent: bool = False
-    # The whole equation when the answer was one (`y = 2x+1`, `2x+4y=3`), kept for the equation rule of
-    # verifiers.equivalence; not part of equality, so `x = 3` and `3` are still the same Answer.
+    # The whole equation when the answer was one (`y = 2x+1`, `2x+4y=3`), for the equation rule.
     equation: str | None = field(default=None, compare=False)
+    # The left side dropped from `text` (`x` of `x = 3`, `\sin(x)` of `\sin(x) = \frac12`), without spaces.
+    label: str | None = field(default=None, compare=False)
+    # True when only an approximation was written (`\approx 0.33`, `x \approx 11`).
+    approximate: bool = field(default=False, compare=False)
 
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
@@ -81,7 +88,8 @@ _DELIMITERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|biggl|biggr|bigg|Bigg)(?![A-Za-z])\.?")
 # `\\\\` (a matrix row break) is matched first so that `\\\\ 0` is not read as a `\\ ` space.
 _SPACING = re.compile(r"\\\\|\\[,;: ]|\\q?quad(?![A-Za-z])|~")
-_CONJUNCTION = re.compile(r"\s*(?:\\text\{\s*(?:and|or)\s*\}|,?\s+(?:and|or)\s+)\s*")
+# `7, -2, \text{ and } -5`: a comma before the word belongs to it.
+_CONJUNCTION = re.compile(r"\s*,?\s*\\text\{\s*(?:and|or)\s*\}\s*|,?\s+(?:and|or)\s+")
 _NEGATIVE_SPACE = re.compile(r"\\!\s*")
 _WHOLE_TEXT = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _CHOICE = re.compile(r"\(([A-Ea-e])\)")
@@ -130,19 +138,26 @@ def normalize_answer(raw: str) -> Answer:
     text, percent = _strip_percent(text)
     text = _CURRENCY.sub("", text)
     text = _drop_units(text)
-    text = _WHITESPACE.sub(" ", text).strip().rstrip(".").strip()
+    # A stray trailing backslash (`5\` in a gold) is no command: it would make the answer unreadable.
+    text = _WHITESPACE.sub(" ", text).strip().rstrip("\\").strip().rstrip(".").strip()
     text = _unwrap_whole_group(text)
     text = unify_matrices(unify_relations(text))
-    text = drop_membership(cut_approximation(text))
-    equation = text if "=" in text else None
-    text = inequality_as_interval(_strip_variable(text))
+    text, approximate = cut_approximation(text)
+    text = drop_membership(text)
+    equation = _spelled(text) if "=" in text else None
+    label, text = _strip_variable(text)
+    text = _spelled(inequality_as_interval(text))
+    return Answer(text=text, percent=percent, equation=equation, label=label, approximate=approximate)
+
+
+def _spelled(text: str) -> str:
+    """One spelling of numbers, fractions, radicals and mixed numbers."""
     if _THOUSANDS.match(text):
         text = _THOUSANDS_SEPARATOR.sub("", text)
     text = _FRAC_NAME.sub("\\\\frac", text)
     text = _FRAC_DIGIT_ARGS.sub(_brace_frac_args, text)
     text = _SQRT_DIGIT.sub(r"\\sqrt{\1}", text)
-    text = _mixed_numbers(text)
-    return Answer(text=text, percent=percent, equation=equation)
+    return _mixed_numbers(text)
 
 
 def _fold_unicode(text: str) -> str:
@@ -202,32 +217,39 @@ def _unwrap_whole_group(text: str) -> str:
     return text
 
 
-def _strip_variable(text: str) -> str:
-    """Drop a left-hand side that names what the answer is (`x =`, `(p,q) =`, `\\frac{NO}{BO} =`)."""
+def _strip_variable(text: str) -> tuple[str | None, str]:
+    """(the dropped left-hand side, the rest): a left side that names what the answer is (`x =`,
+    `(p,q) =`, `\\frac{NO}{BO} =`, letters only) is dropped; (None, text) when there is none. Whether
+    the name may be ignored is decided by the comparison (verifiers.judge), which sees both sides."""
     if _TUPLE_LHS.match(text):
-        return text.rsplit("=", 1)[1].strip()
+        return _label(text.split("=", 1)[0]), text.rsplit("=", 1)[1].strip()
     if "," in text:
         return _strip_indexed_labels(text)
     lhs = _VARIABLE_LHS.match(text)
     if lhs is None:
         letters_lhs = _LETTERS_LHS.match(_SUBSCRIPT.sub("", text))
         if letters_lhs is None or _RELATION_WORD.search(text):
-            return text
-    return text.rsplit("=", 1)[1].strip()
+            return None, text
+    return _label(text.split("=", 1)[0]), text.rsplit("=", 1)[1].strip()
 
 
-def _strip_indexed_labels(text: str) -> str:
-    """`x_1 = a, x_2 = b` -> `a,b`: solutions numbered with one name are a list of values (a set, as
-    their order carries no meaning). Different names (`x=1, y=2`) are left whole."""
+def _label(left: str) -> str:
+    return _WHITESPACE.sub("", left)
+
+
+def _strip_indexed_labels(text: str) -> tuple[str | None, str]:
+    """`x_1 = a, x_2 = b` -> (`x_`, `a,b`): solutions numbered with one name are a list of values (a
+    set, as their order carries no meaning). Different names (`x=1, y=2`) are left whole."""
     elements = _top_level_split(text)
     labels = [_INDEXED_LABEL.match(element) for element in elements]
     if len(elements) < 2 or None in labels:
-        return text
+        return None, text
     names = {label.group(1) for label in labels}
     indices = [label.group(2) for label in labels]
     if len(names) != 1 or len(set(indices)) != len(indices):
-        return text
-    return ",".join(element[label.end() :].strip() for element, label in zip(elements, labels, strict=True))
+        return None, text
+    values = ",".join(element[label.end() :].strip() for element, label in zip(elements, labels, strict=True))
+    return f"{names.pop()}_", values
 
 
 def _top_level_split(text: str) -> list[str]:

@@ -10,8 +10,10 @@ Policies (docs/verifiers.md):
 - An inequality in one variable is its solution set, written as an interval: `x \\geq 5`, `5 \\leq x` and
   `[5, \\infty)` are the same answer; `-x > -1` is `x < 1`; `a < x \\leq b` is `(a, b]`; `x \\neq 3` is
   `(-\\infty,3) \\cup (3,\\infty)`. The variable's name is dropped, as `x = 3` drops it. `x \\in S` is `S`.
-- `\\approx`: in `x = 1/3 \\approx 0.33` the exact part before `\\approx` is the answer; in `x \\approx 11`
-  (nothing exact written) the approximation is.
+- `\\approx`: the exact part before `\\approx` is the answer when one is written (`x = 1/3 \\approx 0.33`
+  and `\\frac13 \\approx 0.33` are `1/3`); when only a name stands before it (`x \\approx 11`) or nothing
+  does, the approximation is, and the answer is marked approximate (verifiers.judge then accepts, for
+  such a gold, a value that rounds to it).
 - Matrices: `pmatrix`, `bmatrix`, `Bmatrix`, `matrix`, `smallmatrix` and `[\\begin{array}{..}...\\end{array}]`
   are one spelling (`pmatrix`); `vmatrix` (a determinant) is left alone.
 """
@@ -30,6 +32,9 @@ _SPELLINGS = (
 _RELATION = re.compile(r"\\leq |\\geq |\\neq |<|>")
 _VARIABLE = re.compile(r"(-?)\s*((?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?|[A-Za-z]\([A-Za-z]\))")
 _MEMBERSHIP = re.compile(r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?\s*\\in(?![A-Za-z])\s*")
+# A bare name before `\\approx` (`x \\approx 11`) names the value; anything else is the exact value.
+_NAME = re.compile(r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?")
+_CONSTANTS = ("\\pi", "\\infty")
 _LETTER = re.compile(r"(?<!\\)\b[A-Za-z]\b|[A-Za-z](?=\()")
 _FLIP = {"<": ">", ">": "<", "\\leq ": "\\geq ", "\\geq ": "\\leq ", "\\neq ": "\\neq "}
 _MATRIX_BEGIN = re.compile(r"\\begin\{(?:p|b|B|small)?matrix\}|[\[(]\s*\\begin\{array\}\{[^{}]*\}")
@@ -53,12 +58,17 @@ def unify_matrices(text: str) -> str:
     return _MATRIX_SPACES.sub(r"\1", text)
 
 
-def cut_approximation(text: str) -> str:
-    """The exact part of an `\\approx` chain (see the module docstring)."""
+def cut_approximation(text: str) -> tuple[str, bool]:
+    """(the exact part of an `\\approx` chain, whether only an approximation was written): see the
+    module docstring."""
     if "\\approx" not in text:
-        return text
+        return text, False
     before, _, after = text.partition("\\approx")
-    return before.strip() if "=" in before else after.rpartition("\\approx")[2].strip()
+    before = before.strip()
+    name = _NAME.fullmatch(before.rstrip("=").strip())
+    if before and (name is None or name.group() in _CONSTANTS):
+        return before, False
+    return after.rpartition("\\approx")[2].strip(), True
 
 
 def drop_membership(text: str) -> str:

@@ -115,8 +115,9 @@ def judge_with_limits(response: str, gold: str, config) -> tuple:
     try:
         signal.setitimer(signal.ITIMER_REAL, config.timeout_seconds)
         try:
-            extracted = find_answer(response, config)
-            correct, extracted, reason = decide(extracted, gold, config)
+            found = find_answer(response, config)
+            extracted = found.answer
+            correct, extracted, reason = decide(found, gold, config)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except AnswerTimeout:
