@@ -221,19 +221,21 @@ def read_pool(path: Path | str | None, columns: list[str] | None = None) -> tupl
         raise PoolError(f"replay.pool: {err}") from None
 
 
-def export_pool(path: Path | str, out: Path | str) -> Path:
-    """Write the pool a path names (file, run, version or store) in RLEP's verl layout; returns `out`."""
+def export_pool(path: Path | str, out: Path | str, **options: Any):
+    """Write the pool a path names (file, run, version or store) in RLEP's verl layout; returns the
+    `data.rlep_format.ExportReport` (`options`: into, data_source, prompt, strict, verifier; see there)."""
     from data.rlep_format import export_pool as export_rlep
 
-    return export_rlep(resolve_pool_path(path), Path(out))
+    return export_rlep(resolve_pool_path(path), Path(out), **options)
 
 
-def import_pool(path: Path | str, out: Path | str, run_id: str = "imported") -> Path:
+def import_pool(path: Path | str, out: Path | str, run_id: str = "imported", problems: list | None = None):
     """Read an RLEP/verl training file into a pool file `out` (a directory gets POOL_FILE inside, so the result
-    is a run-like directory `rlep train --pool` accepts); returns the file written."""
+    is a run-like directory `rlep train --pool` and `rlep inspect` accept); `problems`: the training problems
+    to match (see `data.rlep_format.import_pool`). Returns the `data.rlep_format.ImportReport`."""
     from data.rlep_format import import_pool as import_rlep
 
     out = Path(out)
     if out.is_dir() or not out.suffix:
         out = out / POOL_FILE
-    return import_rlep(Path(path), out, run_id=run_id)
+    return import_rlep(Path(path), out, run_id=run_id, problems=problems)

@@ -1,54 +1,84 @@
 """The experience pool in the RLEP / verl Parquet layout, and back.
 
 verl's RL datasets (verl `docs/preparation/prepare_data.rst`, `examples/data_preprocess/*.py`) hold one
-row per problem with five columns: `data_source`, `prompt` (a chat: a list of {"role", "content"}),
-`ability`, `reward_model` = {"style": "rule", "ground_truth": ...} and `extra_info` (free-form; verl reads
-`index`). RLEP (Kwai-Klear/RLEP, a verl fork) keeps its experience pool inside that same training file:
-`reward_model["candidates"]` is the list of verified-correct response texts of the problem (its
-`verl/utils/dataset/rl_dataset.py` reads it when `data.with_experience_replay` is on, samples
-`data.experience_replay_num` of them per step, and re-tokenises each as `encode(text) + [eos]`; a null
-list counts as empty). The released file `dapo-math-17k-with-experience-pool.parquet` is that layout.
+row per problem with five columns: `data_source` (it picks the scorer in verl's `default_compute_score`),
+`prompt` (a chat: a list of {"role", "content"}), `ability`, `reward_model` = {"style", "ground_truth"} and
+`extra_info` (free-form; verl reads `index`). RLEP (Kwai-Klear/RLEP, a verl fork) keeps its experience pool
+inside that same training file: `reward_model["candidates"]` is the list of verified-correct response texts
+of the problem (its `verl/utils/dataset/rl_dataset.py` reads it when `data.with_experience_replay` is on,
+samples `data.experience_replay_num` of them per step and re-tokenises each as `encode(text) + [eos]`; a
+null list counts as empty). The released `dapo-math-17k-with-experience-pool.parquet` is that layout, and
+RLEP re-scores replayed answers with the row's scorer like fresh ones.
 
-What the export writes, per problem of the pool (in pool order):
+Export, two ways:
 
-    data_source   the row's data_source
-    prompt        [{"role": "user", "content": <our rendered prompt>}]
+- Into a training file (`into=`, what RLEP's recipe trains on): every row of that file, in its order, with
+  its own columns and types (a string `extra_info.index` stays a string), gets `reward_model.candidates`:
+  the pool's answers to that problem, or an empty list for a problem the pool did not solve. A pool
+  problem is that row's when its id is the row's `extra_info.index` (as text) and their problem texts do
+  not disagree, or else when their problem texts are equal (whitespace collapsed). `data_source` stays
+  the file's unless `data_source=` names a scorer for every row. `datasets.concatenate_datasets` with the
+  original file works (struct fields it lacks read as null).
+- Standalone: one row per pool problem, in pool order:
+
+    data_source   `data_source=`, else the pool's when verl has a scorer for it, else DEFAULT_SCORER
+    prompt        [{"role": "user", "content": <question>}] (`prompt="raw"`: verl applies the chat
+                  template itself) or <the prompt the answers were sampled from> (`prompt="rendered"`)
     ability       "math"
     reward_model  {"style": "rule", "ground_truth": <gold_answer>, "candidates": [<response>, ...]}
-    extra_info    {"index": <row number>, "problem_id": ..., "problem": <text without template>, "level": ...}
+    extra_info    {"index": <row number>, "problem_id", "problem": <question>, "level",
+                   "rlep_data_source": <the pool's data_source>}
 
-Differences from RLEP's own file, on purpose or by necessity:
-- RLEP's `prompt` content is the bare question plus an instruction, and verl applies the model's chat
-  template on top. Ours is the prompt the pool's answers were sampled from (template already applied), so
-  a chat model would see it wrapped twice; the raw question is in `extra_info["problem"]` for re-rendering.
-- RLEP ships problems with no candidates in the same file (training still samples them); the pool holds
-  only solved problems, so every exported row has at least one candidate, and `import_pool` skips rows
-  without candidates (they are problems, not experience: load them as a problem source instead).
-- `candidates` are texts only (as in RLEP). Token ids, behaviour log-probs, verdict details, policy
-  version and model are not carried; `import_pool` fills them with the defaults in `IMPORT_DEFAULTS`.
-- RLEP's base trainer (`verl/trainer/ppo/ray_trainer.py`) also reads top-level `source_marker` and
-  `pos_candidates` columns for logging; its RLEP recipe (`recipe.dapo.main_dapo`) does not, and neither
-  column is written here.
+  The standalone file carries no original `ability`, `style` or index type: export into the training
+  file to keep them.
 
-Round trip: `export_pool(pool) -> import_pool -> export_pool` gives an identical table.
+Strict re-check (`strict=True`): each candidate is verified again with the verifier's `answer_format:
+boxed` mode (the last \boxed{} only, no last-number fallback, and verl's MATH string check), so that
+every exported candidate scores 1.0 under verl's MATH scorer; a lenient pass such as `6}` for gold `6`
+is dropped and counted. Rows whose scorer reads another answer format (`openai/gsm8k` reads `#### N`,
+`math_dapo` an `Answer:` line) cannot be vouched for: under strict their candidates are dropped and
+counted too (name a boxed scorer with `data_source=` if the answers are boxed).
+
+Import reads a file with candidates into the trajectory schema, one row per candidate (a file without any
+candidate is an error: it is a problem file, load it as a problem source). Given the training problems,
+each imported problem takes the (data_source, id) of the training problem it matches, by the same rule
+as the export, and the match rate is reported: a pool trains only on problems whose keys the training
+problems carry.
+
+Round trip: `export_pool(pool) -> import_pool -> export_pool` gives an identical table, and a training
+file exported into, imported and exported into again gives the same file.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.fs import write_parquet_atomic
+from data.problem import Problem
 from data.store import StoreError, read_trajectory_files
 from data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
 
 ABILITY = "math"
 REWARD_STYLE = "rule"
+
+# Scorers of verl's `default_compute_score` (verl/utils/reward_score/__init__.py, read 2026-01) by the
+# answer format they read. Boxed: `math_reward` (last \boxed{}, MATH string normalisation).
+BOXED_SCORERS = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+OTHER_SCORERS = (
+    "openai/gsm8k",  # `#### N`
+    "math_dapo", "math", "math_dapo_reasoning",  # `Answer: ...` line (and data sources starting with `aime`)
+    "numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12",
+    "numina_olympiads",  # prime_math
+)  # fmt: skip
+DEFAULT_SCORER = "lighteval/MATH"  # rlep's default prompt asks for \boxed{}, which this scorer reads
 
 RLEP_SCHEMA = pa.schema(
     [
@@ -73,6 +103,7 @@ RLEP_SCHEMA = pa.schema(
                     pa.field("problem_id", pa.string()),
                     pa.field("problem", pa.string()),
                     pa.field("level", pa.int32()),
+                    pa.field("rlep_data_source", pa.string()),
                 ]
             ),
         ),
@@ -98,42 +129,237 @@ IMPORT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def export_pool(pool_path: Path | str, out_path: Path | str) -> Path:
-    """Write the pool at `pool_path` (trajectory schema) as an RLEP/verl training file; returns `out_path`.
+def known_scorer(data_source: str) -> bool:
+    """Whether verl's `default_compute_score` has a math scorer for `data_source`."""
+    return data_source in BOXED_SCORERS or data_source in OTHER_SCORERS or data_source.startswith("aime")
 
-    One row per problem (data_source, problem_id), in order of first appearance; `candidates` keep pool
-    order. Raises StoreError when one problem carries two different gold answers (the pool mixes two
-    versions of a dataset).
-    """
+
+def _norm_text(text: Any) -> str | None:
+    """A problem text as two files' copies are compared: whitespace runs collapsed, ends trimmed."""
+    if not isinstance(text, str):
+        return None
+    return re.sub(r"\s+", " ", text).strip() or None
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote and left out."""
+
+    path: Path
+    rows: int  # rows written
+    rows_with_candidates: int
+    candidates: int  # answers written
+    pool_problems: int
+    unmatched_pool_problems: int  # into a training file: pool problems none of its rows is
+    strict_dropped: int = 0  # answers the strict re-check refused (wrong under verl's boxed scorer)
+    strict_other_format: int = 0  # answers dropped under strict because their row's scorer reads another format
+    data_sources: dict[str, str] = field(default_factory=dict)  # pool data_source -> written data_source
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path)}
+
+
+def _pool_problems(pool_path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The pool's problems in order of first appearance, each with its answers in pool order. Raises
+    StoreError when one problem carries two different gold answers (two versions of a dataset mixed)."""
     pool = read_trajectory_files(
         [Path(pool_path)], ["problem_id", "data_source", "prompt", "problem", "gold_answer", "level", "response"]
     )
     problems: dict[tuple[str, str], dict[str, Any]] = {}
     for row in pool.to_pylist():
         key = (row["data_source"], row["problem_id"])
-        entry = problems.get(key)
-        if entry is None:
-            problems[key] = {
-                "data_source": row["data_source"],
-                "prompt": [{"role": "user", "content": row["prompt"]}],
-                "ability": ABILITY,
-                "reward_model": {"style": REWARD_STYLE, "ground_truth": row["gold_answer"], "candidates": [row["response"]]},
-                "extra_info": {
-                    "index": len(problems),
-                    "problem_id": row["problem_id"],
-                    "problem": row["problem"],
-                    "level": row["level"],
-                },
-            }
-            continue
-        if entry["reward_model"]["ground_truth"] != row["gold_answer"]:
+        entry = problems.setdefault(key, {**row, "candidates": []})
+        if entry["gold_answer"] != row["gold_answer"]:
             raise StoreError(
                 f"{pool_path}: problem {row['problem_id']!r} of {row['data_source']!r} has two gold answers "
-                f"({entry['reward_model']['ground_truth']!r} and {row['gold_answer']!r})"
+                f"({entry['gold_answer']!r} and {row['gold_answer']!r})"
             )
-        entry["reward_model"]["candidates"].append(row["response"])
-    table = pa.Table.from_pylist(list(problems.values()), schema=RLEP_SCHEMA)
-    return write_parquet_atomic(Path(out_path), table)
+        entry["candidates"].append(row["response"])
+    return problems
+
+
+def _strict_filter(
+    problems: dict[tuple[str, str], dict[str, Any]], scorer_of: dict[tuple[str, str], str], verifier: Any
+) -> tuple[int, int]:
+    """Keep, per problem, only the answers verl's scorer for its row will score 1: returns (refused by the
+    boxed re-check, dropped because the row's scorer reads another format)."""
+    from verifiers import VerifierConfig, verify_batch  # the verifier's strict mode; data stays free of it otherwise
+
+    base = verifier if verifier is not None else VerifierConfig()
+    strict = base.model_copy(update={"answer_format": "boxed", "fallback_last_number": False})
+    other, pairs = 0, []
+    for key, entry in problems.items():
+        if scorer_of[key] in BOXED_SCORERS:
+            pairs += [(key, c) for c in entry["candidates"]]
+        else:
+            other += len(entry["candidates"])
+            entry["candidates"] = []
+    verdicts = verify_batch([c for _, c in pairs], [problems[k]["gold_answer"] for k, _ in pairs], config=strict)
+    kept: dict[tuple[str, str], list[str]] = {key: [] for key, _ in pairs}
+    for (key, candidate), verdict in zip(pairs, verdicts, strict=True):
+        if verdict.correct:
+            kept[key].append(candidate)
+    for key, candidates in kept.items():
+        problems[key]["candidates"] = candidates
+    return len(pairs) - sum(map(len, kept.values())), other
+
+
+def export_pool(
+    pool_path: Path | str,
+    out_path: Path | str,
+    *,
+    into: Path | str | None = None,
+    data_source: str | None = None,
+    prompt: Literal["raw", "rendered"] = "raw",
+    strict: bool = False,
+    verifier: Any = None,
+) -> ExportReport:
+    """Write the pool at `pool_path` (trajectory schema) as an RLEP/verl training file at `out_path`.
+
+    `into`: a verl training file to merge into (see the module docstring); otherwise a standalone file.
+    `data_source`: the scorer name written on every row. `prompt` (standalone only): the raw question
+    or the prompt the answers were sampled from. `strict`: re-check every answer in the verifier's boxed
+    mode (`verifier` gives the other verifier settings). Raises StoreError naming the file on a pool or
+    training file that cannot be used.
+    """
+    if data_source is not None and not known_scorer(data_source):
+        raise StoreError(f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
+                         f"(boxed answers: {', '.join(BOXED_SCORERS)})")  # fmt: skip
+    problems = _pool_problems(Path(pool_path))
+    if into is not None:
+        return _export_into(problems, Path(into), Path(out_path), data_source, strict, verifier)
+    written = {}
+    for key in problems:
+        source = key[0]
+        written[key] = data_source or (source if known_scorer(source) else DEFAULT_SCORER)
+    dropped = _strict_filter(problems, written, verifier) if strict else (0, 0)
+    rows = []
+    for key, entry in problems.items():
+        content = entry["problem"] if prompt == "raw" else entry["prompt"]
+        rows.append({
+            "data_source": written[key],
+            "prompt": [{"role": "user", "content": content}],
+            "ability": ABILITY,
+            "reward_model": {"style": REWARD_STYLE, "ground_truth": entry["gold_answer"], "candidates": entry["candidates"]},
+            "extra_info": {"index": len(rows), "problem_id": entry["problem_id"], "problem": entry["problem"],
+                           "level": entry["level"], "rlep_data_source": entry["data_source"]},
+        })  # fmt: skip
+    path = write_parquet_atomic(Path(out_path), pa.Table.from_pylist(rows, schema=RLEP_SCHEMA))
+    return ExportReport(
+        path=path, rows=len(rows), rows_with_candidates=sum(bool(r["reward_model"]["candidates"]) for r in rows),
+        candidates=sum(len(r["reward_model"]["candidates"]) for r in rows), pool_problems=len(problems),
+        unmatched_pool_problems=0, strict_dropped=dropped[0], strict_other_format=dropped[1],
+        data_sources={k[0]: v for k, v in written.items()},
+    )  # fmt: skip
+
+
+def _read_verl(path: Path) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
+    missing = [c for c in ("data_source", "prompt", "reward_model") if c not in table.column_names]
+    if missing:
+        raise StoreError(f"{path}: not an RLEP/verl file (missing columns {missing})")
+    return table
+
+
+def _row_texts(record: dict[str, Any], path: Path, number: int) -> set[str]:
+    """The problem texts a verl row is known by: its last user message, extra_info's problem / question."""
+    extra = record.get("extra_info") or {}
+    texts = {_user_content(record["prompt"], path, number), extra.get("problem"), extra.get("question")}
+    return {t for t in map(_norm_text, texts) if t}
+
+
+class _Matcher:
+    """Finds the training problem (or row) an imported / pooled problem is: the same id with no
+    disagreeing text, else the same problem text."""
+
+    def __init__(self, items: list[tuple[str, set[str], Any]]) -> None:
+        self.by_id = {ident: (texts, item) for ident, texts, item in items}
+        self.by_text: dict[str, Any] = {}
+        for _, texts, item in items:
+            for text in texts:
+                self.by_text.setdefault(text, item)
+
+    def match(self, ident: str | None, texts: set[str]) -> tuple[Any, str | None]:
+        found = self.by_id.get(ident) if ident is not None else None
+        if found is not None and (not texts or not found[0] or texts & found[0]):
+            return found[1], "id"
+        for text in texts:
+            if text in self.by_text:
+                return self.by_text[text], "text"
+        return None, None
+
+
+def _export_into(problems, into: Path, out_path: Path, data_source: str | None, strict: bool, verifier: Any) -> ExportReport:
+    table = _read_verl(into)
+    records = table.to_pylist()
+    matcher = _Matcher([
+        (_index_text(r), _row_texts(r, into, n), n) for n, r in enumerate(records)
+    ])  # fmt: skip
+    row_of: dict[tuple[str, str], int] = {}
+    for key, entry in problems.items():
+        texts = {t for t in map(_norm_text, (entry["problem"], entry["prompt"])) if t}
+        number, _ = matcher.match(entry["problem_id"], texts)
+        if number is not None:
+            row_of[key] = number
+    matched = {k: problems[k] for k in row_of}
+    scorer_of = {k: data_source or records[n]["data_source"] for k, n in row_of.items()}
+    dropped = _strict_filter(matched, scorer_of, verifier) if strict else (0, 0)
+    candidates: dict[int, list[str]] = {}
+    for key, number in row_of.items():
+        candidates.setdefault(number, []).extend(matched[key]["candidates"])
+    for number, record in enumerate(records):
+        record["reward_model"] = {**(record["reward_model"] or {}), "candidates": candidates.get(number, [])}
+        if data_source is not None:
+            record["data_source"] = data_source
+    schema = _with_candidates(table.schema)
+    path = write_parquet_atomic(out_path, pa.Table.from_pylist(records, schema=schema))
+    return ExportReport(
+        path=path, rows=len(records), rows_with_candidates=sum(bool(c) for c in candidates.values()),
+        candidates=sum(map(len, candidates.values())), pool_problems=len(problems),
+        unmatched_pool_problems=len(problems) - len(row_of), strict_dropped=dropped[0], strict_other_format=dropped[1],
+        data_sources={k[0]: v for k, v in scorer_of.items()},
+    )  # fmt: skip
+
+
+def _with_candidates(schema: pa.Schema) -> pa.Schema:
+    """The training file's own schema, its `reward_model` struct given a `candidates` list of strings."""
+    index = schema.get_field_index("reward_model")
+    reward_model = schema.field(index)
+    if not pa.types.is_struct(reward_model.type):
+        raise StoreError(f"reward_model is {reward_model.type}, not a struct: not a verl training file")
+    fields = [f for f in reward_model.type if f.name != "candidates"] + [pa.field("candidates", pa.list_(pa.string()))]
+    return schema.set(index, reward_model.with_type(pa.struct(fields)))
+
+
+def _index_text(record: dict[str, Any]) -> str | None:
+    index = (record.get("extra_info") or {}).get("index")
+    return None if index is None else str(index)
+
+
+@dataclass
+class ImportReport:
+    """What an import wrote, and how its problems matched the training problems (when given)."""
+
+    path: Path
+    rows: int  # answers written
+    problems: int  # problems with at least one answer
+    skipped_rows: int  # file rows without candidates (problems, not experience)
+    matched_by_id: int | None = None
+    matched_by_text: int | None = None
+    unmatched: int | None = None
+    gold_differs: int | None = None  # matched problems whose gold answer differs from the training problem's
+
+    @property
+    def match_rate(self) -> float | None:
+        if self.unmatched is None:
+            return None
+        return (self.matched_by_id + self.matched_by_text) / self.problems if self.problems else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path), "match_rate": self.match_rate}
 
 
 def import_pool(
@@ -143,51 +369,77 @@ def import_pool(
     run_id: str = "imported",
     model: str = IMPORT_DEFAULTS["model"],
     created_at: datetime | None = None,
-) -> Path:
+    problems: list[Problem] | None = None,
+) -> ImportReport:
     """Read an RLEP/verl file with `reward_model.candidates` and write one trajectory row per candidate.
 
-    Field mapping: `problem_id` is `extra_info.problem_id`, else `extra_info.index`, else the row number;
-    `prompt` is the content of the chat's last user message (system messages are dropped); `problem` is
-    `extra_info.problem`, else that same content; `level` is `extra_info.level`, else 0; `gold_answer` is
-    `ground_truth` as text (JSON for a list or mapping); `sample_index` is the candidate's position. All
-    other fields are `IMPORT_DEFAULTS`, with `created_at` one timestamp for the whole file (now unless
-    given). Raises StoreError naming the file when a required column or field is missing.
+    Field mapping: `problem_id` is `extra_info.problem_id`, else `extra_info.index` (as text), else the row
+    number; `data_source` is `extra_info.rlep_data_source`, else the row's; `prompt` is the content of the
+    chat's last user message; `problem` is `extra_info.problem`, else that same content; `level` is
+    `extra_info.level`, else 0; `gold_answer` is `ground_truth` as text (JSON for a list or mapping);
+    `sample_index` is the candidate's position. All other fields are `IMPORT_DEFAULTS`, with `created_at`
+    one timestamp for the whole file (now unless given).
+
+    `problems` (the training problems): each imported problem takes the id and data_source of the one it
+    matches (module docstring); unmatched ones keep their own, and the report counts both. Raises
+    StoreError naming the file when a required column or field is missing, when no row has a candidate,
+    or when `problems` are given and none matches; nothing is written then.
     """
     path = Path(path)
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowInvalid) as err:
-        raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
-    missing = [c for c in ("data_source", "prompt", "reward_model") if c not in table.column_names]
-    if missing:
-        raise StoreError(f"{path}: not an RLEP/verl file (missing columns {missing})")
+    table = _read_verl(path)
     created_at = created_at or datetime.now(timezone.utc)
-    rows = []
+    matcher = _Matcher([(p.id, _problem_texts(p), p) for p in problems]) if problems is not None else None
+    counts = {"id": 0, "text": 0, None: 0}
+    rows, skipped, solved, gold_differs = [], 0, 0, 0
     for number, record in enumerate(table.to_pylist()):
         reward_model = record["reward_model"] or {}
         if "ground_truth" not in reward_model:
             raise StoreError(f"{path}: row {number} has no reward_model.ground_truth")
+        candidates = reward_model.get("candidates") or []
+        if not candidates:
+            skipped += 1
+            continue
         extra = record.get("extra_info") or {}
         content = _user_content(record["prompt"], path, number)
-        problem_id = extra.get("problem_id") or (str(extra["index"]) if extra.get("index") is not None else str(number))
-        for index, candidate in enumerate(reward_model.get("candidates") or []):
-            rows.append(
-                {
-                    **IMPORT_DEFAULTS,
-                    "run_id": run_id,
-                    "model": model,
-                    "problem_id": problem_id,
-                    "data_source": record["data_source"],
-                    "prompt": content,
-                    "problem": extra["problem"] if extra.get("problem") is not None else content,
-                    "level": int(extra.get("level") or 0),
-                    "gold_answer": _as_text(reward_model["ground_truth"]),
-                    "response": candidate,
-                    "sample_index": index,
-                    "created_at": created_at,
-                }
-            )
-    return write_parquet_atomic(Path(out_path), to_table(rows), schema=TRAJECTORY_SCHEMA)
+        problem_id = extra.get("problem_id") or (_index_text(record) or str(number))
+        data_source = extra.get("rlep_data_source") or record["data_source"]
+        gold = _as_text(reward_model["ground_truth"])
+        solved += 1
+        if matcher is not None:
+            found, how = matcher.match(_index_text(record) if extra.get("problem_id") is None else problem_id,
+                                       _row_texts(record, path, number))  # fmt: skip
+            counts[how] += 1
+            if found is not None:
+                problem_id, data_source = found.id, found.data_source
+                gold_differs += found.answer != gold
+        for index, candidate in enumerate(candidates):
+            rows.append({
+                **IMPORT_DEFAULTS, "run_id": run_id, "model": model, "problem_id": problem_id, "data_source": data_source,
+                "prompt": content, "problem": extra["problem"] if extra.get("problem") is not None else content,
+                "level": int(extra.get("level") or 0), "gold_answer": gold, "response": candidate,
+                "sample_index": index, "created_at": created_at,
+            })  # fmt: skip
+    if not rows:
+        raise StoreError(f"{path}: none of its {table.num_rows} rows has reward_model.candidates, so there is no "
+                         "experience to import (a problem file: use it as --source instead)")  # fmt: skip
+    if matcher is not None and counts[None] == solved:
+        raise StoreError(f"{path}: none of its {solved} problems with candidates is among the {len(problems)} "
+                         "training problems (matched by extra_info.index, then by problem text)")  # fmt: skip
+    written = write_parquet_atomic(Path(out_path), to_table(rows), schema=TRAJECTORY_SCHEMA)
+    report = ImportReport(path=written, rows=len(rows), problems=solved, skipped_rows=skipped)
+    if matcher is not None:
+        report.matched_by_id, report.matched_by_text, report.unmatched = counts["id"], counts["text"], counts[None]
+        report.gold_differs = gold_differs
+    return report
+
+
+def _problem_texts(problem: Problem) -> set[str]:
+    extra = getattr(problem, "extra", None) or {}
+    texts = {problem.problem, extra.get("question")}
+    for message in getattr(problem, "messages", None) or ():
+        if message.get("role") == "user":
+            texts.add(message.get("content"))
+    return {t for t in map(_norm_text, texts) if t}
 
 
 def _user_content(prompt: Any, path: Path, number: int) -> str:

@@ -116,11 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pool", help="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, or a pool store (its latest version).")
     p.add_argument("--format", choices=["rlep"], default="rlep", help="Target layout [default: rlep].")
     p.add_argument("--out", required=True, help="Output .parquet file.")
+    p.add_argument("--into", default=None, help="A verl training file to merge into: all its rows and types kept, reward_model.candidates added (empty for unsolved problems).")
+    p.add_argument("--data-source", default=None, help="Scorer name (verl default_compute_score) for every row [default: the training file's; standalone: the pool's if verl knows it, else lighteval/MATH].")
+    p.add_argument("--prompt", choices=["raw", "rendered"], default="raw", help="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt [default: raw].")
+    p.add_argument("--strict", action="store_true", help="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number fallback); drop and count the rest.")
     p = pool_sub.add_parser("import", help="Read an RLEP/verl pool file into rlep's trajectory schema.")
     p.set_defaults(handler=_cmd_pool_import)
     p.add_argument("path", help="RLEP/verl .parquet file with reward_model.candidates.")
     p.add_argument("--out", required=True, help="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool).")
     p.add_argument("--run-id", default="imported", help="run_id of the imported rows [default: imported].")
+    p.add_argument("--problems", default=None, help="The training problems (a problem source): imported problems take their ids, matched by extra_info.index, else by problem text; the match rate is printed.")
+    p.add_argument("--problems-config", default=None, help="YAML of the --problems source's settings (columns, answer_format, ...).")
 
     p = sub.add_parser("serve", help="Register the deployments (collect, train, evaluate, pipeline, scheduled recollect) and run them.")
     p.set_defaults(handler=_cmd_serve)
@@ -234,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.models import ModelNotFound
     from tasks.training.checkpoint import CheckpointError
 
-    user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError)
+    user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError,
+                   PromptError)  # fmt: skip
     try:
+    from data.prompting import PromptError
         logged = args.command in (*_config_commands(), "study") or (args.command == "bench" and args.bench == "async")
         if args.verbose or not logged:
             return args.handler(args)

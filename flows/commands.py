@@ -180,6 +180,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             table.add_row(*(str(v) for v in row.values()))
         Console().print(table)
         args.path = str(store.latest() / POOL_FILE)
+    elif (Path(args.path) / POOL_FILE).is_file() and not (Path(args.path) / "trajectories").is_dir():
+        args.path = str(Path(args.path) / POOL_FILE)  # a pool alone, e.g. `rlep pool import --out DIR`
 
     try:
         summary = summarize(args.path, sample_rows=args.rows)
@@ -198,10 +200,17 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
     from data.pool import export_pool
 
     try:
-        path = export_pool(args.pool, args.out)
+        report = export_pool(args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
-    print(f"wrote {path} (RLEP/verl layout)")
+    into = f" merged into the rows of {args.into}" if args.into else ""
+    print(f"wrote {report.path} (RLEP/verl layout{into}): {report.rows} rows, {report.candidates} answers on "
+          f"{report.rows_with_candidates} of them; data_source {report.data_sources}")  # fmt: skip
+    if args.strict:
+        print(f"strict re-check: dropped {report.strict_dropped} answers verl's boxed scorer would score 0, and "
+              f"{report.strict_other_format} whose row's scorer reads another answer format")  # fmt: skip
+    if report.unmatched_pool_problems:
+        print(f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of {args.into}", file=sys.stderr)
     return 0
 
 
@@ -209,10 +218,20 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
     from data.pool import import_pool
 
     try:
-        path = import_pool(args.path, args.out, run_id=args.run_id)
+        problems = None
+        if args.problems:
+            from data.sources import ProblemSourceConfig, load_problems
+
+            problems = load_problems(build_config(ProblemSourceConfig, args.problems_config, {"source": args.problems}))
+        report = import_pool(args.path, args.out, run_id=args.run_id, problems=problems)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
-    print(f"wrote {path} (rlep trajectory schema)")
+    print(f"wrote {report.path} (rlep trajectory schema): {report.rows} answers to {report.problems} problems "
+          f"({report.skipped_rows} rows without candidates skipped)")  # fmt: skip
+    if report.match_rate is not None:
+        print(f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to {args.problems} "
+              f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by problem text; "
+              f"{report.gold_differs} with another gold answer)")  # fmt: skip
     return 0
 
 

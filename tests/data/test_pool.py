@@ -53,6 +53,29 @@ def test_export_takes_any_pool_path_train_takes_and_import_gives_one_back(tmp_pa
     assert read_pool(v2)[0] == v2 / "pool.parquet"
 
 
+def test_cli_import_matches_problems_reports_the_rate_and_inspect_reads_its_directory(tmp_path, capsys):
+    pool = _pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}")])
+    exported = tmp_path / "rlep.parquet"
+    assert main(["pool", "export", str(pool), "--out", str(exported), "--strict"]) == 0
+    assert "strict re-check: dropped 0 answers" in capsys.readouterr().out
+    # The training problems carry other ids; only the problem text is shared.
+    problems = tmp_path / "train.jsonl"
+    problems.write_text(json.dumps({"id": "t7", "problem": " p1=?  ", "answer": "1"}) + "\n")
+    assert main(["pool", "import", str(exported), "--out", str(tmp_path / "imported"), "--problems", str(problems)]) == 0
+    assert "matched 1 of 1 problems to " in (out := capsys.readouterr().out)
+    assert "(100.0%: 0 by extra_info.index, 1 by problem text; 0 with another gold answer)" in out
+    _, table = read_pool(tmp_path / "imported")
+    assert table["problem_id"].to_pylist() == ["t7"]
+    assert main(["inspect", str(tmp_path / "imported"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 1
+    # A problem file has no experience: exit 2, nothing written.
+    bare = tmp_path / "bare.parquet"
+    write_parquet_atomic(bare, [{"data_source": "d", "prompt": "p", "reward_model": {"style": "rule", "ground_truth": "1"}}])
+    assert main(["pool", "import", str(bare), "--out", str(tmp_path / "none")]) == 2
+    assert "none of its 1 rows has reward_model.candidates" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 def test_reader_refuses_a_file_that_is_not_a_pool(tmp_path):
     write_parquet_atomic(tmp_path / "pool.parquet", [{"problem_id": "p1", "response": "1"}])
     with pytest.raises(PoolError, match=f"{tmp_path / 'pool.parquet'}.*not a trajectory table"):
