@@ -199,6 +199,10 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # ... but a flow's and a task's own log lines (ours, prints, states) at INFO: at WARNING they never reach the
+    # run's Logs tab in the UI (a study run from its deployment had none). Their console copy is on stderr (rlep.log).
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "INFO")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' weight loading and saving bars
     logging.getLogger("vllm").setLevel(logging.WARNING)
 

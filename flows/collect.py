@@ -13,6 +13,7 @@ shards it is given, so generation is data-parallel over workers (on GPUs: `runne
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from prefect import flow, task
@@ -28,6 +29,7 @@ from data.inspect import summarize
 from data.pool import POOL_FILE
 from data.problem import Problem
 from flows.ray_runner import ray_task_runner
+from flows.runlog import send_logs_to_prefect
 from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
 from tasks.engines.cache import release_engines
 from tasks.runner import RunnerConfig, limit_threads, worker_threads
@@ -35,6 +37,7 @@ from tasks.runner import RunnerConfig, limit_threads, worker_threads
 generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
 verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")
 finalize_task = task(finalize, name="build-pool-and-manifest")
+log = logging.getLogger("rlep.collect")
 
 
 @task(name="publish-collection-artifacts")
@@ -84,6 +87,7 @@ def shards_flow(config: CollectConfig, model: str, work: list[tuple[int, list[Pr
     written = []
     for future in as_completed(futures):
         written.append(future.result())
+        log.info(f"shards sampled and verified: {len(written)}/{len(work)}")
         if artifact is not None:
             update_progress_artifact(artifact_id=artifact, progress=100.0 * len(written) / len(work))
     return written
@@ -92,9 +96,11 @@ def shards_flow(config: CollectConfig, model: str, work: list[tuple[int, list[Pr
 @flow(name="collect", log_prints=True)
 def collect_flow(config: CollectConfig = CollectConfig(), runner: RunnerConfig = RunnerConfig()) -> dict:
     """Sample, verify and store answers for `config.problems`; build the experience pool."""
+    send_logs_to_prefect()
     artifact = create_progress_artifact(progress=0.0, description=f"collection {config.resolved_run_id()}")
 
     def on_shard(done: int, total: int) -> None:
+        log.info(f"shards sampled and verified: {done}/{total}")
         update_progress_artifact(artifact_id=artifact, progress=100.0 * done / total)
 
     def on_ray(config: CollectConfig, model: str, work: list[tuple[int, list[Problem]]]) -> None:
@@ -108,5 +114,8 @@ def collect_flow(config: CollectConfig = CollectConfig(), runner: RunnerConfig =
     finally:
         release_engines()
     update_progress_artifact(artifact_id=artifact, progress=100.0)
+    pool = result["pool"]
+    log.info(f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers; "
+             + ", ".join(f"{k} {v:.1f} s" for k, v in result["timings"].items()))  # fmt: skip
     publish_artifacts(result["run_dir"])
     return result

@@ -7,19 +7,27 @@ deployment (`rlep serve`), or in Python: `evaluate_flow(EvalConfig(model="tiny",
 
 from __future__ import annotations
 
+import logging
+
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from data.run_layout import EvalRunLayout
+from flows.runlog import send_logs_to_prefect
 from tasks.evaluate import EvalConfig, EvalResult, evaluate
 
 evaluate_task = task(evaluate, name="evaluate-model")
+log = logging.getLogger("rlep.evaluate")
 
 
 @flow(name="evaluate", log_prints=True)
 def evaluate_flow(config: EvalConfig = EvalConfig()) -> EvalResult:
     """Evaluate `config.model` on `config.problems` with K = `config.samples` answers per problem."""
+    send_logs_to_prefect()
     result = evaluate_task(config, progress=True)
+    for row in result.rows:
+        log.info(f"{row['data_source']}: avg@{config.samples} {row['avg_at_k']:.3f}, pass@{config.samples} {row['pass_at_k']:.3f}, "
+                 f"maj@{config.samples} {row['maj_at_k']:.3f} over {row['n_problems']} problems")  # fmt: skip
     table = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in result.rows]
     create_table_artifact(key="eval-by-data-source", table=table, description=f"Evaluation of {config.model}")
     overall = result.overall()

@@ -6,10 +6,14 @@
 needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
 waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
 after another in this process. Finished runs are skipped, so a killed study resumes where it stopped.
+
+Each run's task logs its start, a line per training step and evaluation, and its end to its own Logs tab in
+the UI, on a Ray worker too (the worker sends them to the same Prefect API).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -17,19 +21,30 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.ray_runner import ray_task_runner
+from flows.runlog import flush_prefect_logs, send_logs_to_prefect
 from tasks.runner import worker_threads
 from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
 from tasks.study.report import claims_markdown
 
+log = logging.getLogger("rlep.study")
+
 
 @task(name="study-run", task_run_name="{run.key}")
 def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
-    return execute_run(run, needs, progress=False, threads=threads)
+    send_logs_to_prefect()  # in this process: on Ray, a worker's
+    log.info(f"{run.kind} run {run.key}: {run.config.out}")
+    try:
+        record = execute_run(run, needs, progress=False, threads=threads)
+        log.info(f"{run.key} done")
+        return record
+    finally:
+        flush_prefect_logs()  # a Ray worker may be stopped as soon as its last task returns
 
 
 @flow(name="study", log_prints=True)
 def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) -> str:
     """Run every (arm, seed) of `config` and write its statistics; returns the report's path."""
+    send_logs_to_prefect()
     config = with_models_resolved(config)
     runs = plan(config)
     if config.runner.kind == "ray":

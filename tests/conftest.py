@@ -131,3 +131,14 @@ def _assert_same_run(straight, resumed, steps: int, columns: tuple[str, ...]) ->
 def assert_same_run():
     """`assert_same_run(straight_dir, resumed_dir, steps, columns)`: see `_assert_same_run`."""
     return _assert_same_run
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One temporary Prefect server and database for the session (it takes ~10 s to start), for the tests that
+    need a server; yields its API URL. Its runs accumulate over the session: filter by flow run id."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()

@@ -9,7 +9,14 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from data.run_layout import TrainRunLayout
-from tasks.tracking import StepReport, TrackerUnavailable, check_tracker, eval_line, numeric_columns, step_line
+from tasks.tracking import (
+    StepReport,
+    TrackerUnavailable,
+    check_tracker,
+    eval_line,
+    numeric_columns,
+    step_line,
+)
 from tasks.training.config import TrainConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6}
