@@ -4,21 +4,31 @@ the Prefect UI, `--replay KIND` plus the kind's own flags on the command line)."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 _KIND = {"cli_flag": "replay"}
 
 
-class NoReplayConfig(BaseModel):
+class _GroupedBatch(BaseModel):
+    """A design whose step trains on its prompt groups (fresh, with replayed members or rows added)."""
+
+    batch_from_buffer: ClassVar[bool] = False
+
+    def trained_prompts(self, prompts_per_step: int, samples_per_prompt: int) -> float:
+        """The step's batch counted in prompts (what mini_batch_prompts divides)."""
+        return prompts_per_step
+
+
+class NoReplayConfig(_GroupedBatch):
     """Plain GRPO: every step trains on its fresh rollouts only."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["none"] = Field("none", description="Replay strategy.", json_schema_extra=_KIND)
 
 
-class RLEPReplayConfig(BaseModel):
+class RLEPReplayConfig(_GroupedBatch):
     """RLEP (Zhang et al. 2025, arXiv 2507.07451): each group = G fresh + M answers replayed from a fixed pool of
     verified successes for the same prompt; advantages over all G+M."""
 
@@ -64,8 +74,19 @@ class FIFOReplayConfig(BaseModel):
         None, ge=0, le=1_000_000, description="Rollouts more than this many policy versions old leave the buffer; null = only FIFO order."
     )
 
+    batch_from_buffer: ClassVar[bool] = True
 
-class PrioritizedReplayConfig(BaseModel):
+    def batch_rollouts(self, n_fresh: int) -> int:
+        """Rollouts trained per step: `batch_size`, or the fresh count / (1 - replay_ratio)."""
+        return self.batch_size if self.batch_size is not None else round(n_fresh / (1 - self.replay_ratio))
+
+    def trained_prompts(self, prompts_per_step: int, samples_per_prompt: int) -> float:
+        """The batch counted in prompts' worth of rollouts (batch / G), so FIFO makes as many updates as a grouped
+        design training on that many prompts."""
+        return self.batch_rollouts(prompts_per_step * samples_per_prompt) / samples_per_prompt
+
+
+class PrioritizedReplayConfig(_GroupedBatch):
     """Advantage-prioritized replay (arXiv 2606.04560): rollout-level buffer, age eviction, sampling by |advantage|,
     fresh-anchored batches."""
 

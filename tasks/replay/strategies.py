@@ -131,11 +131,6 @@ class FIFOReplay:
     def join(self, fresh: list[Group], step: int) -> list[Group]:
         return fresh
 
-    def batch_size(self, n_fresh: int) -> int:
-        if self.config.batch_size is not None:
-            return self.config.batch_size
-        return round(n_fresh / (1 - self.config.replay_ratio))
-
     def mix(self, groups: list[Group], step: int) -> list[Rollout]:
         fresh = [r for r in _flatten(groups) if r.origin == "fresh"]
         if self.config.max_age is not None:
@@ -143,7 +138,7 @@ class FIFOReplay:
             self.buffer = deque(kept, maxlen=self.config.buffer_size)
         self.buffer.extend(fresh)  # the oldest leave first when full
         first_fresh = len(self.buffer) - min(len(fresh), len(self.buffer))
-        wanted = min(self.batch_size(len(fresh)), len(self.buffer))
+        wanted = min(self.config.batch_rollouts(len(fresh)), len(self.buffer))
         if self.config.fresh_anchored:
             picks = self._draw(range(first_fresh), wanted - len(fresh))
             return fresh + [_as_replayed(self.buffer[i]) for i in picks]

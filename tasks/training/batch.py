@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.replay.base import Rollout
+from tasks.replay.base import Group, Rollout
 from tasks.training.logprobs import pad_sequences
 
 
@@ -17,7 +17,8 @@ class TrainingBatch:
 
     input_ids, attention_mask: [B, T]. Per next-token position ([B, T-1]): `mask` (1 on completion tokens),
     `behaviour_logp` (the generating policy's log-probs, 0 where unknown). Per sequence ([B]): `advantages`,
-    `is_replay`, `has_behaviour` (behaviour log-probs known), `age` (policy updates since generation).
+    `is_replay`, `has_behaviour` (behaviour log-probs known), `age` (policy updates since generation),
+    `group` (the index of the prompt group a row trains with, -1 for a row drawn on its own from a buffer).
     """
 
     input_ids: torch.Tensor
@@ -28,6 +29,7 @@ class TrainingBatch:
     is_replay: torch.Tensor
     has_behaviour: torch.Tensor
     age: torch.Tensor
+    group: torch.Tensor
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -48,11 +50,15 @@ class TrainingBatch:
             is_replay=self.is_replay[index],
             has_behaviour=self.has_behaviour[index],
             age=self.age[index],
+            group=self.group[index],
         )
 
 
-def build_batch(rollouts: Sequence[Rollout], pad_id: int, step: int) -> TrainingBatch:
-    """Tensors for `rollouts` (each with prompt/response token ids and an advantage)."""
+def build_batch(
+    rollouts: Sequence[Rollout], pad_id: int, step: int, groups: Sequence[int] | None = None
+) -> TrainingBatch:
+    """Tensors for `rollouts` (each with prompt/response token ids and an advantage); `groups[i]` is the prompt
+    group of rollout i (-1: none), default none."""
     prompts = [r.prompt_token_ids for r in rollouts]
     completions = [r.response_token_ids for r in rollouts]
     input_ids, attention_mask, mask = pad_sequences(prompts, completions, pad_id)
@@ -72,4 +78,46 @@ def build_batch(rollouts: Sequence[Rollout], pad_id: int, step: int) -> Training
         is_replay=torch.tensor([r.origin == "replay" for r in rollouts]),
         has_behaviour=has_behaviour,
         age=torch.tensor([r.age(step) for r in rollouts], dtype=torch.float32),
+        group=torch.tensor(list(groups) if groups is not None else [-1] * len(rollouts), dtype=torch.long),
     )
+
+
+def group_ids(groups: Sequence[Group], rollouts: Sequence[Rollout], from_buffer: bool = False) -> list[int]:
+    """The prompt group (index into `groups`) of each trained rollout, -1 for one that belongs to none (drawn on
+    its own from a buffer), so mini-batches keep groups whole. A batch drawn rollout by rollout from a buffer
+    (`from_buffer`, FIFO) has no groups: its draws are spread evenly."""
+    if from_buffer:
+        return [-1] * len(rollouts)
+    member = {id(r): gi for gi, g in enumerate(groups) for r in g.rollouts}
+    return [member.get(id(r), -1) for r in rollouts]
+
+
+def mini_batches(group: torch.Tensor, count: int, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Split B rows into exactly `count` mini-batches (sorted row indices each), one optimizer update each.
+
+    Counted in prompts, as verl's `ppo_mini_batch_size`: rows of one prompt group (`group[i] >= 0`) stay
+    together, the groups are dealt in turn (so each mini-batch gets the same number of groups when `count`
+    divides them), then rows without a group (`-1`: drawn one by one from a buffer) go one at a time to the
+    mini-batch with fewest rows. So the number of updates a step makes is fixed by configuration, never by
+    how many rows replay adds. `generator` shuffles groups and rows first (None: batch order).
+    """
+    if count < 1:
+        raise ValueError(f"mini-batch count must be >= 1, got {count}")
+    ids = group.tolist()
+    groups = sorted({g for g in ids if g >= 0})
+    loose = [i for i, g in enumerate(ids) if g < 0]
+    if len(groups) + len(loose) < count:
+        raise ValueError(f"{len(groups)} groups and {len(loose)} single rows cannot fill {count} mini-batches")
+    if generator is not None:
+        groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+        loose = [loose[i] for i in torch.randperm(len(loose), generator=generator).tolist()]
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(ids):
+        if g >= 0:
+            members.setdefault(g, []).append(i)
+    bins: list[list[int]] = [[] for _ in range(count)]
+    for n, g in enumerate(groups):
+        bins[n % count].extend(members[g])
+    for i in loose:
+        min(bins, key=len).append(i)  # first of the smallest: deterministic
+    return [torch.tensor(sorted(b), dtype=torch.long) for b in bins]

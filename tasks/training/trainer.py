@@ -44,6 +44,7 @@ import torch
 
 from data.fs import append_rows, write_parquet_atomic, write_text_atomic
 from data.problem import Problem, render_prompt
+from data.prompting import chat_tokenizer
 from data.run_layout import TrainRunLayout
 from data.sources import load_problems
 from data.trajectory import to_table
@@ -55,13 +56,13 @@ from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.replay.factory import pinned
 from tasks.training.advantages import fill_advantages
+from tasks.training.backend import PolicySpec, make_backend
 from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed, update_device
-from tasks.training.batch import build_batch
+from tasks.training.batch import build_batch, group_ids
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
 from tasks.training.losses import overlong_penalty
 from tasks.training.prompts import PromptSampler
-from tasks.training.update import policy_update
 from verifiers import rewards, verify_batch
 
 PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
@@ -95,7 +96,7 @@ class Trainer:
     """Holds the policy, its optimizer, the engine and the replay strategy of one run."""
 
     def __init__(self, config: TrainConfig, resume: bool = False, progress: bool = True) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         config = config.model_copy(update={"replay": pinned(config.replay)})  # resume replays the same pool version
         self.config = config
@@ -116,24 +117,16 @@ class Trainer:
         weights = str(checkpoint) if checkpoint else self.base_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
-        self.policy = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(self.device)
-        self.policy.eval()
-        self.ref_model = None
-        if config.loss.kl_coef > 0:  # frozen starting policy; not loaded at all when KL is off
-            self.ref_model = AutoModelForCausalLM.from_pretrained(self.base_model, dtype=torch.float32).to(self.device)
-            self.ref_model.requires_grad_(False).eval()
-        opt = config.optimizer
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), weight_decay=opt.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda n: min(1.0, (n + 1) / opt.warmup_steps) if opt.warmup_steps else 1.0
-        )
+        self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
+        # The policy, its optimizer and the KL reference (loaded only when KL is on) live in the backend.
+        reference = self.base_model if config.loss.kl_coef > 0 else None
+        self.backend = make_backend(PolicySpec(weights, config.optimizer, reference=reference, device=str(self.device)))
         self.replay = make_replay(config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems})
         self.sampler = PromptSampler(self.problems, seed=config.seed)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
         self.tokens_generated_total = 0
+        self.totals = {"optimizer_updates": 0, "tokens_trained": 0, "seconds": 0.0}  # cumulative cost of the run
         state = load_trainer_state(checkpoint) if checkpoint else {}
         if checkpoint:
             self._restore(state)
@@ -142,7 +135,7 @@ class Trainer:
         self.engine = self._start_engine(weights)
         self.feed = RolloutFeed(
             self.engine, config.mode, config.max_staleness, config.steps, lambda: self.sampler.next(config.prompts_per_step),
-            self._sampling, config.prompt_template, version=self.step,
+            self._sampling, config.prompt_template, version=self.step, chat=self.chat,
         )  # fmt: skip
         if "feed" in state:
             self.feed.load_state_dict(state["feed"])
@@ -175,16 +168,16 @@ class Trainer:
         with timer("replay"):
             rollouts = self.replay.mix(groups, step)
         with timer("train"):
-            batch = build_batch(rollouts, self.tokenizer.pad_token_id, step)
-            train_metrics = policy_update(
-                self.policy, self.optimizer, self.scheduler, batch, config.loss, config.optimizer.grad_clip,
-                ppo_epochs=config.ppo_epochs, mini_batch_size=config.mini_batch_size,
-                micro_batch_size=config.micro_batch_size, ref_model=self.ref_model,
+            batch = build_batch(rollouts, self.tokenizer.pad_token_id, step, group_ids(groups, rollouts, config.replay.batch_from_buffer))
+            train_metrics = self.backend.update(
+                batch, config.loss, config.optimizer.grad_clip,
+                ppo_epochs=config.ppo_epochs, updates_per_epoch=config.updates_per_epoch(),
+                micro_batch_size=config.micro_batch_size,
                 horizon=config.max_tokens, generator=self.torch_generator, temperature=config.temperature,
                 before_micro_batch=self._share_cores if config.mode == "async" else None,
             )  # fmt: skip
         with timer("sync"):
-            self.feed.publish(step, self.policy.state_dict())
+            self.feed.publish(step, self.backend.full_state_dict())
         self.step = step
         self._write_rows(fresh, rollouts, step)
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)
@@ -203,7 +196,7 @@ class Trainer:
         """The step's fresh answers as groups, each rollout with the policy version that generated it."""
         groups, sampling = [], arrival.sampling
         for problem, group in zip(arrival.problems, arrival.completions):
-            prompt = render_prompt(problem, self.config.prompt_template)
+            prompt = render_prompt(problem, self.config.prompt_template, self.chat)
             rollouts = [
                 Rollout(
                     problem_id=problem.id, data_source=problem.data_source, prompt=prompt, gold_answer=problem.answer,
@@ -264,9 +257,11 @@ class Trainer:
             "replay_accuracy": float(np.mean([bool(r.correct) for r in replayed])) if replayed else float("nan"),
             "batch_size": len(rollouts),
             "response_length_mean": float(np.mean([len(r.response_token_ids) for r in fresh_rollouts])),
-            "lr": self.scheduler.get_last_lr()[0],
+            "lr": self.backend.lr(),
             "tokens_generated_total": self.tokens_generated_total,
             **{k: float(v) for k, v in train_metrics.items()},
+            "optimizer_updates": int(train_metrics["optimizer_updates"]),
+            "tokens_trained": int(train_metrics["tokens_trained"]),
             **{f"time_{phase}": timer.seconds.get(phase, 0.0) for phase in PHASES},
             **{f"replay_{k}": float(v) for k, v in self.replay.stats().items()},
             "staleness_mean": float(np.mean(staleness)),
@@ -278,6 +273,10 @@ class Trainer:
         }
         now = time.perf_counter()  # wall time between the ends of consecutive steps (evaluation and saves excluded)
         row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
+        for name, value in (("optimizer_updates", row["optimizer_updates"]), ("tokens_trained", row["tokens_trained"]),
+                            ("seconds", row["time_step"])):  # fmt: skip
+            self.totals[name] += value
+            row[f"{name}_total"] = self.totals[name]
         append_rows(self.layout.metrics, [row])
         return row
 
@@ -299,7 +298,8 @@ class Trainer:
         k = self.config.eval_samples
         sampling = SamplingConfig(n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.max_tokens, seed=self.config.seed)
         result = evaluate_with_engine(
-            self.engine, self.eval_problems, sampling, self.config.verifier, self.config.prompt_template, step=step
+            self.engine, self.eval_problems, sampling, self.config.verifier, self.config.prompt_template, step=step,
+            chat=self.chat,
         )
         append_rows(self.layout.eval, result.rows)
         return result.rows
@@ -308,31 +308,24 @@ class Trainer:
         state = {
             "step": step,
             "tokens_generated_total": self.tokens_generated_total,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "totals": dict(self.totals),
+            **self.backend.training_state(),  # optimizer and scheduler
             "replay": self.replay.state_dict(),
             "sampler": self.sampler.state_dict(),
             "feed": self.feed.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "torch_generator": self.torch_generator.get_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},  # fmt: skip
+            "rng": {**self.backend.rng_state(), "torch_generator": self.torch_generator.get_state()},
         }
-        return save_checkpoint(self.out, step, self.policy, self.tokenizer, state, keep=self.config.keep_checkpoints)
+        return save_checkpoint(self.out, step, self.backend, self.tokenizer, state, keep=self.config.keep_checkpoints)
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
         self.tokens_generated_total = state["tokens_generated_total"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.totals.update(state.get("totals", {}))
+        self.backend.load_training_state(state)
         self.replay.load_state_dict(state["replay"])
         self.sampler.load_state_dict(state["sampler"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        self.backend.load_rng_state(state["rng"])
         self.torch_generator.set_state(state["rng"]["torch_generator"])
-        if state["rng"].get("cuda") is not None and torch.cuda.is_available():  # dropout on a GPU draws from these
-            for device, rng in enumerate(state["rng"]["cuda"][: torch.cuda.device_count()]):
-                torch.cuda.set_rng_state(rng, device)
 
     def _prepare_out_dir(self) -> None:
         """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
@@ -354,6 +347,7 @@ class Trainer:
 
     def close(self) -> None:
         self.feed.close()
+        self.backend.close()
         torch.set_num_threads(self.torch_threads)
 
     # ------------------------------------------------------------------ the run

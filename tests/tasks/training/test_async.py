@@ -156,7 +156,7 @@ def test_truncated_is_weights_apply_to_stale_fresh_rollouts(fixture_model, tmp_p
     add = update._Accumulator.add
     monkeypatch.setattr(update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1])
     monkeypatch.setattr(update._Accumulator, "add", lambda self, part, *a: (parts.append(part), add(self, part, *a))[1])
-    config = _config(fixture_model, tmp_path / "tis", steps=3, mini_batch_size=6,
+    config = _config(fixture_model, tmp_path / "tis", steps=3, mini_batch_prompts=1,
                      loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8})  # fmt: skip
     metrics = _run(config)
     stale, current = [], []
@@ -302,7 +302,7 @@ def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch
     # The generator fails: weights it cannot load (a name the model does not have).
     trainer = Trainer(_config(fixture_model, tmp_path / "generator-error", steps=4), progress=False)
     pid = trainer.engine.pid
-    trainer.policy.state_dict = lambda: {"no.such.weight": torch.zeros(3)}
+    trainer.backend.full_state_dict = lambda: {"no.such.weight": torch.zeros(3)}
     with pytest.raises(GeneratorError, match=f"generator process {pid} failed"):
         try:
             trainer.run()

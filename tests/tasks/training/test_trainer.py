@@ -124,12 +124,12 @@ def _run(config, spy=None):
 
 @pytest.mark.slow
 def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
-    # Default loss and mini-batches (64 sequences): 16 prompts x 8 = 128 sequences = 2 updates per step.
+    # Default loss and mini-batches (8 prompts): 16 prompts per step = 2 updates per step.
     config = TrainConfig.model_validate(dict(
         model=fixture_model, out=str(tmp_path / "clip"), steps=2, prompts_per_step=16, samples_per_prompt=8, max_tokens=12,
         eval_every=0, save_every=0, problems={**PROBLEMS, "limit": 32}, engine={"backend": "vllm", "max_num_seqs": 64},
         eval_problems={"source": "tiny-math", "split": "test", "limit": 4}, loss={"overlong_buffer": 8}))  # fmt: skip
-    assert config.mini_batch_size == 64 and config.loss == type(config.loss)(overlong_buffer=8)
+    assert config.updates_per_epoch() == 2 and config.loss == type(config.loss)(overlong_buffer=8)
     metrics = _run(config)
     assert (metrics.clip_frac_low + metrics.clip_frac_high > 0).all()
     assert (metrics.ratio_mean != 1.0).all()
@@ -188,7 +188,7 @@ def test_truncated_is_weights_apply_to_stale_rows_only(fixture_model, tmp_path, 
     monkeypatch.setattr(update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1])
     monkeypatch.setattr(update._Accumulator, "add", lambda self, part, *a: (parts.append(part), add(self, part, *a))[1])
     replay = {"kind": "fifo", "batch_size": 16, "buffer_size": 64}
-    config = _config(fixture_model, tmp_path / "tis", replay, steps=3, eval_every=0, save_every=0, mini_batch_size=8,
+    config = _config(fixture_model, tmp_path / "tis", replay, steps=3, eval_every=0, save_every=0, mini_batch_prompts=1,
                      loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8})  # fmt: skip
     metrics = _run(config)
     assert len(weights) == len(parts) > 0
@@ -248,7 +248,7 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
     config = _config(fixture_model, tmp_path / "kl", replay, steps=2, eval_every=0, save_every=0,
                      loss={"kl_coef": 0.1, "kl_estimator": "k3", "is_correction": "truncate", "overlong_buffer": 8})  # fmt: skip
     trainer = Trainer(config, progress=False)
-    assert trainer.ref_model is not None
+    assert trainer.backend.reference is not None
     try:
         trainer.run()
     finally:
@@ -260,7 +260,7 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
     assert (metrics.is_ratio_mean == 1.0).all()
     no_kl = Trainer(_config(fixture_model, tmp_path / "nokl", {"kind": "none"}, steps=1), progress=False)
     try:
-        assert no_kl.ref_model is None  # no reference model is loaded when kl_coef is 0
+        assert no_kl.backend.reference is None  # no reference model is loaded when kl_coef is 0
     finally:
         no_kl.close()
 

@@ -29,11 +29,11 @@ def _batch(n=7):
     return build_batch(rollouts, pad_id=0, step=1)
 
 
-def _step(model, batch, loss, micro, ref=None, epochs=1, mini=None, lr=0.1):
+def _step(model, batch, loss, micro, ref=None, epochs=1, updates=1, lr=0.1):
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
-    metrics = policy_update(model, opt, sched, batch, loss, grad_clip=1e9, ppo_epochs=epochs, mini_batch_size=mini,
+    metrics = policy_update(model, opt, sched, batch, loss, grad_clip=1e9, ppo_epochs=epochs, updates_per_epoch=updates,
                             micro_batch_size=micro, ref_model=ref, horizon=12,
                             generator=torch.Generator().manual_seed(1))  # fmt: skip
     return model, metrics
@@ -49,13 +49,13 @@ def test_micro_batches_give_the_same_update(fixture_model, aggregation):
             p.add_(0.01 * torch.randn_like(p))
     batch = _batch()
     loss = LossConfig(aggregation=aggregation, kl_coef=0.5, is_correction="truncate")
-    for kwargs in ({}, {"epochs": 2, "mini": 4}):
+    for kwargs in ({}, {"epochs": 2, "updates": 2}):
         whole, m_whole = _step(base, batch, loss, micro=None, ref=ref, **kwargs)
         split, m_split = _step(base, batch, loss, micro=2, ref=ref, **kwargs)
         moved = sum((a - b).abs().sum() for a, b in zip(whole.parameters(), base.parameters()))
         assert moved > 1e-3  # the step did something
         for a, b in zip(whole.parameters(), split.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)  # float summation order differs
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # float summation order differs
         for name in ("loss", "kl", "entropy", "clip_frac_low", "ratio_mean", "is_ratio_mean", "logprob_mismatch"):
             assert m_split[name] == pytest.approx(m_whole[name], rel=1e-3, abs=1e-5), name
 
@@ -70,7 +70,7 @@ def test_one_update_per_step_never_clips_and_several_do(base_model):
     loss = LossConfig()
     _, single = _step(base_model, batch, loss, micro=None, lr=2.0)
     assert single["ratio_mean"] == pytest.approx(1.0) and single["clip_frac_low"] == single["clip_frac_high"] == 0
-    _, several = _step(base_model, batch, loss, micro=None, mini=4, lr=2.0)  # 4 updates against fixed old log-probs
+    _, several = _step(base_model, batch, loss, micro=None, updates=4, lr=2.0)  # 4 updates against fixed old log-probs
     assert several["clip_frac_low"] + several["clip_frac_high"] > 0
     assert several["ratio_mean"] != pytest.approx(1.0, abs=1e-4)
 
@@ -92,7 +92,7 @@ def test_token_mean_over_fresh_tokens_scales_the_step_by_the_fresh_share(base_mo
 def test_asymre_objective_ignores_the_ratio(base_model):
     batch = _batch()
     loss = LossConfig(objective="asymre")
-    model, metrics = _step(base_model, batch, loss, micro=3, mini=4, epochs=2)
+    model, metrics = _step(base_model, batch, loss, micro=3, updates=2, epochs=2)
     assert "clip_frac_low" not in metrics and 0 < metrics["positive_token_frac"] < 1
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base_model.parameters()))
 
