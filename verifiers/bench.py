@@ -24,6 +24,7 @@ Also reported, for load tests: peak RSS of this process (`ru_maxrss`) and of the
 before the pool closes), and whether any worker process is left after the pool is closed.
 
 Reported: verdicts/s of each, the ratio, agreement on benign pairs (with examples of disagreements),
+false positives and false negatives of each against the corpus's truth by construction (`errors`),
 p50/p99 of per-answer latency (our workers' time per answer; math-verify's wall time per pair), and the
 verdict reasons. The JSON lands in `out_dir/verify-<timestamp>.json`.
 
@@ -168,6 +169,10 @@ def run_verify_bench(
             "ours": sum(v.correct for v in ours_benign) / max(len(benign), 1),
             "math_verify": sum(plain) / max(len(benign), 1),
         },
+        "errors": {
+            "ours": error_counts(benign, [v.correct for v in ours_benign]),
+            "math_verify": None if skip_math_verify else error_counts(benign, plain),
+        },
         "disagreements_by_kind": dict(Counter(d["kind"] for d in disagreements)),
         "disagreement_examples": disagreements[:40],
     }
@@ -177,6 +182,19 @@ def run_verify_bench(
     report["path"] = str(path)
     _print_summary(console, report)
     return report
+
+
+def error_counts(pairs: list[BenchPair], verdicts: list[bool]) -> dict:
+    """False positives (a wrong answer judged correct: the worst error a reward can make) and false
+    negatives (a right answer judged wrong), against each pair's truth by construction, with examples."""
+    false_positives = [p for p, correct in zip(pairs, verdicts, strict=True) if correct and p.expected is False]
+    false_negatives = [p for p, correct in zip(pairs, verdicts, strict=True) if not correct and p.expected]
+    return {
+        "false_positives": len(false_positives),
+        "false_negatives": len(false_negatives),
+        "false_positive_examples": [{"gold": p.gold, "response": p.response[:200]} for p in false_positives[:10]],
+        "false_negative_examples": [{"gold": p.gold, "response": p.response[:200]} for p in false_negatives[:10]],
+    }
 
 
 def _workers_peak_rss_mb(pids: list[int]) -> float:
@@ -271,6 +289,12 @@ def _print_summary(console: Console, report: dict) -> None:
             f"speed-up (benign) {report['speedup_benign']:.1f}x, "
             f"agreement (benign) {report['agreement_benign']:.2%}"
         )
+    for name, errors in report["errors"].items():
+        if errors is not None:
+            console.print(
+                f"{name} on benign pairs: {errors['false_positives']} false positives (wrong answers judged "
+                f"correct), {errors['false_negatives']} false negatives (right answers judged wrong)"
+            )
     console.print(
         f"hostile share {report['hostile_share']:.0%}, hostile reasons {report['ours']['hostile_reasons']}, "
         f"hostile max {report['ours']['hostile_max_seconds']:.2f} s, kills {report['ours']['kills']}"

@@ -24,6 +24,9 @@ class BenchPair:
     gold: str
     kind: str
     hostile: bool = False
+    # Whether the written answer is right, by construction (None for hostile pairs): the truth against
+    # which false positives and false negatives are counted.
+    expected: bool | None = None
 
 
 def build_corpus(n_pairs: int, seed: int = 0, hostile_share: float = HOSTILE_SHARE) -> list[BenchPair]:
@@ -54,7 +57,7 @@ def _arithmetic_pair(rng: random.Random) -> BenchPair:
     # Gold strings as tiny-math writes them: integers, reduced fractions, decimals without trailing zeros.
     gold = _decimal(value) if kind == "decimal" else _canonical(value)
     answer = value if rng.random() >= WRONG_SHARE else value + rng.choice((1, -1, 10, Fraction(1, 2)))
-    return BenchPair(_render(rng, rng.choice(_written_forms(answer))), gold, kind)
+    return BenchPair(_render(rng, rng.choice(_written_forms(answer))), gold, kind, expected=answer == value)
 
 
 def _canonical(value: Fraction) -> str:
@@ -139,7 +142,7 @@ def _latex_case(rng: random.Random) -> tuple[str, str, str]:
 def _latex_pair(rng: random.Random) -> BenchPair:
     gold, right, wrong = _latex_case(rng)
     answer = right if rng.random() >= WRONG_SHARE else wrong
-    return BenchPair(_render(rng, answer), gold, "latex")
+    return BenchPair(_render(rng, answer), gold, "latex", expected=answer is right)
 
 
 _HOSTILE_RESPONSES = (

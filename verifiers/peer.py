@@ -13,7 +13,8 @@ Each case is judged as math-verify judges it: both strings are *responses* (extr
 too), and the expected value is the one written in their table. Their `match_types` map onto our one
 extraction switch: a case whose match types include `"expr"` (bare expressions and numbers anywhere in
 the text) runs with `fallback_last_number=True`, a LaTeX-only case with it off. Agreement is the share
-of cases where our verdict equals that expected value. Plain math-verify is run on the same cases too,
+of cases where our verdict equals that expected value; the disagreements are split into false positives
+(expected wrong, judged correct) and false negatives. Plain math-verify is run on the same cases too,
 as their test does (its parse and verify, their extraction configs, in this process), so the two
 agreements come from one run.
 """
@@ -124,6 +125,8 @@ def run_peer_cases(cases: list[PeerCase], config=None) -> dict:
     return {
         "n_cases": len(cases),
         "agree": len(cases) - len(disagreements),
+        "false_positives": sum(not row["expected"] for row in disagreements),
+        "false_negatives": sum(row["expected"] for row in disagreements),
         "agreement": (len(cases) - len(disagreements)) / max(len(cases), 1),
         "disagreements": disagreements,
     }
@@ -138,7 +141,7 @@ def math_verify_agreement(cases: list[PeerCase]) -> dict:
         "latex": lambda: math_verify.LatexExtractionConfig(boxed_match_priority=0),
         "expr": lambda: math_verify.ExprExtractionConfig(),
     }
-    agree, failed = 0, []
+    agree, false_positives, false_negatives, failed = 0, 0, 0, []
     for case in cases:
         targets = [configs[kind]() for kind in case.match_types]
         try:
@@ -147,7 +150,15 @@ def math_verify_agreement(cases: list[PeerCase]) -> dict:
         except Exception as err:  # a peer failure counts as a disagreement, with its message
             verdict, failed = None, [*failed, f"{case.source}: {type(err).__name__}: {err}"]
         agree += verdict is case.expected
-    return {"agree": agree, "agreement": agree / max(len(cases), 1), "errors": failed}
+        false_positives += verdict is True and not case.expected
+        false_negatives += verdict is not True and case.expected
+    return {
+        "agree": agree,
+        "agreement": agree / max(len(cases), 1),
+        "false_positives": false_positives,
+        "false_negatives": false_negatives,
+        "errors": failed,
+    }
 
 
 def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), workers: int | None = None) -> dict:
@@ -183,5 +194,10 @@ def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), worker
     console.print(
         f"peer agreement: rlep {report['agree']} of {report['n_cases']} ({report['agreement']:.1%}), "
         f"plain math-verify {peer['agree']} of {report['n_cases']} ({peer['agreement']:.1%}); wrote {path}"
+    )
+    console.print(
+        f"false positives (expected wrong, judged correct): rlep {report['false_positives']}, math-verify "
+        f"{peer['false_positives']}; false negatives: rlep {report['false_negatives']}, math-verify "
+        f"{peer['false_negatives']}"
     )
     return report

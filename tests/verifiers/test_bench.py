@@ -42,6 +42,34 @@ def test_report_is_written_and_no_worker_is_left(tmp_path):
     assert sum(written["ours_benign"]["reasons"].values()) == written["n_benign"]
     assert written["worker_peak_rss_mb"] > 10  # a worker with sympy loaded is tens of MiB
     assert written["caller_peak_rss_mb"] > 10
+    # False positives and false negatives, each side, against the corpus's truth by construction.
+    for side in ("ours", "math_verify"):
+        errors = written["errors"][side]
+        assert errors["false_positives"] >= 0 and errors["false_negatives"] >= 0
+        assert len(errors["false_positive_examples"]) == min(errors["false_positives"], 10)
+
+
+def test_error_counts_split_false_positives_from_false_negatives():
+    from verifiers.bench import error_counts
+    from verifiers.bench_corpus import BenchPair
+
+    pairs = [
+        BenchPair("\\boxed{1}", "1", "integer", expected=True),
+        BenchPair("\\boxed{2}", "1", "integer", expected=False),
+        BenchPair("\\boxed{3}", "1", "integer", expected=False),
+        BenchPair("x" * 10, "1", "hostile", hostile=True),
+    ]
+    errors = error_counts(pairs, [False, True, False, True])
+    assert (errors["false_positives"], errors["false_negatives"]) == (1, 1)
+    assert errors["false_positive_examples"] == [{"gold": "1", "response": "\\boxed{2}"}]
+
+
+def test_corpus_knows_which_answers_are_right():
+    corpus = build_corpus(2000, seed=4)
+    benign = [pair for pair in corpus if not pair.hostile]
+    assert all(pair.expected is not None for pair in benign)
+    assert 0.2 < sum(not pair.expected for pair in benign) / len(benign) < 0.4
+    assert all(pair.expected is None for pair in corpus if pair.hostile)
 
 
 _PEER_FILE = '''
@@ -88,7 +116,19 @@ def test_peer_cases_are_the_latex_default_setting_rows(tmp_path):
     # A bare number counts only where the case's match types include expressions (our last-number fallback).
     report = run_peer_cases(cases)
     assert (report["agree"], report["n_cases"], report["disagreements"]) == (5, 5, [])
-    assert math_verify_agreement(cases)["agree"] == 5
+    assert (report["false_positives"], report["false_negatives"]) == (0, 0)
+    peer = math_verify_agreement(cases)
+    assert (peer["agree"], peer["false_positives"], peer["false_negatives"]) == (5, 0, 0)
+
+
+def test_peer_disagreements_are_split_into_false_positives_and_negatives():
+    cases = [
+        PeerCase("t::a", "$1$", "$1$", False, ("latex",)),  # judged equal, expected not: a false positive
+        PeerCase("t::b", "$1$", "$2$", True, ("latex",)),  # a false negative
+        PeerCase("t::c", "$1$", "$2$", False, ("latex",)),
+    ]
+    report = run_peer_cases(cases)
+    assert (report["agree"], report["false_positives"], report["false_negatives"]) == (1, 1, 1)
 
 
 def test_peer_needs_a_checkout(tmp_path):
