@@ -74,3 +74,26 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
     log = (out / "rlep.log").read_text()
     assert "step 2/2" in log  # the console copy of the same lines, with the libraries' output
     assert "step 2/2" not in done.stdout + done.stderr and "Beginning flow run" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_study_run_on_a_ray_worker_logs_its_steps_to_its_task_run(prefect_server, fixture_model, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
+
+    from flows.study import study_flow
+    from tasks.study import StudyConfig
+
+    out = tmp_path / "study"
+    train = {**SETTINGS, "model": fixture_model, "tracker": "tensorboard"}
+    config = StudyConfig.model_validate({"out": str(out), "seeds": [0], "train": train, "arms": {"baseline": {"replay": {"kind": "none"}}},
+                                         "evaluate": {"samples": 1}, "runner": {"kind": "ray", "max_parallel": 1}})  # fmt: skip
+    study_flow(config)
+    start = f"train run baseline/seed-0: {out / 'runs' / 'baseline' / 'seed-0'}"
+    with get_client(sync_client=True) as client:  # the session's server: this test's run is the one with this start line
+        runs = [t for t in client.read_task_runs() if t.name == "baseline/seed-0"]
+        logs = [[log.message for log in client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=[t.id])))] for t in runs]
+    (messages,) = [m for m in logs if start in m]
+    assert [m.split("  ")[0] for m in messages if m.startswith("step ")] == ["step 1/2", "step 2/2"]
+    assert "baseline/seed-0 done" in messages
+    assert TrainRunLayout(out / "runs" / "baseline" / "seed-0").tensorboard.is_dir()
