@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Short on purpose: the default model is character-level, so every prompt character costs a token.
@@ -15,6 +15,11 @@ class Problem:
 
     `id` is unique within a source; `data_source` names the family (e.g. `tiny-math/frac`) so that
     metrics can be reported per family; `level` is a difficulty level (1 = easiest) or 0 when unknown.
+    `messages` keeps a chat prompt as the file gave it (a tuple of {role, content} dicts, e.g. verl's
+    `prompt` column; `problem` is then its last user message) so a chat template can render it; None for
+    plain-text problems. `extra` keeps source fields a writer needs to give a row back in its own layout
+    (for verl's: `data_source`, `ability`, `reward_style`, `index` with its original type, `split`,
+    `question`; see data/verl_format.py); None when there are none. Both stay out of the hash.
     """
 
     id: str
@@ -22,6 +27,8 @@ class Problem:
     answer: str
     data_source: str
     level: int = 0
+    messages: tuple[dict[str, str], ...] | None = field(default=None, hash=False)
+    extra: dict[str, Any] | None = field(default=None, hash=False)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -39,5 +46,5 @@ def render_prompt(problem: Problem | str, template: str = DEFAULT_PROMPT_TEMPLAT
         return template.format(problem=text)
     from data.prompting import render_chat
 
-    own = getattr(problem, "messages", None)  # a chat kept from the source (verl rows)
+    own = problem.messages if isinstance(problem, Problem) else None
     return render_chat(chat, own or [{"role": "user", "content": template.format(problem=text)}])

@@ -1,31 +1,49 @@
 """Problem sources: the built-in tiny-math generator, local JSONL / Parquet / CSV files, Hugging Face datasets.
 
-`load_problems(ProblemSourceConfig(...))` is the one entry point. Every failure a user can cause (unknown
-source, missing column, empty or unreadable file, bad encoding) raises `ProblemSourceError` with one
-message naming the file and the column; the CLI turns it into exit code 2 before anything is written.
+`load_problems(ProblemSourceConfig(...))` is the one entry point (`load_source` also returns what was left
+out and why). A file is read in one of two layouts: `columns` (a text column per field, named by the
+`*_column` settings) or verl's preprocessed layout (data/verl_format.py: chat `prompt`, `reward_model.
+ground_truth`, `extra_info.index`), detected when a file has verl's columns. Gold answers are read by the
+conventions of the projects that wrote the files (data/gold_answers.py). Every failure a user can cause
+(unknown source, missing column, a list where text belongs, empty or unreadable file, a split the file
+does not have) raises `ProblemSourceError` with one message naming the file, the row and the column; the
+CLI turns it into exit code 2 before anything is written.
+
+Rows without a usable answer (empty, NuminaMath's `proof` / `notfound`, a solution with no final box) stop
+the load by default, naming the row; `invalid_rows: skip` leaves them out and reports how many, per reason.
+Stopping is the default because skipping changes which problems a run trains or is scored on, which a user
+should choose knowingly (a benchmark with rows silently left out is no longer the published benchmark).
 """
 
 from __future__ import annotations
 
-import csv
 import json
+import logging
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from data import tiny_math
+from data.columns import (
+    CellError,
+    cell,
+    chat_messages,
+    column_names,
+    has_column,
+    is_chat_messages,
+    last_user_message,
+    text_cell,
+)
+from data.gold_answers import NO_ANSWER_VALUES, difficulty_level, gsm8k_final_answer, last_boxed_answer
 from data.problem import Problem
-from verifiers.extract import answer_in_solution
+from data.source_rows import HF_PREFIX, LOCAL_SUFFIXES, ProblemSourceError, file_rows, hf_rows, peek_columns
+from data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
 
-LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-HF_PREFIX = "hf:"
-
-
-class ProblemSourceError(ValueError):
-    """A problem source that cannot be read as asked; the message names the file and the column."""
-
+log = logging.getLogger(__name__)
 
 class ProblemSourceConfig(BaseModel):
     """Where problems come from and how to read them."""
@@ -38,7 +56,17 @@ class ProblemSourceConfig(BaseModel):
         description="`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a "
         "Hugging Face dataset already in the local datasets cache (this machine cannot download).",
     )
-    split: str = Field("train", min_length=1, description="Split to load: tiny-math has `train` and `test`.")
+    split: str = Field(
+        "train",
+        min_length=1,
+        description="Split to load: tiny-math has `train` and `test`; `hf:` datasets their own; a local file only "
+        "if it has a split column (see split_column), else the file is read whole.",
+    )
+    subset: str | None = Field(
+        None,
+        min_length=1,
+        description="`hf:` sources: the dataset's subset (config name), e.g. `main` for openai/gsm8k.",
+    )
     limit: int | None = Field(None, ge=1, description="Keep at most this many problems (first ones).")
     seed: int = Field(0, ge=0, description="Seed of the tiny-math generator (tiny-math only).")
     tiny_math_size: int = Field(
@@ -54,35 +82,93 @@ class ProblemSourceConfig(BaseModel):
         min_length=1,
         description="tiny-math: the difficulty levels to draw from, 1 = easiest (tiny-math only).",
     )
-    problem_column: str = Field("problem", min_length=1, description="Column holding the problem text.")
-    answer_column: str = Field("answer", min_length=1, description="Column holding the gold answer.")
+    layout: Literal["auto", "columns", "verl"] = Field(
+        "auto",
+        description="How a file's rows are laid out: `columns` (one column per field), `verl` (verl's "
+        "preprocessed rows: chat `prompt`, `reward_model.ground_truth`, `extra_info.index`), or `auto`: verl's "
+        "when the rows have a chat-message `prompt` and a `reward_model` struct.",
+    )
+    problem_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Column holding the problem: text, or a list of chat messages {role, content} whose last "
+        "user message is the problem. Nested fields as `a.b`. Default: `problem` (verl layout: `prompt`).",
+    )
+    answer_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Column holding the gold answer (nested fields as `a.b`). Default: `answer` (verl layout: "
+        "`reward_model.ground_truth`).",
+    )
     answer_format: Literal["value", "boxed", "gsm8k"] = Field(
         "value",
         description="How the gold answer is written in answer_column: `value` (the answer itself), `boxed` "
-        "(a worked solution whose final \\boxed{...} is the answer, as MATH's `solution`), `gsm8k` (a "
-        "solution ending in `#### answer`, as GSM8K's `answer`). A row with no such answer is an error.",
+        "(a worked solution whose LAST \\boxed{...} is the answer, as MATH's `solution` read by verl), `gsm8k` "
+        "(a solution ending in `#### answer`, as GSM8K's `answer`; thousands commas removed, as verl does).",
     )
     id_column: str | None = Field(
-        None, description="Column holding a unique problem id; default: `id` if present, else the row number."
+        None,
+        min_length=1,
+        description="Column holding a unique problem id (read as text); default: `id` (verl layout: "
+        "`extra_info.index`) if present, else `<file stem>:<row>`.",
     )
     data_source_column: str | None = Field(
         None,
+        min_length=1,
         description="Column naming the problem family; default: `data_source` if present, else the file name.",
+    )
+    split_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Column naming each row's split, which `split` selects (local files); default: `split` or "
+        "`extra_info.split` (verl) if present, else none and the file is read whole.",
+    )
+    invalid_rows: Literal["error", "skip"] = Field(
+        "error",
+        description="A row without a usable problem or answer (empty, a no-answer value, no final box): "
+        "`error` stops naming the row; `skip` leaves it out and reports how many rows were skipped, per reason.",
+    )
+    no_answer_values: list[str] = Field(
+        default_factory=lambda: list(NO_ANSWER_VALUES),
+        description="Answer values that mean 'no answer' (compared without case or surrounding space); "
+        "NuminaMath-1.5 writes `proof` and `notfound`.",
     )
 
     def settings_not_applying(self, given: Iterable[str]) -> list[str]:
         """Of the settings a user `given` (names of fields), those this source has no use for, with why.
 
-        The tiny-math settings mean nothing to a file or a dataset; the configuration builder refuses them
-        there rather than silently training on other problems than the user asked for. (Their defaults
-        stay in every configuration, so a model built in code is not checked.)
+        The tiny-math settings mean nothing to a file or a dataset, the file settings nothing to tiny-math,
+        a subset only to `hf:` datasets, and a split nothing to a local file without a split column (its
+        first row is read to tell): the configuration builder refuses them rather than silently reading
+        other problems than the user asked for. (Their defaults stay in every configuration, so a model
+        built in code is not checked.)
         """
+        given = set(given)
         if self.source == "tiny-math":
-            return []
-        return [f"{name}: applies to tiny-math only, not to source {self.source!r}" for name in TINY_MATH_ONLY if name in given]
+            return [f"{name}: applies to files and hf: datasets, not to tiny-math" for name in FILE_ONLY if name in given] + (
+                ["subset: applies to hf: datasets only, not to tiny-math"] if "subset" in given else []
+            )
+        refused = [f"{name}: applies to tiny-math only, not to source {self.source!r}" for name in TINY_MATH_ONLY if name in given]
+        if self.source.startswith(HF_PREFIX):
+            return refused
+        if "subset" in given:
+            refused.append(f"subset: applies to hf: datasets only, not to source {self.source!r}")
+        if "split" in given and self.split_column is None:
+            columns = peek_columns(Path(self.source))
+            if columns is not None and not any(c in columns for c in SPLIT_COLUMNS):
+                refused.append(
+                    f"split: {self.source} has no split column ({' or '.join(SPLIT_COLUMNS)}) to choose rows by; "
+                    "a file without one is read whole (drop the split, or name the column with split_column)"
+                )
+        return refused
 
 
 TINY_MATH_ONLY = ("seed", "tiny_math_size", "families", "levels")
+FILE_ONLY = (
+    "layout", "problem_column", "answer_column", "answer_format", "id_column", "data_source_column",
+    "split_column", "invalid_rows", "no_answer_values",
+)  # fmt: skip
+SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
 
 
 # The default task of `rlep collect / train / eval`: 1-decimal addition (a.b+c.d), the tiny-math cell the
@@ -95,17 +181,42 @@ def default_task(split: str, **settings: Any) -> ProblemSourceConfig:
     return ProblemSourceConfig(split=split, **DEFAULT_TASK, **settings)
 
 
+@dataclass(frozen=True)
+class SourceLoad:
+    """What a load gave: the problems, how many rows were read, and the rows left out per reason."""
+
+    problems: list[Problem]
+    rows: int  # rows of the chosen split (all rows of a file without a split column)
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows left out (invalid_rows: skip)
+    layout: str = "columns"  # `tiny-math`, `columns` or `verl`
+    split_column: str | None = None  # the column the split was chosen by, if any
+
+    def summary(self) -> str:
+        """One line for a CLI: `read 12 rows (verl layout); skipped 3 without a usable answer (answer 'proof': 2, ...)`."""
+        line = f"read {self.rows} rows ({self.layout} layout" + (f", split by {self.split_column}" if self.split_column else "") + ")"
+        if self.skipped:
+            reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items()))
+            line += f"; skipped {sum(self.skipped.values())} without a usable problem or answer ({reasons})"
+        return line
+
+
 def load_problems(config: ProblemSourceConfig) -> list[Problem]:
     """The problems `config` names, in source order, at most `config.limit` of them."""
+    return load_source(config).problems
+
+
+def load_source(config: ProblemSourceConfig) -> SourceLoad:
+    """`load_problems` with the counts: rows read, rows skipped per reason (logged as a warning too)."""
     if config.source == "tiny-math":
         size = config.limit if config.limit is not None else config.tiny_math_size
         try:
-            return tiny_math.generate(config.split, size, seed=config.seed, families=config.families, levels=config.levels)
+            problems = tiny_math.generate(config.split, size, seed=config.seed, families=config.families, levels=config.levels)
         except ValueError as err:
             raise ProblemSourceError(f"tiny-math: {err}") from None
+        return SourceLoad(problems=problems, rows=len(problems), layout="tiny-math")
     if config.source.startswith(HF_PREFIX):
-        rows, origin = _hf_rows(config.source[len(HF_PREFIX) :], config.split), config.source
-        default_family = config.source[len(HF_PREFIX) :]
+        name = config.source[len(HF_PREFIX) :]
+        rows, origin, default_family = hf_rows(name, config.subset, config.split), config.source, name
     else:
         path = Path(config.source)
         if path.suffix.lower() not in LOCAL_SUFFIXES:
@@ -113,119 +224,145 @@ def load_problems(config: ProblemSourceConfig) -> list[Problem]:
                 f"unknown problem source {config.source!r}: expected `tiny-math`, `hf:NAME`, or a file ending "
                 f"in {', '.join(LOCAL_SUFFIXES)}"
             )
-        rows, origin, default_family = _file_rows(path), str(path), path.stem
-    problems = _to_problems(rows, origin, default_family, config)
-    return problems[: config.limit] if config.limit is not None else problems
+        rows, origin, default_family = file_rows(path), str(path), path.stem
+    loaded = _to_problems(rows, origin, default_family, config, local=not config.source.startswith(HF_PREFIX))
+    if loaded.skipped:
+        log.warning("%s: %s", origin, loaded.summary())
+    if config.limit is not None:
+        loaded = SourceLoad(loaded.problems[: config.limit], loaded.rows, loaded.skipped, loaded.layout, loaded.split_column)
+    return loaded
 
 
-def _file_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise ProblemSourceError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
+@dataclass(frozen=True)
+class _Columns:
+    """The column each Problem field is read from, resolved against a file's first row."""
 
-            rows = pq.read_table(path).to_pylist()
-        else:
-            text = path.read_bytes().decode("utf-8")
-            if suffix == ".csv":
-                rows = list(csv.DictReader(text.splitlines()))
-            elif suffix == ".json":
-                loaded = json.loads(text)
-                if not isinstance(loaded, list):
-                    raise ProblemSourceError(f"{path}: expected a JSON list of objects")
-                rows = loaded
-            else:
-                rows = [_json_line(path, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    except UnicodeDecodeError as err:
-        raise ProblemSourceError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    except ProblemSourceError:
-        raise
-    except Exception as err:  # pyarrow / json / OS errors: one message naming the file
-        raise ProblemSourceError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
-    if not rows:
-        raise ProblemSourceError(f"{path}: empty, no problems found")
-    return rows
+    layout: str
+    problem: str
+    answer: str
+    id: str | None
+    data_source: str | None
+    split: str | None
 
 
-def _json_line(path: Path, number: int, line: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ProblemSourceError(f"{path}: line {number} is not valid JSON ({err.msg})") from None
-    if not isinstance(row, dict):
-        raise ProblemSourceError(f"{path}: line {number} is not a JSON object")
-    return row
-
-
-def _hf_rows(name: str, split: str) -> list[dict[str, Any]]:
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - datasets is a dependency
-        raise ProblemSourceError(f"hf:{name}: the `datasets` package is not installed") from err
-    try:
-        dataset = datasets.load_dataset(name, split=split)
-    except Exception as err:
+def _resolve_columns(first: dict[str, Any], origin: str, config: ProblemSourceConfig, local: bool) -> _Columns:
+    verl = looks_like_verl(first)
+    if config.layout == "verl" and not verl:
         raise ProblemSourceError(
-            f"hf:{name}: could not load split {split!r} ({type(err).__name__}: {err}). "
-            "The dataset must be in the local Hugging Face cache or reachable from this machine."
-        ) from None
-    rows = dataset.to_list()
-    if not rows:
-        raise ProblemSourceError(f"hf:{name}: split {split!r} is empty")
-    return rows
-
-
-def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, config: ProblemSourceConfig) -> list[Problem]:
-    columns = set(rows[0])
-    for field, column in (("problem_column", config.problem_column), ("answer_column", config.answer_column)):
-        if column not in columns:
-            raise ProblemSourceError(
-                f"{origin}: missing column {column!r} (set by {field}); columns found: {sorted(columns)}"
-            )
-    id_column = _optional_column(config.id_column, "id", "id_column", columns, origin)
-    family_column = _optional_column(config.data_source_column, "data_source", "data_source_column", columns, origin)
-    problems, seen = [], set()
-    for index, row in enumerate(rows):
-        problem, answer = row.get(config.problem_column), row.get(config.answer_column)
-        if problem is None or str(problem).strip() == "":
-            raise ProblemSourceError(f"{origin}: row {index}: empty value in column {config.problem_column!r}")
-        if answer is None or str(answer).strip() == "":
-            raise ProblemSourceError(f"{origin}: row {index}: empty value in column {config.answer_column!r}")
-        if config.answer_format != "value":
-            answer = answer_in_solution(str(answer), config.answer_format)
-            if not answer:
-                marker = "a final \\boxed{...}" if config.answer_format == "boxed" else "a `#### answer` line"
-                raise ProblemSourceError(
-                    f"{origin}: row {index}: no answer in column {config.answer_column!r}: answer_format "
-                    f"{config.answer_format!r} expects {marker}"
-                )
-        pid = str(row[id_column]) if id_column else f"{default_family}:{index}"
-        if pid in seen:
-            raise ProblemSourceError(f"{origin}: row {index}: duplicate id {pid!r} in column {id_column!r}")
-        seen.add(pid)
-        family = str(row[family_column]) if family_column else default_family
-        problems.append(
-            Problem(id=pid, problem=str(problem), answer=str(answer), data_source=family, level=_level(row.get("level")))
+            f"{origin}: layout 'verl' expects a chat-message column 'prompt' and a struct column 'reward_model'; "
+            f"columns found: {sorted(column_names(first))}"
         )
-    return problems
+    layout = "verl" if config.layout == "verl" or (config.layout == "auto" and verl) else "columns"
+    defaults = VERL_COLUMNS if layout == "verl" else {"problem_column": "problem", "answer_column": "answer"}
+
+    def required(name: str) -> str:
+        column = getattr(config, name) or defaults[name]
+        if not has_column(first, column):
+            raise ProblemSourceError(f"{origin}: missing column {column!r} (set by {name}); columns found: {sorted(column_names(first))}")
+        return column
+
+    def optional(name: str, *fallbacks: str) -> str | None:
+        chosen = getattr(config, name)
+        if chosen is not None:
+            return required(name)
+        candidates = ([defaults[name]] if name in defaults else []) + list(fallbacks)
+        return next((c for c in candidates if has_column(first, c)), None)
+
+    split = optional("split_column", *SPLIT_COLUMNS) if local or config.split_column else None
+    return _Columns(layout, required("problem_column"), required("answer_column"), optional("id_column", "id"),
+                    optional("data_source_column", "data_source"), split)  # fmt: skip
 
 
-def _level(value: Any) -> int:
-    """A difficulty level column is optional; anything that is not a small integer means unknown (0)."""
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _optional_column(chosen: str | None, default: str, field: str, columns: set[str], origin: str) -> str | None:
-    if chosen is None:
-        return default if default in columns else None
-    if chosen not in columns:
-        raise ProblemSourceError(f"{origin}: missing column {chosen!r} (set by {field}); columns found: {sorted(columns)}")
+def _select_split(rows: list[dict[str, Any]], origin: str, split: str, column: str | None) -> list[tuple[int, dict[str, Any]]]:
+    """(row number, row) of the rows of `split`; all rows when there is no split column."""
+    numbered = list(enumerate(rows))
+    if column is None:
+        log.info("%s: no split column, all %d rows read (split %r chooses nothing here)", origin, len(rows), split)
+        return numbered
+    chosen = [(n, row) for n, row in numbered if cell(row, column) == split]
+    if not chosen:
+        found = sorted({str(cell(row, column)) for row in rows})
+        raise ProblemSourceError(f"{origin}: no rows of split {split!r} in column {column!r} (it holds: {', '.join(found)}); choose one with split (--split)")
     return chosen
+
+
+def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, config: ProblemSourceConfig, local: bool) -> SourceLoad:
+    columns = _resolve_columns(rows[0], origin, config, local)
+    chosen = _select_split(rows, origin, config.split, columns.split)
+    no_answer = {value.strip().lower() for value in config.no_answer_values}
+    problems, seen, skipped = [], set(), Counter()
+    for index, row in chosen:
+        try:
+            problem = _problem(row, index, origin, default_family, columns, config, no_answer)
+        except CellError as err:
+            raise ProblemSourceError(str(err)) from None
+        if isinstance(problem, _Unusable):
+            if config.invalid_rows == "error":
+                raise ProblemSourceError(
+                    f"{origin}: row {index}: {problem.reason} in column {problem.column!r}; "
+                    "set invalid_rows to skip (--invalid-rows skip) to leave such rows out"
+                )
+            skipped[problem.reason] += 1
+            continue
+        if problem.id in seen:
+            raise ProblemSourceError(f"{origin}: row {index}: duplicate id {problem.id!r} in column {columns.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+    if not problems:
+        raise ProblemSourceError(f"{origin}: no usable rows: all {len(chosen)} were skipped ({dict(skipped)})")
+    return SourceLoad(problems, len(chosen), dict(skipped), columns.layout, columns.split)
+
+
+@dataclass(frozen=True)
+class _Unusable:
+    """Why a row gives no problem (a reason counted when rows are skipped) and the column at fault."""
+
+    reason: str
+    column: str
+
+
+def _problem(row: dict[str, Any], index: int, origin: str, default_family: str, columns: _Columns,
+             config: ProblemSourceConfig, no_answer: set[str]) -> Problem | _Unusable:  # fmt: skip
+    """The row's Problem, or why the row has no usable problem or answer. A cell of the wrong kind (a list
+    or dict where text belongs) raises `CellError`: that is a wrong column, not a bad row."""
+
+    def where(column: str) -> str:
+        return f"{origin}: row {index}, column {column!r}"
+
+    value = cell(row, columns.problem)
+    if isinstance(value, (list, tuple)) and value:
+        messages = chat_messages(value, where(columns.problem))
+        text = last_user_message(messages, where(columns.problem))
+        text = text if text.strip() else None
+    else:
+        text, messages = text_cell(value, where(columns.problem)), None
+        if is_chat_messages(row.get("messages")):  # a problems file written by rlep keeps its chat prompt
+            messages = chat_messages(row["messages"], where("messages"))
+    if text is None:
+        return _Unusable("empty problem", columns.problem)
+    answer = text_cell(cell(row, columns.answer), where(columns.answer))
+    if answer is None:
+        return _Unusable("empty answer", columns.answer)
+    if answer.strip().lower() in no_answer:
+        return _Unusable(f"no-answer value {answer.strip()!r}", columns.answer)
+    if config.answer_format == "boxed":
+        answer = last_boxed_answer(answer)
+        if answer is None:
+            return _Unusable("no final \\boxed{...}", columns.answer)
+    elif config.answer_format == "gsm8k":
+        answer = gsm8k_final_answer(answer)
+        if answer is None:
+            return _Unusable("no `#### answer` line", columns.answer)
+    pid = text_cell(cell(row, columns.id), where(columns.id)) if columns.id else f"{default_family}:{index}"
+    if pid is None:
+        raise CellError(f"{where(columns.id)}: empty id")
+    family = text_cell(cell(row, columns.data_source), where(columns.data_source)) if columns.data_source else None
+    if columns.layout == "verl":
+        extra = verl_extra(row)
+    else:
+        extra = row.get("extra") if isinstance(row.get("extra"), dict) else None
+    return Problem(id=pid, problem=text, answer=answer.strip(), data_source=family or default_family,
+                   level=difficulty_level(row.get("level")), messages=messages, extra=extra)  # fmt: skip
 
 
 def write_problems(problems: list[Problem], out: Path) -> Path:

@@ -123,21 +123,84 @@ def test_gold_answer_out_of_a_solution_column(tmp_path):
     ]
     math_style.write_text("".join(json.dumps(row) + "\n" for row in rows))
     problems = _load(math_style, answer_column="solution", answer_format="boxed")
-    assert [p.answer for p in problems] == ["2", "-2,2", "\\frac{3}{2}"]
+    assert [p.answer for p in problems] == ["2", "2", "\\frac{3}{2}"]  # the last box, as verl reads MATH
     gsm8k_style = tmp_path / "gsm8k.jsonl"
     gsm8k_style.write_text(
         json.dumps({"question": "3 apples and 4 more?", "answer": "3+4=<<3+4=7>>7\n#### 7"}) + "\n"
         + json.dumps({"question": "Cost of 12 at 100 each?", "answer": "12*100=1200\n#### 1,200"}) + "\n"
     )
     problems = _load(gsm8k_style, problem_column="question", answer_format="gsm8k")
-    assert [p.answer for p in problems] == ["7", "1,200"]
+    assert [p.answer for p in problems] == ["7", "1200"]  # thousands commas removed, as verl's gsm8k.py
     # The default reads the column as the answer itself.
     assert _load(gsm8k_style, problem_column="question")[0].answer == "3+4=<<3+4=7>>7\n#### 7"
 
 
-@pytest.mark.parametrize(("answer_format", "expected"), [("boxed", "boxed"), ("gsm8k", "####")])
+@pytest.mark.parametrize(("answer_format", "expected"), [("boxed", r"no final \\boxed\{\.\.\.\}"), ("gsm8k", "no `#### answer` line")])
 def test_a_solution_without_its_answer_names_the_row(tmp_path, answer_format, expected):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?", "answer": "it is four"}) + "\n")
-    with pytest.raises(ProblemSourceError, match=f"row 0: no answer in column 'answer'.*{expected}"):
+    with pytest.raises(ProblemSourceError, match=f"row 0: {expected} in column 'answer'"):
         _load(path, answer_format=answer_format)
+
+
+def test_numbers_are_text_but_other_objects_are_not(tmp_path):
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"problem": ["1+1", "2.5*2"], "answer": [2, 5.0], "id": [10, 11]}), path)
+    assert [(p.id, p.answer) for p in _load(path)] == [("10", "2"), ("11", "5")]
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"problem": "1+1", "answer": True}) + "\n")
+    with pytest.raises(ProblemSourceError, match="row 0, column 'answer': expected text, got a boolean"):
+        _load(path)
+
+
+def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
+    # Given by the user (flag or YAML): refused by the configuration builder, in one line.
+    assert ProblemSourceConfig(source=str(plain), split="test").settings_not_applying({"source", "split"}) == [
+        f"split: {plain} has no split column (split or extra_info.split) to choose rows by; a file without one is "
+        "read whole (drop the split, or name the column with split_column)"
+    ]
+    # Not given (a section's default): the whole file is read, and the log says the split chose nothing.
+    assert len(_load(plain, split="test")) == 1
+    with_split = tmp_path / "s.csv"
+    with_split.write_text("problem,answer,split\n1+1,2,train\n2+2,4,test\n", encoding="utf-8")
+    assert ProblemSourceConfig(source=str(with_split), split="test").settings_not_applying({"split"}) == []
+    assert [p.answer for p in _load(with_split, split="test")] == ["4"]
+    with pytest.raises(ProblemSourceError, match=r"no rows of split 'dev' in column 'split' \(it holds: test, train\)"):
+        _load(with_split, split="dev")
+    with pytest.raises(ProblemSourceError, match="missing column 'part' \\(set by split_column\\)"):
+        _load(with_split, split_column="part")
+
+
+def test_settings_of_other_sources_are_refused():
+    assert ProblemSourceConfig(source="data.jsonl").settings_not_applying({"subset"}) == [
+        "subset: applies to hf: datasets only, not to source 'data.jsonl'"
+    ]
+    assert ProblemSourceConfig().settings_not_applying({"subset", "answer_column", "invalid_rows"}) == [
+        "answer_column: applies to files and hf: datasets, not to tiny-math",
+        "invalid_rows: applies to files and hf: datasets, not to tiny-math",
+        "subset: applies to hf: datasets only, not to tiny-math",
+    ]
+    assert ProblemSourceConfig(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
+
+
+def test_the_cli_exposes_the_source_settings(tmp_path):
+    import argparse
+
+    from flows.options import ConfigError, add_model_flags, build_config, flag_overrides
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, ProblemSourceConfig)
+    args = parser.parse_args(["--source", "hf:openai/gsm8k", "--subset", "main", "--layout", "columns",
+                              "--answer-column", "reward_model.ground_truth", "--invalid-rows", "skip",
+                              "--no-answer-values", "proof", "n/a", "--split-column", "extra_info.split"])  # fmt: skip
+    config = build_config(ProblemSourceConfig, None, flag_overrides(args))
+    assert (config.subset, config.layout, config.answer_column, config.invalid_rows, config.no_answer_values, config.split_column) == (
+        "main", "columns", "reward_model.ground_truth", "skip", ["proof", "n/a"], "extra_info.split"
+    )
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
+    args = parser.parse_args(["--source", str(plain), "--split", "test"])
+    with pytest.raises(ConfigError, match=r"invalid configuration: split: .*p\.jsonl has no split column"):
+        build_config(ProblemSourceConfig, None, flag_overrides(args))

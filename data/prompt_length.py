@@ -1,0 +1,95 @@
+"""Prompt length check before sampling: a prompt must leave room for a full answer in the model's context.
+
+A prompt fits when `prompt tokens + max_new_tokens <= max_model_len`. The budget is verl's: its
+`data.max_prompt_length` plus `max_response_length` is the context, and `filter_overlong_prompts` drops
+longer prompts when the data set is read (verl/utils/dataset/rl_dataset.py). vLLM itself only refuses a
+prompt longer than the whole context (with a long traceback), and silently cuts the answers of a prompt
+that leaves less than `max_new_tokens`, which training would score as truncated. Here an overlong prompt
+is an error naming the longest one (default), or with `overlong_prompts: filter` it is left out and
+counted. Callers count tokens of the prompts as the engine will see them (template or chat template
+applied) and pass the counts; this module needs no tokenizer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+
+class PromptTooLongError(ValueError):
+    """Prompts that leave no room for a full answer; the one-line message says which and what to change."""
+
+
+class PromptLengthConfig(BaseModel):
+    """What to do with prompts too long for the model's context."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlong_prompts: Literal["error", "filter"] = Field(
+        "error",
+        description="A prompt whose tokens plus max new tokens exceed the model's context: `error` stops "
+        "before sampling, naming the longest; `filter` leaves such problems out and reports how many (as "
+        "verl's data.filter_overlong_prompts).",
+    )
+
+
+@dataclass(frozen=True)
+class PromptLengthCheck:
+    """The outcome of a check: indices (into the counts given) of the prompts kept and of those left out."""
+
+    kept: tuple[int, ...]
+    dropped: tuple[int, ...]
+    budget: int  # most prompt tokens that leave max_new_tokens of room
+    longest: int  # tokens of the longest prompt seen
+
+    def summary(self) -> str:
+        if not self.dropped:
+            return f"all {len(self.kept)} prompts fit ({self.longest} tokens at most, budget {self.budget})"
+        return f"left out {len(self.dropped)} of {len(self.kept) + len(self.dropped)} prompts longer than {self.budget} tokens"
+
+
+def check_prompt_lengths(
+    token_counts: Sequence[int],
+    *,
+    max_model_len: int,
+    max_new_tokens: int,
+    overlong: Literal["error", "filter"] = "error",
+    names: Sequence[str] | None = None,
+) -> PromptLengthCheck:
+    """Which prompts fit in `max_model_len` with `max_new_tokens` of room; raise or drop the rest.
+
+    `token_counts[i]` is the token count of prompt i as rendered for the engine; `names[i]` (e.g. a problem
+    id) is used in the message. `overlong="error"` raises `PromptTooLongError` if any prompt does not fit;
+    `"filter"` returns the fitting ones (and raises only when none fits). The order of the kept indices is
+    the order of the counts.
+    """
+    if max_new_tokens < 1 or max_model_len < 1:
+        raise ValueError(f"max_model_len ({max_model_len}) and max_new_tokens ({max_new_tokens}) must be at least 1")
+    budget = max_model_len - max_new_tokens
+    if budget < 1:
+        raise PromptTooLongError(
+            f"max new tokens ({max_new_tokens}) leave no room for a prompt in the model's context of {max_model_len} tokens: "
+            "raise the engine's max_model_len or lower max_tokens"
+        )
+    kept = tuple(i for i, count in enumerate(token_counts) if count <= budget)
+    dropped = tuple(i for i, count in enumerate(token_counts) if count > budget)
+    longest = max(token_counts, default=0)
+    if dropped and (overlong == "error" or not kept):
+        worst = max(dropped, key=lambda i: token_counts[i])
+        name = f" ({names[worst]})" if names is not None else ""
+        what = "every prompt is" if not kept else f"{len(dropped)} of {len(token_counts)} prompts are"
+        hint = "" if not kept else ", or set overlong_prompts to filter to leave them out"
+        raise PromptTooLongError(
+            f"{what} longer than {budget} tokens (max_model_len {max_model_len} - max new tokens {max_new_tokens}); "
+            f"the longest{name} has {token_counts[worst]}: raise the engine's max_model_len or lower max_tokens{hint}"
+        )
+    result = PromptLengthCheck(kept=kept, dropped=dropped, budget=budget, longest=longest)
+    if dropped:
+        log.warning("prompt length: %s", result.summary())
+    return result
