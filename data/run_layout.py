@@ -8,7 +8,7 @@ A training run directory (`rlep train --out OUT`):
     OUT/fresh/part-NNNNN.parquet every answer sampled at step N and every replayed answer it trained on
     OUT/checkpoints/step-N/      HF weights + tokenizer + trainer state (complete or absent)
     OUT/learning_curve.png       held-out accuracy and training reward against step
-    OUT/tensorboard/, OUT/mlruns/ the same metrics for a tracker, with `tracker` tensorboard or mlflow
+    OUT/tensorboard/, mlflow.db  the same metrics for a tracker, with `tracker` tensorboard or mlflow
 
 An evaluation run directory (`rlep eval --out OUT`): `eval.parquet` (one summary row per data source and
 the `all` row) and `eval_samples.parquet` (every answer with its verdict).
@@ -107,5 +107,5 @@ class TrainRunLayout:
 
     @property
     def mlflow(self) -> Path:
-        """The file-based MLflow store of `tracker: mlflow`."""
-        return self.root / "mlruns"
+        """The MLflow store of `tracker: mlflow` (SQLite: MLflow 3 refuses new directory stores)."""
+        return self.root / "mlflow.db"

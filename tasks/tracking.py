@@ -5,8 +5,8 @@ callback. `StepReport` is that callback:
 
 - every numeric column of the row goes to the run's tracker as a scalar at the row's step
   (`train/<column>`), and every number of an evaluation per data source (`eval/<source>/avg_at_k`, ...):
-  TensorBoard event files in OUT/tensorboard (`tensorboard --logdir OUT`), or a file-based MLflow store
-  in OUT/mlruns (`mlflow ui --backend-store-uri OUT/mlruns`), as `TrainConfig.tracker` says;
+  TensorBoard event files in OUT/tensorboard (`tensorboard --logdir OUT`), or an MLflow store in the file
+  OUT/mlflow.db (`mlflow ui --backend-store-uri sqlite:///OUT/mlflow.db`), as `TrainConfig.tracker` says;
 - one line per step (reward, accuracy, replay share, phase times) and per evaluation goes to the
   `rlep.train` logger, which flows/runlog.py forwards to the Prefect run's Logs tab.
 
@@ -127,17 +127,18 @@ class TensorBoardWriter:
 
 
 class MLflowWriter:
-    """Scalars as metrics of one MLflow run in a file store at `root` (experiment `rlep`, run named as the
-    training run). A fresh run starts a new MLflow run; a resumed one continues the latest of that name."""
+    """Scalars as metrics of one MLflow run in the SQLite store `path` (experiment `rlep`, run named as the
+    training run). A fresh run starts a new MLflow run; a resumed one continues the latest of that name.
+    SQLite, not a directory store: MLflow 3.17 refuses a new `./mlruns` store unless MLFLOW_ALLOW_FILE_STORE is set."""
 
     KEY = re.compile(r"[^\w\-. /]")  # characters MLflow refuses in metric names
 
-    def __init__(self, root: Path, run_name: str, resumed: bool, settings: dict | None = None) -> None:
+    def __init__(self, path: Path, run_name: str, resumed: bool, settings: dict | None = None) -> None:
         check_tracker("mlflow")
         from mlflow.tracking import MlflowClient
 
-        root.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=root.resolve().as_uri())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(tracking_uri=f"sqlite:///{path.resolve()}")
         experiment = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(MLFLOW_EXPERIMENT)
         earlier = self.client.search_runs(

@@ -143,7 +143,7 @@ class TrainConfig(BaseModel):
     tracker: Literal["none", "tensorboard", "mlflow"] = Field(
         "none",
         description="Also write every step's metrics and each evaluation for a tracker (tasks/tracking.py): TensorBoard event "
-        "files in OUT/tensorboard (`tensorboard --logdir OUT`), or a file-based MLflow store in OUT/mlruns (needs mlflow installed).",
+        "files in OUT/tensorboard (`tensorboard --logdir OUT`), or an MLflow store in the file OUT/mlflow.db (needs mlflow installed).",
     )
 
     @field_validator("tracker")

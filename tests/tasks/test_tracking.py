@@ -124,7 +124,7 @@ def test_mlflow_metrics_are_the_rows(tmp_path):
     report({"step": 1, "reward_mean": 0.25, "replay_accuracy": math.nan}, None)
     report({"step": 2, "reward_mean": 0.5}, [{"data_source": "all", "step": 2, "k": 1, "n_problems": 3, "avg_at_k": 0.5}])
     report.close()
-    client = MlflowClient(tracking_uri=TrainRunLayout(tmp_path).mlflow.resolve().as_uri())
+    client = MlflowClient(tracking_uri=f"sqlite:///{TrainRunLayout(tmp_path).mlflow}")
     (run,) = client.search_runs([client.get_experiment_by_name("rlep").experiment_id])
     history = client.get_metric_history(run.info.run_id, "train/reward_mean")
     assert [(m.step, m.value) for m in history] == [(1, 0.25), (2, 0.5)]
