@@ -21,6 +21,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterable
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -189,11 +190,16 @@ class SourceLoad:
     rows: int  # rows of the chosen split (all rows of a file without a split column)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows left out (invalid_rows: skip)
     layout: str = "columns"  # `tiny-math`, `columns` or `verl`
-    split_column: str | None = None  # the column the split was chosen by, if any
+    split: str | None = None  # the split the rows are of; None: a file without a split column, read whole
+    split_column: str | None = None  # the file's column the split was chosen by, if any
 
     def summary(self) -> str:
-        """One line for a CLI: `read 12 rows (verl layout); skipped 3 without a usable answer (answer 'proof': 2, ...)`."""
-        line = f"read {self.rows} rows ({self.layout} layout" + (f", split by {self.split_column}" if self.split_column else "") + ")"
+        """One line for a CLI, e.g. `3 rows of split 'test' (verl layout, split column extra_info.split);
+        skipped 1 without a usable problem or answer (empty answer: 1)`."""
+        where = f" of split {self.split!r}" if self.split is not None else ", the whole file"
+        how = f"{self.layout} layout" + (f", split column {self.split_column}" if self.split_column else "")
+        how += ", no split column" if self.split is None else ""
+        line = f"{self.rows} rows{where} ({how})"
         if self.skipped:
             reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items()))
             line += f"; skipped {sum(self.skipped.values())} without a usable problem or answer ({reasons})"
@@ -213,7 +219,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
             problems = tiny_math.generate(config.split, size, seed=config.seed, families=config.families, levels=config.levels)
         except ValueError as err:
             raise ProblemSourceError(f"tiny-math: {err}") from None
-        return SourceLoad(problems=problems, rows=len(problems), layout="tiny-math")
+        return SourceLoad(problems=problems, rows=len(problems), layout="tiny-math", split=config.split)
     if config.source.startswith(HF_PREFIX):
         name = config.source[len(HF_PREFIX) :]
         rows, origin, default_family = hf_rows(name, config.subset, config.split), config.source, name
@@ -229,7 +235,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
     if loaded.skipped:
         log.warning("%s: %s", origin, loaded.summary())
     if config.limit is not None:
-        loaded = SourceLoad(loaded.problems[: config.limit], loaded.rows, loaded.skipped, loaded.layout, loaded.split_column)
+        loaded = dataclasses.replace(loaded, problems=loaded.problems[: config.limit])
     return loaded
 
 
@@ -310,7 +316,8 @@ def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, c
         problems.append(problem)
     if not problems:
         raise ProblemSourceError(f"{origin}: no usable rows: all {len(chosen)} were skipped ({dict(skipped)})")
-    return SourceLoad(problems, len(chosen), dict(skipped), columns.layout, columns.split)
+    split = config.split if columns.split or not local else None
+    return SourceLoad(problems, len(chosen), dict(skipped), columns.layout, split, columns.split)
 
 
 @dataclass(frozen=True)

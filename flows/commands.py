@@ -43,15 +43,15 @@ def _config(model: type, args: argparse.Namespace, base_file: Path | None = None
 
 
 def _cmd_problems(args: argparse.Namespace) -> int:
-    from data.sources import ProblemSourceConfig, load_problems, write_problems
+    from data.sources import ProblemSourceConfig, load_source, write_problems
 
     config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
     out = Path(args.out)
     if out.suffix.lower() not in (".jsonl", ".parquet"):
         raise UserError(f"--out {out}: must end in .jsonl or .parquet")
-    problems = load_problems(config)
-    write_problems(problems, out)
-    print(f"wrote {len(problems)} problems ({config.source}, split {config.split}) to {out}")
+    loaded = load_source(config)  # the summary names the split applied and the rows skipped, per reason
+    write_problems(loaded.problems, out)
+    print(f"wrote {len(loaded.problems)} problems to {out} ({config.source}: {loaded.summary()})")
     return 0
 
 

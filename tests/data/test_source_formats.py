@@ -43,7 +43,8 @@ def test_replicas_have_the_real_parquet_types(tmp_path):
 def test_verl_gsm8k_is_read_natively(tmp_path):
     path = write_verl_gsm8k(tmp_path / "train.parquet", "train")
     loaded = load_source(_config(path))
-    assert (loaded.layout, loaded.split_column, loaded.rows, loaded.skipped) == ("verl", "extra_info.split", 3, {})
+    assert (loaded.layout, loaded.split, loaded.split_column, loaded.rows, loaded.skipped) == ("verl", "train", "extra_info.split", 3, {})
+    assert loaded.summary() == "3 rows of split 'train' (verl layout, split column extra_info.split)"
     first = loaded.problems[0]
     question = GSM8K_ROWS[0][0]
     assert first.problem == question + " " + GSM8K_INSTRUCTION  # the last user message, as verl prompts with it
@@ -68,7 +69,7 @@ def test_verl_math_keeps_levels_and_the_boxed_gold(tmp_path):
 def test_dapo_math_17k_string_index(tmp_path):
     path = write_dapo_math_17k(tmp_path / "dapo-math-17k.parquet")
     loaded = load_source(_config(path))
-    assert loaded.layout == "verl" and loaded.split_column is None  # DAPO has no split: the file is read whole
+    assert (loaded.layout, loaded.split, loaded.split_column) == ("verl", None, None)  # no split column: read whole
     assert [p.id for p in loaded.problems] == [uuid for _, _, uuid in DAPO_ROWS]
     assert [p.answer for p in loaded.problems] == [gold for _, gold, _ in DAPO_ROWS]
     assert loaded.problems[0].problem == DAPO_PREFIX + DAPO_ROWS[0][0] + DAPO_SUFFIX
@@ -156,7 +157,7 @@ def test_numina_no_answer_values_stop_or_are_skipped_and_counted(tmp_path):
     assert [(p.id, p.answer) for p in loaded.problems] == [("numina:0", "56"), ("numina:3", "1024")]
     assert loaded.skipped == {"no-answer value 'proof'": 1, "no-answer value 'notfound'": 1}
     assert loaded.summary() == (
-        "read 4 rows (columns layout); skipped 2 without a usable problem or answer "
+        "4 rows, the whole file (columns layout, no split column); skipped 2 without a usable problem or answer "
         "(no-answer value 'notfound': 1, no-answer value 'proof': 1)"
     )
 
