@@ -1,0 +1,163 @@
+"""The training backend: the one seam between the training step and the processes that update the policy.
+
+The step asks a backend to `update` the policy on a batch (the maths stays in `tasks.training.update`), for
+the `full_state_dict` the engine loads (HF names), to `save_pretrained` the weights, for the optimizer's
+`training_state` and the RNG streams of every process; it never learns how many processes there are.
+
+- `LocalBackend`: one process, one device, no torch.distributed (the default).
+- `DistributedBackend` (tasks/training/distributed.py): torch.distributed with `ddp` or `fsdp2`, launched by
+  `rlep train --nproc N` (torchrun). Rank 0 runs the trainer and drives; ranks > 0 follow its requests.
+
+`make_backend(spec)` picks one from `spec.backend.nproc`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from tasks.training.backend_config import BackendConfig
+from tasks.training.batch import TrainingBatch
+from tasks.training.config import OptimizerConfig
+from tasks.training.update import policy_update
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What to train: all a rank needs to build its copy of the policy (rank 0 sends it to the others)."""
+
+    weights: Any  # HF-format directory (or hub name) of the starting policy, or an HF config: random weights
+    optimizer: OptimizerConfig
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    reference: str | None = None  # frozen reference for the KL term; None = no KL
+    device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
+    init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
+
+
+class TrainingBackend(Protocol):
+    rank: int
+    world_size: int
+
+    def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]: ...
+    def full_state_dict(self) -> dict[str, torch.Tensor]: ...
+    def save_pretrained(self, directory, **kwargs: Any) -> None: ...
+    def training_state(self) -> dict[str, Any]: ...
+    def load_training_state(self, state: dict[str, Any]) -> None: ...
+    def rng_state(self) -> dict[str, Any]: ...
+    def load_rng_state(self, state: dict[str, Any]) -> None: ...
+    def lr(self) -> float: ...
+    def close(self) -> None: ...
+
+
+def make_backend(spec: PolicySpec) -> TrainingBackend:
+    """One process (`nproc` 1) or rank 0 of a torch.distributed group already started by torchrun."""
+    if spec.backend.nproc == 1:
+        return LocalBackend(spec)
+    from tasks.training.distributed import DistributedBackend
+
+    return DistributedBackend.lead(spec)
+
+
+def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0) -> torch.nn.Module:
+    """The policy in float32 on `device` (master weights even under bf16), in eval mode. `weights`: a
+    directory or hub name, or an HF config (random weights drawn on the CPU from `init_seed`: identical on
+    every rank, nothing read from disk; benchmarks and tests)."""
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(weights, str):
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
+    model = model.to(device)
+    if config.activation_checkpointing:  # non-reentrant: works under DDP and FSDP2, inputs need no grad
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.eval()
+
+
+def load_reference(path: str | None, device: torch.device) -> torch.nn.Module | None:
+    """The frozen reference of the KL term (a full copy on every rank: it only runs forward)."""
+    if path is None:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    return model.requires_grad_(False).eval()
+
+
+def autocast_bf16(model: torch.nn.Module, device: torch.device) -> None:
+    """Run `model`'s forward (and so its backward) under bf16 autocast; the weights stay float32."""
+    model.forward = torch.autocast(device_type=device.type, dtype=torch.bfloat16)(model.forward)
+
+
+def build_optimizer(params, config: OptimizerConfig):
+    """AdamW with linear warm-up to a constant rate: (optimizer, scheduler)."""
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay)
+    warmup = config.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0)
+    return optimizer, scheduler
+
+
+def process_rng_state() -> dict[str, Any]:
+    """This process's random streams (python, numpy, torch and, with GPUs, CUDA's: dropout draws from them)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}  # fmt: skip
+
+
+def set_process_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():  # restored per device present
+        for device, rng in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(rng, device)
+
+
+class LocalBackend:
+    """The policy, its optimizer and scheduler in this process, on one device."""
+
+    rank = 0
+    world_size = 1
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = spec
+        self.device = torch.device(spec.device)
+        self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
+        if spec.backend.precision == "bf16":
+            autocast_bf16(self.model, self.device)
+        self.reference = load_reference(spec.reference, self.device)
+        self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
+
+    def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """`policy_update` of this policy on `batch`; arguments after the batch are passed through."""
+        return policy_update(self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def save_pretrained(self, directory, **kwargs: Any) -> None:
+        self.model.save_pretrained(directory, **kwargs)
+
+    def training_state(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def rng_state(self) -> dict[str, Any]:
+        return process_rng_state()
+
+    def load_rng_state(self, state: dict[str, Any]) -> None:
+        set_process_rng_state(state)
+
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def close(self) -> None:
+        pass

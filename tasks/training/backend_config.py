@@ -1,0 +1,48 @@
+"""Settings of the training backend: how many processes update the policy, how they share it, in what precision.
+
+Kept free of torch so that the configuration can be read (CLI, Prefect forms) without it; the backends
+themselves are in tasks/training/backend.py and tasks/training/distributed.py (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BackendConfig(BaseModel):
+    """Where and how the policy update runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nproc: int = Field(
+        1, ge=1, le=1024,
+        description="Training processes on this node (`torchrun --standalone`, one per GPU). 1 = one process without "
+        "torch.distributed (the default). With more, rank 0 generates, verifies, writes files and syncs the engine; "
+        "every rank trains on its share of each mini-batch's groups.",
+    )  # fmt: skip
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "fsdp2",
+        description="nproc > 1: `ddp` keeps a full copy of the weights and optimizer on every rank (gradients averaged); "
+        "`fsdp2` shards weights, gradients and optimizer state over the ranks (torch `fully_shard` on each decoder layer, "
+        "then the root), so parameter + optimizer memory per rank is ~1/nproc of one process.",
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="`bf16`: forward and backward in bfloat16 with float32 master weights and optimizer state (FSDP2's "
+        "MixedPrecisionPolicy; autocast otherwise). Log-probs of the ratio move by up to ~6e-3 (docs/distributed.md).",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute."
+    )
+    collective_timeout: float = Field(
+        300.0, ge=1, le=86_400,
+        description="Seconds a collective of the update (gradient reduction, weight gathering) waits for a missing rank "
+        "before the run stops with an error.",
+    )  # fmt: skip
+    command_timeout: float = Field(
+        7200.0, ge=1, le=604_800,
+        description="Seconds ranks > 0 wait for rank 0's next request; it covers rank 0's generation, verification and "
+        "evaluation between two updates.",
+    )  # fmt: skip
