@@ -3,11 +3,11 @@ what path names a pool, the one schema-checked reader training uses, and export 
 
 Building (RLEP, arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7, top-p
 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two valid
-reasoning paths (`min_correct`, default 2 here too). The paper does not say how repeats count; here the
-threshold counts verified-correct samples (how reliably the policy solves the problem), and each distinct
-answer is then kept once per problem (see `normalise_response`). Counting distinct answers instead would
-empty the pool of short-answer tasks, where correct samples are mostly the same string (tiny-math: 9 of
-400 problems kept instead of most of the solved ones).
+reasoning paths (`min_correct`, default 2 here too). The threshold counts verified-correct samples (how
+reliably the policy solves the problem). The paper's pool keeps every verified answer, repeats included, so
+M replayed answers are drawn from all of them; that is the default here. `dedupe=True` keeps each distinct
+answer once per problem (see `normalise_response`) instead: on short-answer tasks, where correct samples are
+mostly the same string, that leaves about one answer per problem and the effective M near 1.
 
 A pool is a Parquet file of the trajectory schema named POOL_FILE, found as:
 
@@ -58,8 +58,8 @@ class PoolStats:
     problems_with_correct: int  # problems with at least one correct answer
     pool_problems: int  # problems with at least `min_correct` correct answers
     pool_rows: int  # rows written to the pool
-    duplicates: int  # correct rows repeating an earlier answer to the same problem
-    below_min_correct: int  # distinct correct answers dropped: their problem had fewer than `min_correct`
+    duplicates: int  # correct rows dropped as repeats of an earlier answer to the same problem (dedupe only)
+    below_min_correct: int  # correct rows dropped: their problem had fewer than `min_correct`
     # correct == pool_rows + duplicates + below_min_correct
 
     def to_dict(self) -> dict[str, int]:
@@ -77,12 +77,12 @@ def normalise_response(response: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray 
     return pc.replace_substring_regex(pc.utf8_trim_whitespace(response), pattern=r"\s+", replacement=" ")
 
 
-def build_pool(store: ExperienceStore, min_correct: int = 2) -> PoolStats:
+def build_pool(store: ExperienceStore, min_correct: int = 2, dedupe: bool = False) -> PoolStats:
     """Write the run's POOL_FILE from its completed shards and return what was kept.
 
-    Problems with fewer than `min_correct` correct rows are dropped; of the remaining correct rows whose
-    (data_source, problem_id, normalise_response(response)) match, the first in shard-then-row order is
-    kept, and the pool keeps that order. Refuses (StoreError) trajectories in which a row key repeats,
+    Problems with fewer than `min_correct` correct rows are dropped; every correct row of the others is kept
+    (RLEP's pool), or with `dedupe`, of the rows whose (data_source, problem_id, normalise_response(response))
+    match, the first in shard-then-row order. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row key repeats,
     since that means a shard was written twice under different shard numbers.
     """
     if min_correct < 1:
@@ -95,8 +95,13 @@ def build_pool(store: ExperienceStore, min_correct: int = 2) -> PoolStats:
     distinct = keyed.group_by([*PROBLEM_KEY, "_norm"], use_threads=False).aggregate([("_row", "min")])
     per_problem = keyed.group_by(list(PROBLEM_KEY), use_threads=False).aggregate([("_row", "count")])
     qualified = per_problem.filter(pc.greater_equal(per_problem["_row_count"], min_correct))
-    kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
+    if dedupe:
+        kept = distinct.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row_min"]
+    else:
+        rows = keyed.select([*PROBLEM_KEY, "_row"])  # Arrow joins carry no list columns
+        kept = rows.join(qualified.select(list(PROBLEM_KEY)), list(PROBLEM_KEY), join_type="inner")["_row"]
     pool = correct.take(pc.take(kept, pc.sort_indices(kept))).drop_columns(["_row"])
+    duplicates = correct.num_rows - distinct.num_rows if dedupe else 0
     write_parquet_atomic(store.pool_path, pool, schema=TRAJECTORY_SCHEMA)
     return PoolStats(
         min_correct=min_correct,
@@ -106,8 +111,8 @@ def build_pool(store: ExperienceStore, min_correct: int = 2) -> PoolStats:
         problems_with_correct=per_problem.num_rows,
         pool_problems=qualified.num_rows,
         pool_rows=pool.num_rows,
-        duplicates=correct.num_rows - distinct.num_rows,
-        below_min_correct=distinct.num_rows - pool.num_rows,
+        duplicates=duplicates,
+        below_min_correct=correct.num_rows - pool.num_rows - duplicates,
     )
 
 

@@ -152,11 +152,11 @@ class ExperienceStore:
         """All completed shards, in shard order, as one table."""
         return read_trajectory_files(self.shard_paths(), columns)
 
-    def build_pool(self, min_correct: int = 2) -> PoolStats:
+    def build_pool(self, min_correct: int = 2, dedupe: bool = False) -> PoolStats:
         """Write this run's pool from its completed shards (data.pool.build_pool) and return what was kept."""
         from data.pool import build_pool
 
-        return build_pool(self, min_correct)
+        return build_pool(self, min_correct, dedupe)
 
     def read_pool(self) -> pa.Table:
         from data.pool import read_pool

@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_verify_bench_arguments(p)
 
-    p = sub.add_parser("study", help="Compare replay designs over seeds: arms x seeds, bootstrap intervals, claims table (docs/study.md).")
+    p = sub.add_parser("study", help="Compare replay designs over seeds: arms x seeds, paired Student t intervals, the claims fixed in its config, compute charged in full (docs/study.md).")
     p.set_defaults(handler=_cmd_study)
     p.add_argument("--config", required=True, help="Study YAML (flows/configs/study-*.yaml).")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="Seeds (overrides the file's).")
@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         _quiet_libraries()
     from data.pool import PoolError
+    from data.prompting import PromptError
     from data.sources import ProblemSourceError
     from data.store import StoreError
     from tasks.engines import EngineUnavailable
@@ -247,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError,
                    PromptError)  # fmt: skip
     try:
-    from data.prompting import PromptError
         logged = args.command in (*_config_commands(), "study") or (args.command == "bench" and args.bench == "async")
         if args.verbose or not logged:
             return args.handler(args)

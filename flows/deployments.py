@@ -26,7 +26,7 @@ def build_deployments(recollect_cron: str | None = DEFAULT_RECOLLECT_CRON, train
         train_flow.to_deployment(name="train", tags=tags, description="Phase II: GRPO with replay."),
         evaluate_flow.to_deployment(name="evaluate", tags=tags, description="avg@K / pass@K / maj@K of a checkpoint."),
         pipeline_flow.to_deployment(name="pipeline", tags=tags, description="(explore ->) collect -> train (+ baseline) -> evaluate -> report."),
-        study_flow.to_deployment(name="study", tags=tags, description="Replay designs compared over seeds, with bootstrap intervals."),
+        study_flow.to_deployment(name="study", tags=tags, description="Replay designs compared over seeds: paired t intervals, claims fixed in the config, compute charged in full."),
         recollect_flow.to_deployment(
             name="recollect", tags=tags, cron=recollect_cron, parameters={"config": recollect.model_dump(mode="json")},
             description="Scheduled: collect from the latest checkpoint, publish a new pool version.",

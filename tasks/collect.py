@@ -63,6 +63,10 @@ class CollectConfig(BaseModel):
     max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
     seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
     min_correct: int = Field(2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2).")
+    dedupe: bool = Field(
+        False, description="Keep each distinct verified answer once per problem; off (RLEP's pool) keeps every verified "
+        "answer, repeats included, so M replayed answers are drawn from all of them."
+    )
     shard_size: int = Field(64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume).")
     out: Path = Field(Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json).")
     run_id: str | None = Field(None, description="Run id stored in every row; default: the out directory's name.")
@@ -172,7 +176,7 @@ def release_lock(root: Path) -> None:
 
 def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
     """The settings that decide what the shards contain (not where they go or how the pool is cut)."""
-    settings = config.model_dump(mode="json", exclude={"out", "min_correct"})
+    settings = config.model_dump(mode="json", exclude={"out", "min_correct", "dedupe"})
     return {**settings, "model": str(Path(model).resolve()) if Path(model).exists() else model,
             "run_id": config.resolved_run_id(), "policy_version": config.resolved_policy_version()}  # fmt: skip
 
@@ -274,7 +278,7 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
     (`engine_start`: seconds spent starting the engine in this invocation, kept apart from `generate`)."""
     store = ExperienceStore(config.out, run_id=config.resolved_run_id())
     start = time.perf_counter()
-    stats: PoolStats = store.build_pool(config.min_correct)
+    stats: PoolStats = store.build_pool(config.min_correct, config.dedupe)
     timings = {"engine_start": engine_start, **_timing_totals(store)}
     timings["pool"] = time.perf_counter() - start
     # A resumed run: this invocation's wall time, but never less than the work on disk it stands for.
@@ -288,6 +292,23 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
 
 def _timing_totals(store: ExperienceStore) -> dict[str, float]:
     """Seconds per phase over the shards on disk (a shard redone after a kill counts its last attempt)."""
+    totals: dict[str, float] = {"generate": 0.0, "verify": 0.0, "write": 0.0}
+    for (_, phase), entry in _latest_timings(store).items():
+        totals[phase] += entry["seconds"]
+    return totals
+
+
+def collection_cost(run_dir: Path | str) -> dict[str, float]:
+    """What a finished collection cost: `tokens_generated` (sampled tokens over its shards) and `seconds` (its
+    manifest's total wall time), so a run that replays its pool can be charged for it."""
+    store = ExperienceStore(run_dir)
+    tokens = sum(e.get("tokens", 0) for (_, phase), e in _latest_timings(store).items() if phase == "generate")
+    manifest = json.loads(store.manifest_path.read_text(encoding="utf-8"))
+    return {"tokens_generated": float(tokens), "seconds": float(manifest.get("timings", {}).get("total", 0.0))}
+
+
+def _latest_timings(store: ExperienceStore) -> dict[tuple[int, str], dict]:
+    """The last timing entry of each (shard, phase) of the completed shards."""
     done = set(store.completed_shards())
     latest: dict[tuple[int, str], dict] = {}
     path = store.root / TIMINGS_FILE
@@ -299,10 +320,7 @@ def _timing_totals(store: ExperienceStore) -> dict[str, float]:
                 continue
             if entry["shard"] in done:
                 latest[(entry["shard"], entry["phase"])] = entry
-    totals: dict[str, float] = {"generate": 0.0, "verify": 0.0, "write": 0.0}
-    for (_, phase), entry in latest.items():
-        totals[phase] += entry["seconds"]
-    return totals
+    return latest
 
 
 def run_collection(

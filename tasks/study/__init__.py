@@ -1,8 +1,8 @@
-"""`rlep study`: replay designs compared arm against arm over several seeds, with bootstrap statistics.
+"""`rlep study`: replay designs compared arm against arm over several seeds, paired, with claims fixed beforehand.
 
 - `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order;
 - `runs`: execute one run (skipped when finished), gather the results as tables;
-- `stats`: bootstrap intervals, paired differences, the claims;
+- `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `report`: study.parquet, summary.parquet, claims, plots, report.md.
 
 `run_study` runs a plan here, one run after another; `flows/study.py` runs it as Prefect tasks, in parallel

@@ -6,7 +6,8 @@ in two arms means the same prompt order and sampling seeds, so arms are compared
 
 An rlep arm without a pool gets RLEP's order, once per seed and shared by every arm that needs it: an
 exploration run (plain GRPO from the start; the baseline arm's own run when it is the same run), then a
-collection from its last checkpoint.
+collection from its last checkpoint. Each arm is charged in full for the runs it depends on (`needs`),
+even when they are shared or are the baseline's own run (`runs.gather`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,36 @@ class StudyError(ValueError):
     """A study configuration that cannot run; the message names the arm and the field."""
 
 
+class ClaimConfig(BaseModel):
+    """One claim of a study, fixed before it runs: which arm against which, on what metric, at which step or target.
+
+    The claims table of the report measures exactly these (paired by seed, 95% Student t interval), so no figure
+    in it is chosen after the curves are seen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., min_length=1, description="Short name of the claim, e.g. `rlep-faster-early`.")
+    arm: str = Field(..., min_length=1, description="The arm the claim is about.")
+    against: str | None = Field(None, description="The arm it is compared with; default the study's baseline_arm.")
+    kind: Literal["accuracy_diff", "steps_to_target", "charged_tokens_to_target"] = Field(
+        ..., description="`accuracy_diff`: held-out accuracy at `step`, arm minus against (higher is better). "
+        "`steps_to_target`: per seed, the first evaluation step with accuracy >= `target` (lower is better). "
+        "`charged_tokens_to_target`: the same in generated tokens charged to the arm, the runs it depends on included.",
+    )
+    step: int | None = Field(None, ge=0, description="accuracy_diff: the evaluation step the claim is about.")
+    target: float | None = Field(None, gt=0, le=1, description="*_to_target: the held-out accuracy to reach.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ClaimConfig:
+        if self.kind == "accuracy_diff" and self.step is None:
+            raise ValueError(f"claim {self.name!r}: accuracy_diff needs `step`")
+        if self.kind != "accuracy_diff" and self.target is None:
+            raise ValueError(f"claim {self.name!r}: {self.kind} needs `target`")
+        return self
+
+
 class StudyConfig(BaseModel):
-    """Compare replay designs: arms x seeds, paired by seed, with bootstrap intervals."""
+    """Compare replay designs: arms x seeds, paired by seed, Student t intervals, claims fixed before the run."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -48,7 +77,10 @@ class StudyConfig(BaseModel):
     )
     baseline_arm: str = Field("baseline", description="The reference arm of the paired differences.")
     explore_steps: int | None = Field(None, ge=1, description="Steps of RLEP's exploration run (default: the baseline's, so its run is reused).")
-    bootstrap_samples: int = Field(2000, ge=100, le=100_000, description="Bootstrap resamples of the seeds for each interval.")
+    claims: list[ClaimConfig] = Field(
+        default_factory=list,
+        description="The claims the study tests, fixed before it runs; the report's claims table measures these only.",
+    )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the runs execute.")
 
     @model_validator(mode="after")
@@ -57,6 +89,12 @@ class StudyConfig(BaseModel):
             raise ValueError(f"baseline_arm {self.baseline_arm!r} is not one of the arms {sorted(self.arms)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds repeat: {self.seeds}")
+        for claim in self.claims:
+            for arm in (claim.arm, claim.against):
+                if arm is not None and arm not in self.arms:
+                    raise ValueError(f"claims.{claim.name}: arm {arm!r} is not one of the arms {sorted(self.arms)}")
+        if len({c.name for c in self.claims}) != len(self.claims):
+            raise ValueError("claims: names repeat")
         return self
 
 

@@ -1,4 +1,5 @@
-"""A study's outputs: study.parquet, final.parquet, summary.parquet, claims, three plots with interval bands, report.md."""
+"""A study's outputs: study.parquet, final.parquet, summary.parquet, claims.parquet, endpoints.parquet, four plots with
+interval bands, report.md."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pandas as pd
 
 from data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from tasks.study.config import StudyConfig
-from tasks.study.stats import claims, summarize
+from tasks.study.stats import endpoints, evaluate_claims, summarize
 
-PLOTS = {"step": "accuracy_vs_step.png", "tokens_generated": "accuracy_vs_tokens.png", "wall_seconds": "accuracy_vs_wall.png"}
+PLOTS = {"step": "accuracy_vs_step.png", "tokens_generated": "accuracy_vs_tokens.png",
+         "tokens_charged": "accuracy_vs_charged_tokens.png", "wall_seconds": "accuracy_vs_wall.png"}
 
 
 def write_study_outputs(config: StudyConfig, study: pd.DataFrame, final: pd.DataFrame, command: str | None = None) -> dict[str, Path]:
@@ -20,67 +22,86 @@ def write_study_outputs(config: StudyConfig, study: pd.DataFrame, final: pd.Data
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(study, config.baseline_arm, config.bootstrap_samples)
-    table = claims(study, final, config.baseline_arm, config.bootstrap_samples)
-    paths = {"study": out / "study.parquet", "final": out / "final.parquet", "summary": out / "summary.parquet", "claims": out / "claims.parquet"}
-    for name, frame in (("study", study), ("final", final), ("summary", summary), ("claims", table)):
+    summary = summarize(study, config.baseline_arm)
+    table = evaluate_claims(study, config.claims, config.baseline_arm)
+    ends = endpoints(study, final, config.baseline_arm)
+    paths = {name: out / f"{name}.parquet" for name in ("study", "final", "summary", "claims", "endpoints")}
+    for name, frame in (("study", study), ("final", final), ("summary", summary), ("claims", table), ("endpoints", ends)):
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
     for x, name in PLOTS.items():
         paths[name] = _plot(summary, x, out / name)
     paths["report"] = out / "report.md"
-    write_text_atomic(paths["report"], report_markdown(config, summary, table, command))
+    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command))
     return paths
 
 
 def _interval(value: float, low: float, high: float, fmt: str = "{:.3f}") -> str:
-    if math.isinf(value):
-        return "not reached"
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
     text = fmt.format(value)
-    if math.isnan(low):
-        return text
-    upper = "not reached" if math.isinf(high) else fmt.format(high)
-    return f"{text} [{fmt.format(low)}, {upper}]"
+    return text if math.isnan(low) else f"{text} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
-    """The claims table: one row per arm, every figure with its 95% interval over seeds."""
-    k = int(table.k.max()) if len(table) else 0
-    lines = [
-        f"| arm | seeds | steps to baseline's best | tokens to it | final accuracy | final diff vs baseline | pass@{k} at the end |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    """The claims fixed in the configuration, measured: paired difference with its 95% t interval, the verdict
+    the interval supports, and every seed's value."""
+    if table.empty:
+        return "No claims were named in the study's configuration (`claims:`), so none is tested.\n"
+    lines = ["| claim | arm vs against | metric | seeds paired | arm | against | difference [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in table.itertuples(index=False):
-        lines.append(
-            f"| {row.arm} | {row.n_seeds} | {_interval(row.steps_to_target, row.steps_ci_low, row.steps_ci_high, '{:.0f}')} | "
-            f"{_interval(row.tokens_to_target, row.tokens_ci_low, row.tokens_ci_high, '{:,.0f}')} | "
-            f"{_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
-            f"{_interval(row.final_diff, row.final_diff_ci_low, row.final_diff_ci_high, '{:+.3f}')} | "
-            f"{_interval(row.pass_at_k, row.pass_ci_low, row.pass_ci_high)} |"
-        )
+        if row.kind == "accuracy_diff":
+            metric, fmt, dfmt = f"accuracy at step {row.step}", "{:.3f}", "{:+.3f}"
+        elif row.kind == "steps_to_target":
+            metric, fmt, dfmt = f"steps to {row.target:.3f}", "{:.1f}", "{:+.1f}"
+        else:
+            metric, fmt, dfmt = f"charged tokens to {row.target:.3f}", "{:,.0f}", "{:+,.0f}"
+        reached = "" if row.kind == "accuracy_diff" else f" (reached: {row.arm_reached} / {row.against_reached} seeds)"
+        lines.append(f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired} | "
+                     f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | {_interval(row.against_mean, math.nan, math.nan, fmt)} | "
+                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |")  # fmt: skip
+    lines += ["", "Per seed:", ""]
+    lines += [f"- {row.claim}: {row.arm} {row.arm_per_seed}; {row.against} {row.against_per_seed}" for row in table.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-def report_markdown(config: StudyConfig, summary: pd.DataFrame, table: pd.DataFrame, command: str | None = None) -> str:
-    target = float(table.target_accuracy.iloc[0]) if len(table) else math.nan
+def endpoints_markdown(ends: pd.DataFrame) -> str:
+    """Descriptive end-of-run figures per arm, with the cost of the run and of the runs it depends on."""
+    k = int(ends.k.max()) if len(ends) else 0
+    lines = [f"| arm | seeds | last step | accuracy | diff vs baseline | pass@{k} | updates | tokens generated | tokens charged | "
+             "seconds | seconds charged |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in ends.itertuples(index=False):
+        lines.append(f"| {row.arm} | {row.n_seeds} | {row.final_step} | {_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
+                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | "
+                     f"{_interval(row.pass_at_k, row.pass_ci_low, row.pass_ci_high)} | {row.optimizer_updates:,.0f} | "
+                     f"{row.tokens_generated:,.0f} | {row.tokens_charged:,.0f} | {row.wall_seconds:,.0f} | {row.seconds_charged:,.0f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(config: StudyConfig, summary: pd.DataFrame, table: pd.DataFrame, ends: pd.DataFrame,
+                    command: str | None = None) -> str:  # fmt: skip
     lines = [
         "# rlep study",
         "",
         f"Arms {', '.join(sorted(config.arms))}; seeds {config.seeds}; reference arm `{config.baseline_arm}`. "
-        f"Held-out accuracy is the training runs' evaluation (avg@k on the eval problems); the target is the "
-        f"baseline's best mean accuracy over its evaluation steps ({target:.3f}). Intervals: 95% bootstrap over seeds "
-        f"({config.bootstrap_samples} resamples), differences paired by seed; \"not reached\" means the mean curve "
-        "(or that end of the interval) never reaches the target.",
+        "Held-out accuracy is the training runs' evaluation (avg@k on the eval problems). Intervals: 95% Student t "
+        f"over the {len(config.seeds)} seeds (n - 1 degrees of freedom); differences are paired by seed. Cost: "
+        "`tokens charged` and `seconds charged` add to an arm's own generated tokens and training seconds the full "
+        "cost of the runs it depends on (RLEP: its exploration run and its collection), even when one exploration "
+        "serves several arms or is the baseline's own run.",
         "",
     ]
     if command:
         lines += ["Regenerate with:", "", f"    {command}", ""]
-    lines += ["## Claims", "", claims_markdown(table), ""]
-    lines += ["## Held-out accuracy per evaluation step (mean [95% interval]; difference to the baseline, paired)", ""]
-    lines += ["| arm | step | seeds | accuracy | diff vs baseline | tokens generated | training seconds |", "|---|---|---|---|---|---|---|"]
+    lines += ["## Claims (fixed in the configuration before the run)", "", claims_markdown(table), ""]
+    lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
+    lines += ["## Held-out accuracy per evaluation step (mean [95% t interval]; paired difference to the baseline)", ""]
+    lines += ["| arm | step | seeds | accuracy | diff vs baseline | per seed | tokens charged | training seconds |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in summary.itertuples(index=False):
         lines.append(f"| {row.arm} | {row.step} | {row.n_seeds} | {_interval(row.mean, row.ci_low, row.ci_high)} | "
-                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | {row.tokens_generated:,.0f} | "
-                     f"{row.wall_seconds:.1f} |")  # fmt: skip
+                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | {row.per_seed} | "
+                     f"{row.tokens_charged:,.0f} | {row.wall_seconds:.1f} |")  # fmt: skip
     lines += ["", *(f"![{name}]({name})" for name in PLOTS.values()), ""]
     return "\n".join(lines)
 
@@ -91,7 +112,8 @@ def _plot(summary: pd.DataFrame, x: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"step": "training step", "tokens_generated": "tokens generated", "wall_seconds": "training seconds"}
+    labels = {"step": "training step", "tokens_generated": "tokens generated by the run",
+              "tokens_charged": "tokens generated, charged (dependencies included)", "wall_seconds": "training seconds"}
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for arm, group in summary.groupby("arm"):
         group = group.sort_values("step")
@@ -99,7 +121,7 @@ def _plot(summary: pd.DataFrame, x: str, path: Path) -> Path:
         if group.ci_low.notna().any():
             ax.fill_between(group[x], group.ci_low, group.ci_high, alpha=0.2)
     ax.set_xlabel(labels[x])
-    ax.set_ylabel("held-out accuracy (mean, 95% interval)")
+    ax.set_ylabel("held-out accuracy (mean, 95% t interval)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -72,13 +73,46 @@ def _collect(run: Run, results: dict[str, dict], progress: bool) -> dict:
     return {"key": run.key, "out": str(out), "pool_source": explore["final_checkpoint"]}
 
 
+def run_cost(run: Run) -> dict[str, float]:
+    """What a finished run cost on its own: `tokens_generated` and `seconds` (a training run's step seconds,
+    evaluation excluded; a collection's total wall time)."""
+    out = Path(run.config.out)
+    if run.kind == "collect":
+        from tasks.collect import collection_cost
+
+        return collection_cost(out)
+    metrics = pd.read_parquet(TrainRunLayout(out).metrics, columns=["step", "tokens_generated_total", "time_step"])
+    return {"tokens_generated": float(metrics.tokens_generated_total.max()), "seconds": float(metrics.time_step.sum())}
+
+
+def dependency_cost(run: Run, by_key: dict[str, Run]) -> dict[str, float]:
+    """The full cost of every run `run` depends on, directly or not (RLEP: its exploration and its collection),
+    each counted once. Shared runs are charged in full to each dependent arm: the honest default, since the arm
+    could not exist without them."""
+    seen: set[str] = set()
+    todo = list(run.needs)
+    total = {"tokens_generated": 0.0, "seconds": 0.0}
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        cost = run_cost(by_key[key])
+        for name in total:
+            total[name] += cost[name]
+        todo.extend(by_key[key].needs)
+    return total
+
+
 def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per evaluation step, final evaluation) tables over every finished arm run.
 
     Per step: arm, seed, step, accuracy (held-out avg@k of the training run's evaluation), tokens_generated
-    (generated so far), wall_seconds (training seconds so far, evaluation excluded). Final: arm, seed, k,
-    avg_at_k, pass_at_k, maj_at_k of the final evaluation.
+    (generated so far by the run), wall_seconds (its training seconds so far, evaluation excluded),
+    tokens_charged / seconds_charged (the same plus the full cost of the runs it depends on), optimizer_updates
+    and tokens_trained so far. Final: arm, seed, k, avg_at_k, pass_at_k, maj_at_k of the final evaluation.
     """
+    by_key = {run.key: run for run in runs}
     steps, finals = [], []
     for run in runs:
         if run.kind != "train" or run.arm is None:
@@ -88,8 +122,15 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         ev = pd.read_parquet(layout.eval)
         ev = ev[ev.data_source == ALL_SOURCES][["step", "avg_at_k"]]
         metrics = pd.read_parquet(layout.metrics).sort_values("step")
-        progress = pd.DataFrame({"step": [0, *metrics.step], "tokens_generated": [0, *metrics.tokens_generated_total],
-                                 "wall_seconds": [0.0, *metrics.time_step.cumsum()]})  # fmt: skip
+        charged = dependency_cost(run, by_key)
+        progress = pd.DataFrame({
+            "step": [0, *metrics.step], "tokens_generated": [0, *metrics.tokens_generated_total],
+            "wall_seconds": [0.0, *metrics.time_step.cumsum()],
+            "optimizer_updates": [0, *metrics.optimizer_updates.cumsum()] if "optimizer_updates" in metrics else math.nan,
+            "tokens_trained": [0, *metrics.tokens_trained.cumsum()] if "tokens_trained" in metrics else math.nan,
+        })  # fmt: skip
+        progress["tokens_charged"] = progress.tokens_generated + charged["tokens_generated"]
+        progress["seconds_charged"] = progress.wall_seconds + charged["seconds"]
         rows = ev.merge(progress, on="step", how="left").rename(columns={"avg_at_k": "accuracy"})
         steps.append(rows.assign(arm=run.arm, seed=run.seed))
         final = layout.final_eval.eval
@@ -97,6 +138,8 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
             fe = pd.read_parquet(final)
             fe = fe[fe.data_source == ALL_SOURCES][["k", "avg_at_k", "pass_at_k", "maj_at_k"]]
             finals.append(fe.assign(arm=run.arm, seed=run.seed))
-    study = pd.concat(steps, ignore_index=True)[["arm", "seed", "step", "accuracy", "tokens_generated", "wall_seconds"]]
+    columns = ["arm", "seed", "step", "accuracy", "tokens_generated", "tokens_charged", "wall_seconds", "seconds_charged",
+               "optimizer_updates", "tokens_trained"]  # fmt: skip
+    study = pd.concat(steps, ignore_index=True)[columns]
     final = pd.concat(finals, ignore_index=True) if finals else pd.DataFrame(columns=["arm", "seed", "k", "avg_at_k", "pass_at_k", "maj_at_k"])
     return study.sort_values(["arm", "seed", "step"], ignore_index=True), final

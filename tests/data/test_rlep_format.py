@@ -35,7 +35,7 @@ def _pool(tmp_path):
                 model="tiny", sampling={"n": 4}, sample_index=index, created_at=WHEN,
             ))  # fmt: skip
     store.write_shard(0, rows)
-    stats = store.build_pool(min_correct=1)
+    stats = store.build_pool(min_correct=1, dedupe=True)
     assert (stats.pool_rows, stats.pool_problems) == (3, 2)  # q1's whitespace repeat dropped
     return store.pool_path
 

@@ -83,13 +83,24 @@ def test_write_shard_refuses_rows_of_another_run_and_foreign_tables(tmp_path):
     assert list(store.trajectories_dir.iterdir()) == []
 
 
-def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshold(tmp_path):
-    """The threshold counts correct samples; the pool then keeps each distinct answer once."""
+def test_build_pool_keeps_every_correct_answer_of_problems_over_the_threshold(tmp_path):
+    """RLEP's pool: every verified answer of a problem with >= min_correct of them, repeats included."""
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:6])
     store.write_shard(1, rows[6:])
     stats = store.build_pool(min_correct=2)
+    assert (stats.pool_rows, stats.duplicates, stats.below_min_correct, stats.pool_problems) == (6, 0, 1, 2)
+    assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p2", "p2", "p3", "p3", "p3", "p3"]
+
+
+def test_build_pool_dedupe_keeps_distinct_correct_answers_of_problems_over_the_threshold(tmp_path):
+    """The threshold counts correct samples; with dedupe the pool then keeps each distinct answer once."""
+    store = ExperienceStore(tmp_path, run_id="run-a").prepare()
+    rows = _pool_fixture_rows()
+    store.write_shard(0, rows[:6])
+    store.write_shard(1, rows[6:])
+    stats = store.build_pool(min_correct=2, dedupe=True)
     assert stats.to_dict() == {
         "min_correct": 2,
         "samples": 16,
@@ -106,7 +117,7 @@ def test_build_pool_keeps_distinct_correct_answers_of_problems_over_the_threshol
     assert pool.schema == TRAJECTORY_SCHEMA
     assert pool["problem_id"].to_pylist() == ["p2", "p3", "p3"]
     assert all(pool["correct"].to_pylist())
-    loose = store.build_pool(min_correct=1)
+    loose = store.build_pool(min_correct=1, dedupe=True)
     assert (loose.pool_rows, loose.pool_problems, loose.below_min_correct) == (4, 3, 0)
     assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p1", "p2", "p3", "p3"]
 
@@ -167,7 +178,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:10])
     store.write_shard(1, rows[10:])
-    stats = store.build_pool(min_correct=2)
+    stats = store.build_pool(min_correct=2, dedupe=True)
     model = _fake_model(tmp_path / "model")
     timings = {"generate": 3.0, "verify": 1.0, "write": 0.5}
     path = store.write_manifest(parameters={"samples": 4, "seed": 0}, model="tiny", model_dir=model,
@@ -238,7 +249,7 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:8])
     store.write_shard(1, rows[8:])
-    store.build_pool(min_correct=2)
+    store.build_pool(min_correct=2, dedupe=True)
     frame = pd.concat([pd.read_parquet(p) for p in store.shard_paths()], ignore_index=True)
     assert list(frame.columns) == list(TRAJECTORY_SCHEMA.names) and len(frame) == 16
     assert list(frame.loc[0, "response_token_ids"]) == [1, 2]

@@ -109,15 +109,18 @@ def test_pool_rule_and_dedup(collected, tmp_path):
     assert len(distinct) == 12 and counts.min() >= 2  # every problem has right answers, all of them repeated
     pool = pd.read_parquet(out / "pool.parquet")
     assert pool.correct.all() and (pool.reward == 1.0).all()
-    # min_correct=1: each distinct right answer once; the second gold sample differs only in layout and is dropped.
+    assert len(pool) == int(counts.sum()) and result["pool"]["duplicates"] == 0  # RLEP's pool: every right answer
+    store = ExperienceStore(out, run_id="run-a")
+    result = {"pool": store.build_pool(min_correct=1, dedupe=True).to_dict()}
+    pool = pd.read_parquet(out / "pool.parquet")
+    # dedupe: each distinct right answer once; the second gold sample differs only in layout and is dropped.
     assert {pid: [" ".join(r.split()) for r in rows.response] for pid, rows in pool.groupby("problem_id")} == distinct
     assert len(pool) == sum(map(len, distinct.values())) and len(pool) > 12
     assert not pool.response.str.startswith(" ").any()  # the first spelling is the one kept
     stats = result["pool"]
     assert (stats["pool_rows"], stats["duplicates"], stats["pool_problems"]) == (len(pool), int(counts.sum()) - len(pool), 12)
     # A stricter threshold: only problems with >= 3 right samples (those given a third answer) remain.
-    store = ExperienceStore(out, run_id="run-a")
-    stats = store.build_pool(min_correct=3)
+    stats = store.build_pool(min_correct=3, dedupe=True)
     kept = set(counts[counts >= 3].index)
     assert 0 < len(kept) < 12 and stats.pool_problems == len(kept)
     assert set(pd.read_parquet(out / "pool.parquet").problem_id) == kept

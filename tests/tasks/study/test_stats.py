@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.study.stats import bootstrap_mean, claims, first_reach, summarize
+from tasks.study.config import ClaimConfig, Run
+from tasks.study.stats import evaluate_claims, summarize, t_interval
 
 
 def _table(arms):
@@ -16,15 +17,24 @@ def _table(arms):
     return pd.DataFrame(rows)
 
 
-def test_bootstrap_interval_contains_the_mean_and_shrinks_with_more_seeds():
+def test_t_interval_is_the_student_t_interval_with_n_minus_1_degrees_of_freedom():
+    # [1, 2, 3]: mean 2, sd 1, t(0.975, 2) = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138.
+    assert t_interval([1.0, 2.0, 3.0]) == pytest.approx((2.0, 2.0 - 2.484138, 2.0 + 2.484138), rel=1e-6)
+    # Five seeds: t(0.975, 4) = 2.776445, wider than the normal 1.96 a bootstrap approaches.
+    values = [0.70, 0.72, 0.69, 0.75, 0.74]
+    mean, low, high = t_interval(values)
+    assert (high - mean) == pytest.approx(2.776445 * np.std(values, ddof=1) / math.sqrt(5), rel=1e-6)
+    assert math.isnan(t_interval([0.3])[1])  # one seed: no interval
+    assert t_interval([0.2, 0.2, 0.2])[1:] == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def test_t_interval_covers_at_its_nominal_level_with_five_seeds():
     rng = np.random.default_rng(0)
-    few, many = rng.normal(0.5, 0.1, 5), rng.normal(0.5, 0.1, 50)
-    for values in (few, many):
-        mean, low, high = bootstrap_mean(values)
-        assert mean == pytest.approx(values.mean()) and low < mean < high
-    assert bootstrap_mean(many)[2] - bootstrap_mean(many)[1] < bootstrap_mean(few)[2] - bootstrap_mean(few)[1]
-    assert math.isnan(bootstrap_mean([0.3])[1])  # one seed: no interval
-    assert bootstrap_mean([0.2, 0.2, 0.2])[1:] == (pytest.approx(0.2), pytest.approx(0.2))
+    hits = 0
+    for _ in range(4000):
+        _, low, high = t_interval(rng.normal(0.5, 0.1, 5))
+        hits += low <= 0.5 <= high
+    assert 0.94 < hits / 4000 < 0.96
 
 
 def test_paired_difference_has_the_right_sign_and_is_narrower_than_the_spread_between_seeds():
@@ -39,16 +49,49 @@ def test_paired_difference_has_the_right_sign_and_is_narrower_than_the_spread_be
     assert final.diff_mean < 0 and final.diff_ci_high < 0 and final.n_seeds == 5
 
 
-def test_first_reach_and_the_claims():
-    assert first_reach(np.array([[0.1, 0.3, 0.5]]), np.array([0, 10, 20]), 0.3) == 10
-    assert first_reach(np.array([[0.1, 0.2]]), np.array([0, 10]), 0.3) == math.inf
-    study = _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "cheap": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.02 * t})
-    final = pd.DataFrame([{"arm": a, "seed": s, "k": 4, "avg_at_k": 0.3, "pass_at_k": 0.6, "maj_at_k": 0.3}
-                          for a in ("baseline", "cheap", "fast") for s in range(5)])  # fmt: skip
-    table = claims(study, final, "baseline").set_index("arm")
-    assert table.loc["baseline", "target_accuracy"] == pytest.approx(0.4)
-    assert table.loc["fast", "steps_to_target"] == 10 and table.loc["baseline", "steps_to_target"] == 20
-    assert table.loc["cheap", "tokens_to_target"] == 1000 and table.loc["baseline", "tokens_to_target"] == 2000
-    assert table.loc["fast", "final_diff"] == pytest.approx(0.2) and table.loc["fast", "pass_at_k"] == pytest.approx(0.6)
-    never = claims(_table({"baseline": lambda s, t: 0.2 + 0.01 * t, "flat": lambda s, t: 0.2}), final, "baseline").set_index("arm")
-    assert never.loc["flat", "steps_to_target"] == math.inf
+def _claim(**kw):
+    return ClaimConfig.model_validate({"name": "c", "arm": "fast", **kw})
+
+
+def test_claims_are_measured_as_configured_paired_by_seed():
+    study = _table({"baseline": lambda s, t: 0.2 + 0.01 * t + 0.01 * s, "fast": lambda s, t: 0.2 + 0.02 * t + 0.01 * s,
+                    "flat": lambda s, t: 0.2})  # fmt: skip
+    study["tokens_charged"] = study.tokens_generated + np.where(study.arm == "fast", 5000, 0)
+    table = evaluate_claims(study, [
+        _claim(name="early", kind="accuracy_diff", step=10),
+        _claim(name="steps", kind="steps_to_target", target=0.4),
+        _claim(name="tokens", kind="charged_tokens_to_target", target=0.4),
+        _claim(name="never", arm="flat", kind="steps_to_target", target=0.4),
+    ], "baseline").set_index("claim")  # fmt: skip
+    early = table.loc["early"]
+    assert early.diff_mean == pytest.approx(0.1) and early.n_paired == 5 and early.verdict == "arm better"
+    steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on seeds 0-4, the baseline at 20 (seed 0) or 20
+    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "arm better"
+    assert "0: 10" in steps.arm_per_seed and "0: 20" in steps.against_per_seed
+    tokens = table.loc["tokens"]  # 1000 own + 5000 charged against 2000: the faster arm costs more
+    assert tokens.diff_mean == pytest.approx(4000) and tokens.verdict == "arm worse"
+    never = table.loc["never"]
+    assert never.arm_reached == 0 and never.n_paired == 0 and never.verdict == "too few seeds"
+    with pytest.raises(ValueError, match="not evaluated at step 15"):
+        evaluate_claims(study, [_claim(kind="accuracy_diff", step=15)], "baseline")
+
+
+def test_a_claim_needs_its_step_or_target():
+    with pytest.raises(ValueError, match="accuracy_diff needs `step`"):
+        _claim(kind="accuracy_diff")
+    with pytest.raises(ValueError, match="steps_to_target needs `target`"):
+        _claim(kind="steps_to_target")
+
+
+def test_dependencies_are_charged_in_full_once_each(monkeypatch):
+    import tasks.study.runs as runs
+
+    explore = Run("baseline/seed-0", "train", 0, "baseline", None)
+    collect = Run("collect/seed-0", "collect", 0, None, None, needs=["baseline/seed-0"])
+    rlep = Run("rlep/seed-0", "train", 0, "rlep", None, needs=["collect/seed-0"])
+    costs = {"baseline/seed-0": {"tokens_generated": 1000.0, "seconds": 60.0},
+             "collect/seed-0": {"tokens_generated": 300.0, "seconds": 20.0}}  # fmt: skip
+    monkeypatch.setattr(runs, "run_cost", lambda run: costs[run.key])
+    by_key = {r.key: r for r in (explore, collect, rlep)}
+    assert runs.dependency_cost(rlep, by_key) == {"tokens_generated": 1300.0, "seconds": 80.0}
+    assert runs.dependency_cost(explore, by_key) == {"tokens_generated": 0.0, "seconds": 0.0}
