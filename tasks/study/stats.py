@@ -91,7 +91,7 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 values[arm] = at.set_index("seed").accuracy.sort_index()
             else:
                 x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
-                values[arm] = table.groupby("seed").apply(lambda c, x=x: first_step_at(c, claim.target, x), include_groups=False).sort_index()
+                values[arm] = table.groupby("seed").apply(lambda c, x=x, target=claim.target: first_step_at(c, target, x), include_groups=False).sort_index()
         mine, theirs = values[claim.arm], values[against].reindex(values[claim.arm].index)
         both = mine.notna() & theirs.notna() & np.isfinite(mine) & np.isfinite(theirs)
         diff = (mine - theirs)[both]

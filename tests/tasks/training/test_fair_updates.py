@@ -15,8 +15,8 @@ from tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
 from tasks.training.advantages import fill_advantages
 from tasks.training.batch import build_batch, group_ids, mini_batches
 from tasks.training.config import LossConfig, TrainConfig
-from tasks.training.losses import aggregate
 from tasks.training.logprobs import token_logprobs
+from tasks.training.losses import aggregate
 from tasks.training.update import off_policy_terms, policy_update
 
 G, PROMPTS = 4, 8
