@@ -21,7 +21,6 @@ from prefect.artifacts import (
 )
 
 from flows.runlog import send_logs_to_prefect
-from tasks.tracking import step_report
 from tasks.training.config import TrainConfig
 from tasks.training.trainer import TrainResult, train
 
@@ -50,8 +49,7 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
             create_table_artifact(key="train-metrics", table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
                                   description=f"metrics of step {row['step']}")  # fmt: skip
 
-    with step_report(config, then=on_step) as report:
-        return train(config, resume=resume, progress=progress, on_step=report)
+    return train(config, resume=resume, progress=progress, on_step=on_step)
 
 
 @flow(name="train", log_prints=True)

@@ -35,12 +35,10 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
         shutil.rmtree(out)
     from tasks.engines.cache import release_engines
     from tasks.evaluate import evaluate
-    from tasks.tracking import step_report
     from tasks.training.checkpoint import latest_checkpoint
     from tasks.training.trainer import train
 
-    with step_report(run.config) as report:  # the run's tracker, and a log line per step (rlep.train)
-        trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress, on_step=report)
+    trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress)  # tracker + step lines
     record = {"key": run.key, "out": str(out), "final_checkpoint": str(trained.final_checkpoint), "start_weights": start}
     if run.evaluate is not None:
         try:

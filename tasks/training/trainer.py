@@ -386,10 +386,12 @@ def train(
 ) -> TrainResult:
     """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png."""
     from tasks.plots import plot_learning_curves
+    from tasks.tracking import step_report
 
     trainer = Trainer(config, resume=resume, progress=progress)
-    try:
-        result = trainer.run(on_step)
+    try:  # every run writes its tracker (`tracker`) and a log line per step, whoever started it
+        with step_report(config, then=on_step) as report:
+            result = trainer.run(report)
     finally:
         trainer.close()
     plot_learning_curves({config.replay.kind: result.out}, TrainRunLayout(result.out).learning_curve)
