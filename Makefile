@@ -13,6 +13,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# Prefect's ephemeral server gets 20 s to start by default; on 2 loaded cores that is not always enough.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
 .PHONY: setup browser demo test lint bench ui clean-venv
 

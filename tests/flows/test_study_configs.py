@@ -24,3 +24,23 @@ def test_a_shipped_study_configuration_plans(path):
     assert len(config.seeds) >= 3
     if any(arm.get("replay", {}).get("kind") == "rlep" for arm in config.arms.values()):
         assert sum(r.kind == "collect" for r in runs) == len(config.seeds)  # one pool per seed, shared
+
+
+QUICK = [p for p in CONFIGS if p.stem.endswith("-quick") and p.stem != "study-async"]
+
+
+@pytest.mark.parametrize("path", QUICK, ids=[p.stem for p in QUICK])
+def test_a_quick_study_fixes_its_claims_and_evaluates_often(path):
+    # The claims a study's report tests are written in its configuration before it runs, each at a step that is
+    # evaluated; 5 seeds or more for a claim; held-out evaluation at least every 5 steps.
+    config = StudyConfig.model_validate(yaml.safe_load(path.read_text()))
+    assert config.claims and len(config.seeds) >= 5
+    runs = [r for r in plan(config) if r.kind == "train" and r.arm is not None]
+    for run in runs:
+        assert 0 < run.config.eval_every <= 5
+    for claim in config.claims:
+        if claim.step is not None:
+            arm = next(r for r in runs if r.arm == claim.arm)
+            assert claim.step % arm.config.eval_every == 0 or claim.step == arm.config.steps, claim.name
+    updates = {r.arm: r.config.updates_per_epoch() * r.config.ppo_epochs for r in runs}
+    assert len(set(updates.values())) == 1, updates  # every arm makes the same number of optimizer updates

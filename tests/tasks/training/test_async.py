@@ -349,8 +349,12 @@ def _wait_for_checkpoint(proc, out, names, deadline=300):
 @pytest.mark.slow
 def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
     out = tmp_path / "interrupted"
-    proc = _train_cli([*_cli_args(fixture_model), "--out", str(out)])
-    _wait_for_checkpoint(proc, out, ("step-1", "step-2"))
+    # Far more steps than it can finish while the test reacts, however slow or loaded the machine: the run is
+    # always still going when Ctrl-C arrives (with 5 steps a loaded machine once finished first, exit 0).
+    args = _cli_args(fixture_model)
+    args[args.index("--steps") + 1] = "10000"
+    proc = _train_cli([*args, "--out", str(out)])
+    _wait_for_checkpoint(proc, out, tuple(f"step-{n}" for n in range(1, 10000)))
     workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
     assert len(workers) == 1
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group

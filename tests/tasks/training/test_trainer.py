@@ -138,12 +138,12 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
 
 @pytest.mark.slow
 def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_pool, tmp_path, monkeypatch):
-    import tasks.training.trainer as trainer_module
+    import tasks.training.backend as backend_module
     from tasks.training.advantages import group_advantages
 
     # The batch each real step trains on (what `policy_update` receives) and the scored groups behind it.
     groups_seen, batches = [], []
-    update = trainer_module.policy_update
+    update = backend_module.policy_update
 
     def recording_update(model, optimizer, scheduler, batch, *args, **kwargs):
         batches.append(batch)
@@ -158,7 +158,7 @@ def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_po
 
         trainer.replay.mix = recording_mix
 
-    monkeypatch.setattr(trainer_module, "policy_update", recording_update)
+    monkeypatch.setattr(backend_module, "policy_update", recording_update)
     config = _config(fixture_model, tmp_path / "rlep", {"kind": "rlep", "pool": str(gold_pool), "replay_per_group": 2},
                      steps=2, eval_every=0, save_every=0)  # fmt: skip
     _run(config, spy)
