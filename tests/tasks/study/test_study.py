@@ -51,10 +51,19 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, half_right_collection, monkeypatch):
-    config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", ARMS))
+    claims = [{"name": "rlep-ahead-at-end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
+    config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", ARMS, claims=claims))
     paths = run_study(config, progress=False)
     study = pd.read_parquet(paths["study"])
-    assert set(study.columns) >= {"arm", "seed", "step", "accuracy", "tokens_generated", "wall_seconds"}
+    assert set(study.columns) >= {"arm", "seed", "step", "accuracy", "tokens_generated", "wall_seconds", "tokens_charged",
+                                  "seconds_charged", "optimizer_updates"}  # fmt: skip
+    # RLEP is charged its exploration (the baseline's own run) and its collection; the baseline nothing extra.
+    base = study[(study.arm == "baseline")]
+    assert (base.tokens_charged == base.tokens_generated).all()
+    rlep = study[study.arm == "rlep"]
+    end = {arm: t[t.step == 2].set_index("seed") for arm, t in (("baseline", base), ("rlep", rlep))}
+    assert (end["rlep"].tokens_charged > end["rlep"].tokens_generated + end["baseline"].tokens_generated).all()
+    assert (rlep.optimizer_updates == base.optimizer_updates.to_numpy()).all()  # equal updates at every step
     assert sorted(set(zip(study.arm, study.seed))) == [("baseline", 0), ("baseline", 1), ("rlep", 0), ("rlep", 1)]
     summary = pd.read_parquet(paths["summary"])
     assert set(summary.columns) >= {"arm", "step", "n_seeds", "mean", "ci_low", "ci_high", "diff_mean", "diff_ci_low", "diff_ci_high"}
@@ -64,8 +73,9 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     metrics = pd.read_parquet(tmp_path / "study" / "runs" / "rlep" / "seed-1" / "metrics.parquet")
     assert (metrics.replay_share > 0).all()
     text = paths["report"].read_text()
-    assert "| rlep | 2 |" in text and "pass@2 at the end" in text
-    for name in ("accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_wall.png"):
+    assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
+    assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
+    for name in ("accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_charged_tokens.png", "accuracy_vs_wall.png"):
         assert paths[name].stat().st_size > 5_000
 
     import tasks.training.trainer
