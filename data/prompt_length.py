@@ -6,8 +6,9 @@ longer prompts when the data set is read (verl/utils/dataset/rl_dataset.py). vLL
 prompt longer than the whole context (with a long traceback), and silently cuts the answers of a prompt
 that leaves less than `max_new_tokens`, which training would score as truncated. Here an overlong prompt
 is an error naming the longest one (default), or with `overlong_prompts: filter` it is left out and
-counted. Callers count tokens of the prompts as the engine will see them (template or chat template
-applied) and pass the counts; this module needs no tokenizer.
+counted. `check_prompt_lengths` takes token counts and needs no tokenizer; `fitting_problems` counts the
+rendered prompts with the model's tokenizer as the engines tokenise them (nothing added) and keeps the
+problems that fit, the one call a collection, training or evaluation makes before its engine starts.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from data.source_rows import ProblemSourceError
+
 log = logging.getLogger(__name__)
+P = TypeVar("P")
 
 
-class PromptTooLongError(ValueError):
-    """Prompts that leave no room for a full answer; the one-line message says which and what to change."""
+class PromptTooLongError(ProblemSourceError):
+    """Prompts that leave no room for a full answer; the one-line message says which and what to change.
+    A problem-set error like any other the CLI reports in one line (exit code 2)."""
 
 
 class PromptLengthConfig(BaseModel):
@@ -93,3 +98,31 @@ def check_prompt_lengths(
     if dropped:
         log.warning("prompt length: %s", result.summary())
     return result
+
+
+def prompt_token_counts(prompts: Sequence[str], tokenizer: Any) -> list[int]:
+    """Tokens of each rendered prompt as the engines tokenise it: the text is the whole model input (a chat
+    template has put in any BOS it wants), so no special tokens are added. `tokenizer`: a Hugging Face one."""
+    if not prompts:
+        return []
+    return [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+
+
+def fitting_problems(
+    problems: Sequence[P],
+    prompts: Sequence[str],
+    tokenizer: Any,
+    *,
+    max_model_len: int,
+    max_new_tokens: int,
+    overlong: Literal["error", "filter"] = "error",
+) -> list[P]:
+    """The problems whose rendered `prompts` (one per problem, same order) fit with `max_new_tokens` of room;
+    the others raise `PromptTooLongError` or, with `overlong="filter"`, are left out and logged with a count."""
+    if len(prompts) != len(problems):
+        raise ValueError(f"{len(prompts)} prompts for {len(problems)} problems")
+    check = check_prompt_lengths(
+        prompt_token_counts(prompts, tokenizer), max_model_len=max_model_len, max_new_tokens=max_new_tokens,
+        overlong=overlong, names=[str(getattr(p, "id", i)) for i, p in enumerate(problems)],
+    )  # fmt: skip
+    return [problems[i] for i in check.kept]

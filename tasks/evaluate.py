@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.fs import write_parquet_atomic
 from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.prompt_length import PromptLengthConfig, fitting_problems
 from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from data.run_layout import EvalRunLayout
 from data.sources import ProblemSourceConfig, default_task, load_problems
@@ -52,6 +53,9 @@ class EvalConfig(BaseModel):
     )
     chat_template: ChatTemplateMode = Field(
         "auto", description=CHAT_TEMPLATE_HELP, json_schema_extra={"cli_flag": "chat-template"}
+    )
+    prompt_length: PromptLengthConfig = Field(
+        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
     )
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
     out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
@@ -154,6 +158,7 @@ def evaluate(config: EvalConfig, progress: bool = True) -> EvalResult:
     problems = load_problems(config.problems)
     model = resolve_model(config.model, progress=progress)
     chat = chat_tokenizer(model, config.chat_template)  # before the engine starts: `on` without a template fails fast
+    problems = _fitting(problems, model, chat, config)
     engine = make_engine(model, config.engine)
     try:
         result = evaluate_with_engine(
@@ -164,3 +169,13 @@ def evaluate(config: EvalConfig, progress: bool = True) -> EvalResult:
     if config.out is not None:
         write_eval(result, config.out)
     return result
+
+
+def _fitting(problems: list[Problem], model: str, chat: Any, config: EvalConfig) -> list[Problem]:
+    """The problems whose prompts leave max_tokens of room in the context; the rest refused or left out."""
+    from transformers import AutoTokenizer
+
+    tokenizer = chat if chat is not None else AutoTokenizer.from_pretrained(str(model))
+    prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
+    return fitting_problems(problems, prompts, tokenizer, max_model_len=config.engine.max_model_len,
+                            max_new_tokens=config.max_tokens, overlong=config.prompt_length.overlong_prompts)  # fmt: skip

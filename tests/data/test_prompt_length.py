@@ -45,3 +45,20 @@ def test_config_choices():
     assert PromptLengthConfig().overlong_prompts == "error"
     with pytest.raises(ValueError, match="overlong_prompts"):
         PromptLengthConfig(overlong_prompts="truncate")
+
+
+def test_fitting_problems_counts_with_the_model_tokenizer():
+    from data.problem import Problem, render_prompt
+    from data.prompt_length import fitting_problems, prompt_token_counts
+    from data.sources import ProblemSourceError
+    from data.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()  # the tiny model's: one token per character, no BOS added
+    problems = [Problem(id=f"p{n}", problem="1+" * n + "1", answer=str(n + 1), data_source="s") for n in (1, 20, 40)]
+    prompts = [render_prompt(p) for p in problems]
+    assert prompt_token_counts(prompts, tokenizer) == [len(prompt) for prompt in prompts] == [44, 82, 122]
+    kept = fitting_problems(problems, prompts, tokenizer, max_model_len=128, max_new_tokens=40, overlong="filter")
+    assert [p.id for p in kept] == ["p1", "p20"]  # 122 + 40 > 128
+    with pytest.raises(ProblemSourceError, match=r"the longest \(p40\) has 122"):  # the CLI's one-line errors
+        fitting_problems(problems, prompts, tokenizer, max_model_len=128, max_new_tokens=40)
+    assert fitting_problems(problems, prompts, tokenizer, max_model_len=162, max_new_tokens=40) == problems
