@@ -1,5 +1,6 @@
 """The experience pool's one home: building it from a collection run, the versioned pool store, resolving
-what path names a pool, the one schema-checked reader training uses, and export / import in RLEP's layout.
+what path names a pool, and the one schema-checked reader training uses (export / import in RLEP's layout:
+data.rlep_format).
 
 Building (RLEP, arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7, top-p
 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two valid
@@ -35,11 +36,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data.fs import atomic_dir, write_parquet_atomic, write_text_atomic
+from data.run_layout import POOL_FILE
 from data.store import ExperienceStore, StoreError, count_problems, read_trajectory_files
 from data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
 
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
-POOL_FILE = "pool.parquet"
 LINEAGE_FILE = "lineage.json"
 
 
@@ -224,23 +225,3 @@ def read_pool(path: Path | str | None, columns: list[str] | None = None) -> tupl
         return file, read_trajectory_files([file], columns)
     except ValueError as err:  # StoreError or a schema mismatch, both naming the file
         raise PoolError(f"replay.pool: {err}") from None
-
-
-def export_pool(path: Path | str, out: Path | str, **options: Any):
-    """Write the pool a path names (file, run, version or store) in RLEP's verl layout; returns the
-    `data.rlep_format.ExportReport` (`options`: into, data_source, prompt, strict, verifier; see there)."""
-    from data.rlep_format import export_pool as export_rlep
-
-    return export_rlep(resolve_pool_path(path), Path(out), **options)
-
-
-def import_pool(path: Path | str, out: Path | str, run_id: str = "imported", problems: list | None = None):
-    """Read an RLEP/verl training file into a pool file `out` (a directory gets POOL_FILE inside, so the result
-    is a run-like directory `rlep train --pool` and `rlep inspect` accept); `problems`: the training problems
-    to match (see `data.rlep_format.import_pool`). Returns the `data.rlep_format.ImportReport`."""
-    from data.rlep_format import import_pool as import_rlep
-
-    out = Path(out)
-    if out.is_dir() or not out.suffix:
-        out = out / POOL_FILE
-    return import_rlep(Path(path), out, run_id=run_id, problems=problems)

@@ -62,7 +62,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.fs import write_parquet_atomic
+from data.pool import resolve_pool_path
 from data.problem import Problem
+from data.run_layout import POOL_FILE
 from data.store import StoreError, read_trajectory_files
 from data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
 
@@ -214,7 +216,8 @@ def export_pool(
     strict: bool = False,
     verifier: Any = None,
 ) -> ExportReport:
-    """Write the pool at `pool_path` (trajectory schema) as an RLEP/verl training file at `out_path`.
+    """Write the pool `pool_path` names (a pool file, a collection run or version directory, or a pool store:
+    data.pool.resolve_pool_file) as an RLEP/verl training file at `out_path`.
 
     `into`: a verl training file to merge into (see the module docstring); otherwise a standalone file.
     `data_source`: the scorer name written on every row. `prompt` (standalone only): the raw question
@@ -225,7 +228,7 @@ def export_pool(
     if data_source is not None and not known_scorer(data_source):
         raise StoreError(f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
                          f"(boxed answers: {', '.join(BOXED_SCORERS)})")  # fmt: skip
-    problems = _pool_problems(Path(pool_path))
+    problems = _pool_problems(resolve_pool_path(pool_path))
     if into is not None:
         return _export_into(problems, Path(into), Path(out_path), data_source, strict, verifier)
     written = {}
@@ -371,7 +374,9 @@ def import_pool(
     created_at: datetime | None = None,
     problems: list[Problem] | None = None,
 ) -> ImportReport:
-    """Read an RLEP/verl file with `reward_model.candidates` and write one trajectory row per candidate.
+    """Read an RLEP/verl file with `reward_model.candidates` and write one trajectory row per candidate to
+    `out_path` (a directory, or a name without a suffix, gets POOL_FILE inside: a run-like directory that
+    `rlep train --pool` and `rlep inspect` accept).
 
     Field mapping: `problem_id` is `extra_info.problem_id`, else `extra_info.index` (as text), else the row
     number; `data_source` is `extra_info.rlep_data_source`, else the row's; `prompt` is the content of the
@@ -385,7 +390,9 @@ def import_pool(
     StoreError naming the file when a required column or field is missing, when no row has a candidate,
     or when `problems` are given and none matches; nothing is written then.
     """
-    path = Path(path)
+    path, out_path = Path(path), Path(out_path)
+    if out_path.is_dir() or not out_path.suffix:
+        out_path = out_path / POOL_FILE
     table = _read_verl(path)
     created_at = created_at or datetime.now(timezone.utc)
     matcher = _Matcher([(p.id, _problem_texts(p), p) for p in problems]) if problems is not None else None

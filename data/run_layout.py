@@ -12,6 +12,12 @@ A training run directory (`rlep train --out OUT`):
 
 An evaluation run directory (`rlep eval --out OUT`): `eval.parquet` (one summary row per data source and
 the `all` row) and `eval_samples.parquet` (every answer with its verdict).
+
+A collection run directory (`rlep collect --out DIR`, data.store.ExperienceStore):
+
+    DIR/trajectories/part-NNNNN.parquet   one file per shard, all rows of the trajectory schema
+    DIR/pool.parquet                      the experience pool (data.pool)
+    DIR/manifest.json                     parameters, model + weights hash, versions, counts, checksums
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+# A pool file has this name wherever it lives: a collection run, a pool version, an imported pool's directory.
+POOL_FILE = "pool.parquet"
 
 
 def checkpoint_step(path: str | Path) -> int | None:
@@ -109,3 +117,29 @@ class TrainRunLayout:
     def mlflow(self) -> Path:
         """The MLflow store of `tracker: mlflow` (SQLite: MLflow 3 refuses new directory stores)."""
         return self.root / "mlflow.db"
+
+
+@dataclass(frozen=True)
+class CollectRunLayout:
+    """Files of a collection run."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def trajectories(self) -> Path:
+        return self.root / "trajectories"
+
+    def shard(self, index: int) -> Path:
+        """Final path of shard `index` (whether or not it exists)."""
+        return self.trajectories / f"part-{index:05d}.parquet"
+
+    @property
+    def pool(self) -> Path:
+        return self.root / POOL_FILE
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"

@@ -1,19 +1,17 @@
 """The experience store: one run directory holding trajectory shards, the experience pool and a manifest.
 
-Layout of a run directory DIR:
-
-    DIR/trajectories/part-00000.parquet ...   one file per shard, all rows of TRAJECTORY_SCHEMA
-    DIR/pool.parquet                          the experience pool: verified successes (data.pool, same schema)
-    DIR/manifest.json                         parameters, model + weights hash, versions, counts, checksums
+The directory's file names (trajectories/part-NNNNN.parquet, pool.parquet, manifest.json) are
+data.run_layout.CollectRunLayout's.
 
 Crash safety: every file is written to a temporary name in the same directory, fsynced and renamed
 (data.fs.atomic_path), so a file under a final name is always complete. A run killed at
 any moment (SIGKILL included) and restarted on the same directory sees exactly the shards that finished
 (`completed_shards()`), rewrites none of them, and never counts a temporary file as a shard. Shard `i`
 always holds the same problems (the caller fixes the sharding from its parameters), so a restart cannot
-duplicate rows; `build_pool` checks the row key anyway and refuses duplicates.
+duplicate rows; `data.pool.build_pool` checks the row key anyway and refuses duplicates.
 
-The pool's rules (which answers it keeps) and its versioned store live in data.pool.
+The pool's rules (which answers it keeps), how it is built from a store, and its versioned store live in
+data.pool, which depends on this module and never the other way.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,6 +37,7 @@ from data.fs import (
     write_parquet_atomic,
     write_text_atomic,
 )
+from data.run_layout import CollectRunLayout
 from data.trajectory import (
     PROBLEM_KEY,
     TRAJECTORY_SCHEMA,
@@ -47,9 +46,6 @@ from data.trajectory import (
     to_table,
     with_optional_columns,
 )
-
-if TYPE_CHECKING:
-    from data.pool import PoolStats
 
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})\.parquet$")
 # data.fs names a temporary file `.{final name}.{pid}.tmp`.
@@ -87,20 +83,20 @@ class ExperienceStore:
     def __init__(self, root: Path | str, run_id: str | None = None):
         self.root = Path(root)
         self.run_id = run_id
+        self.layout = CollectRunLayout(self.root)
 
     @property
     def trajectories_dir(self) -> Path:
-        return self.root / "trajectories"
+        return self.layout.trajectories
 
     @property
     def pool_path(self) -> Path:
-        from data.pool import POOL_FILE
-
-        return self.root / POOL_FILE
+        """Where data.pool.build_pool writes this run's pool."""
+        return self.layout.pool
 
     @property
     def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
+        return self.layout.manifest
 
     def prepare(self) -> ExperienceStore:
         """Check the directory is writable, create it, and delete temporary files left by dead writers.
@@ -121,7 +117,7 @@ class ExperienceStore:
         """Final path of shard `index` (whether or not it exists)."""
         if index < 0:
             raise ValueError(f"shard index must be >= 0, got {index}")
-        return self.trajectories_dir / f"part-{index:05d}.parquet"
+        return self.layout.shard(index)
 
     def completed_shards(self) -> list[int]:
         """Indices of the shards on disk, sorted. Only final names count; temporary files never do."""
@@ -152,17 +148,6 @@ class ExperienceStore:
         """All completed shards, in shard order, as one table."""
         return read_trajectory_files(self.shard_paths(), columns)
 
-    def build_pool(self, min_correct: int = 2, dedupe: bool = False) -> PoolStats:
-        """Write this run's pool from its completed shards (data.pool.build_pool) and return what was kept."""
-        from data.pool import build_pool
-
-        return build_pool(self, min_correct, dedupe)
-
-    def read_pool(self) -> pa.Table:
-        from data.pool import read_pool
-
-        return read_pool(self.pool_path)[1]
-
     def write_manifest(
         self,
         *,
@@ -170,7 +155,7 @@ class ExperienceStore:
         model: str,
         model_dir: Path | str | None = None,
         timings: Mapping[str, float] | None = None,
-        pool_stats: PoolStats | None = None,
+        pool_stats: Mapping[str, int] | None = None,
     ) -> Path:
         """Write DIR/manifest.json atomically from the files now on disk; returns its path.
 
@@ -178,8 +163,8 @@ class ExperienceStore:
         hashed with `weights_hash` (None is recorded otherwise). `timings` maps phase names to seconds; by
         convention `generate`, `verify`, `write`, and optionally `total` (wall time of the whole run; the
         sum of the phases is used when it is absent), which `data.inspect` turns into throughput and shares.
-        `pool_stats` (what `build_pool` returned) is recorded under `pool`, so the threshold and the
-        dropped-row counts travel with the pool.
+        `pool_stats` (`data.pool.build_pool`'s PoolStats as a dict) is recorded under `pool`, so the
+        threshold and the dropped-row counts travel with the pool.
         """
         trajectories = self.read_trajectories([*PROBLEM_KEY, "correct", "response_token_ids"])
         pool = read_trajectory_files([self.pool_path], list(PROBLEM_KEY)) if self.pool_path.is_file() else None
@@ -208,7 +193,7 @@ class ExperienceStore:
             },
             "files": files,
             "timings": dict(timings or {}),
-            "pool": pool_stats.to_dict() if pool_stats is not None else None,
+            "pool": dict(pool_stats) if pool_stats is not None else None,
         }
         write_text_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
         return self.manifest_path

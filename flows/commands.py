@@ -197,7 +197,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_export(args: argparse.Namespace) -> int:
-    from data.pool import export_pool
+    from data.rlep_format import export_pool
 
     try:
         report = export_pool(args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict)
@@ -215,7 +215,7 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_import(args: argparse.Namespace) -> int:
-    from data.pool import import_pool
+    from data.rlep_format import import_pool
 
     try:
         problems = None

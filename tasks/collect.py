@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.fs import process_alive, write_parquet_atomic, write_text_atomic
-from data.pool import PoolStats
+from data.pool import build_pool
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from data.run_layout import checkpoint_step
@@ -278,14 +278,14 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
     (`engine_start`: seconds spent starting the engine in this invocation, kept apart from `generate`)."""
     store = ExperienceStore(config.out, run_id=config.resolved_run_id())
     start = time.perf_counter()
-    stats: PoolStats = store.build_pool(config.min_correct, config.dedupe)
+    stats = build_pool(store, config.min_correct, config.dedupe)
     timings = {"engine_start": engine_start, **_timing_totals(store)}
     timings["pool"] = time.perf_counter() - start
     # A resumed run: this invocation's wall time, but never less than the work on disk it stands for.
     timings["total"] = max(time.perf_counter() - started, sum(timings.values()))
     store.write_manifest(
         parameters=config.model_dump(mode="json"), model=config.model,
-        model_dir=model if Path(model).is_dir() else None, timings=timings, pool_stats=stats,
+        model_dir=model if Path(model).is_dir() else None, timings=timings, pool_stats=stats.to_dict(),
     )  # fmt: skip
     return {"pool": stats.to_dict(), "timings": timings, "run_dir": str(store.root)}
 

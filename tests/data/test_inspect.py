@@ -7,6 +7,7 @@ import pytest
 from rich.console import Console
 
 from data.inspect import k_values, render, summarize
+from data.pool import build_pool
 from data.problem import Problem
 from data.store import ExperienceStore
 from data.trajectory import trajectory_row
@@ -45,9 +46,9 @@ def run_dir(tmp_path):
     rows = _rows()
     store.write_shard(0, rows[:8])
     store.write_shard(1, rows[8:])
-    stats = store.build_pool(min_correct=2)
+    stats = build_pool(store, min_correct=2)
     store.write_manifest(parameters={}, model="tiny", timings={"generate": 2.0, "verify": 1.0, "write": 1.0},
-                         pool_stats=stats)
+                         pool_stats=stats.to_dict())
     return store.root
 
 

@@ -1,11 +1,12 @@
 import json
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from data.pool import build_pool
 from data.problem import Problem
 from data.rlep_format import IMPORT_DEFAULTS, RLEP_SCHEMA, export_pool, import_pool
 from data.store import ExperienceStore, StoreError
@@ -35,7 +36,7 @@ def _pool(tmp_path):
                 model="tiny", sampling={"n": 4}, sample_index=index, created_at=WHEN,
             ))  # fmt: skip
     store.write_shard(0, rows)
-    stats = store.build_pool(min_correct=1, dedupe=True)
+    stats = build_pool(store, min_correct=1, dedupe=True)
     assert (stats.pool_rows, stats.pool_problems) == (3, 2)  # q1's whitespace repeat dropped
     return store.pool_path
 
@@ -152,7 +153,7 @@ def test_export_refuses_a_problem_with_two_gold_answers(tmp_path):
     rows = [pq.read_table(_pool(tmp_path)).to_pylist()[0] for _ in range(2)]
     rows[1] = {**rows[1], "gold_answer": "0.75", "response": "other", "sample_index": 9}
     store.write_shard(0, rows)
-    store.build_pool()
+    build_pool(store)
     with pytest.raises(StoreError, match="problem 'q1' of 'tiny-math/mix' has two gold answers"):
         export_pool(store.pool_path, tmp_path / "out.parquet")
 
@@ -221,7 +222,7 @@ def _pool_of(tmp_path, problems, answers):
         for p, texts in zip(problems, answers) for j, text in enumerate(texts)
     ]  # fmt: skip
     store.write_shard(0, rows)
-    store.build_pool(min_correct=1)
+    build_pool(store, min_correct=1)
     return store.pool_path
 
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
+from data.pool import build_pool, read_pool
 from data.problem import Problem
 from data.store import ExperienceStore, StoreError, ensure_writable
 from data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table, trajectory_row
@@ -89,7 +90,7 @@ def test_build_pool_keeps_every_correct_answer_of_problems_over_the_threshold(tm
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:6])
     store.write_shard(1, rows[6:])
-    stats = store.build_pool(min_correct=2)
+    stats = build_pool(store, min_correct=2)
     assert (stats.pool_rows, stats.duplicates, stats.below_min_correct, stats.pool_problems) == (6, 0, 1, 2)
     assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p2", "p2", "p3", "p3", "p3", "p3"]
 
@@ -100,7 +101,7 @@ def test_build_pool_dedupe_keeps_distinct_correct_answers_of_problems_over_the_t
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:6])
     store.write_shard(1, rows[6:])
-    stats = store.build_pool(min_correct=2, dedupe=True)
+    stats = build_pool(store, min_correct=2, dedupe=True)
     assert stats.to_dict() == {
         "min_correct": 2,
         "samples": 16,
@@ -117,7 +118,7 @@ def test_build_pool_dedupe_keeps_distinct_correct_answers_of_problems_over_the_t
     assert pool.schema == TRAJECTORY_SCHEMA
     assert pool["problem_id"].to_pylist() == ["p2", "p3", "p3"]
     assert all(pool["correct"].to_pylist())
-    loose = store.build_pool(min_correct=1, dedupe=True)
+    loose = build_pool(store, min_correct=1, dedupe=True)
     assert (loose.pool_rows, loose.pool_problems, loose.below_min_correct) == (4, 3, 0)
     assert pq.read_table(store.pool_path)["problem_id"].to_pylist() == ["p1", "p2", "p3", "p3"]
 
@@ -125,17 +126,17 @@ def test_build_pool_dedupe_keeps_distinct_correct_answers_of_problems_over_the_t
 def test_pool_of_a_run_without_successes_is_an_empty_readable_file(tmp_path):
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     store.write_shard(0, [_row("p", i, False) for i in range(3)])
-    stats = store.build_pool()
+    stats = build_pool(store)
     assert (stats.samples, stats.correct, stats.pool_rows, stats.pool_problems) == (3, 0, 0, 0)
     assert pq.read_table(store.pool_path).schema == TRAJECTORY_SCHEMA
-    assert store.read_pool().num_rows == 0
+    assert read_pool(store.pool_path)[1].num_rows == 0
 
 
 def test_same_problem_id_in_two_data_sources_is_two_problems(tmp_path):
     # Ids are unique only within a source (CSV row numbers, say), so the pool keys on (data_source, problem_id).
     store = ExperienceStore(tmp_path, run_id="run-a").prepare()
     store.write_shard(0, [_row("7", i, True, f"answer {i}", source=source) for source in ("A", "B") for i in range(2)])
-    stats = store.build_pool(min_correct=2)
+    stats = build_pool(store, min_correct=2)
     assert (stats.problems, stats.pool_problems, stats.pool_rows, stats.duplicates) == (2, 2, 4, 0)
     store.write_manifest(parameters={}, model="tiny")
     assert store.read_manifest()["counts"]["pool_problems"] == 2
@@ -146,7 +147,7 @@ def test_build_pool_refuses_duplicate_row_keys(tmp_path):
     store.write_shard(0, [_row("p", 0, True)])
     store.write_shard(1, [_row("p", 0, True)])  # e.g. a restart with a different shard size
     with pytest.raises(StoreError, match="1 row keys appear more than once"):
-        store.build_pool()
+        build_pool(store)
     assert not store.pool_path.exists()
 
 
@@ -178,11 +179,11 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:10])
     store.write_shard(1, rows[10:])
-    stats = store.build_pool(min_correct=2, dedupe=True)
+    stats = build_pool(store, min_correct=2, dedupe=True)
     model = _fake_model(tmp_path / "model")
     timings = {"generate": 3.0, "verify": 1.0, "write": 0.5}
     path = store.write_manifest(parameters={"samples": 4, "seed": 0}, model="tiny", model_dir=model,
-                                timings=timings, pool_stats=stats)
+                                timings=timings, pool_stats=stats.to_dict())
     manifest = json.loads(path.read_text())
     assert manifest["run_id"] == "run-a"
     assert manifest["parameters"] == {"samples": 4, "seed": 0}
@@ -249,7 +250,7 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
     rows = _pool_fixture_rows()
     store.write_shard(0, rows[:8])
     store.write_shard(1, rows[8:])
-    store.build_pool(min_correct=2, dedupe=True)
+    build_pool(store, min_correct=2, dedupe=True)
     frame = pd.concat([pd.read_parquet(p) for p in store.shard_paths()], ignore_index=True)
     assert list(frame.columns) == list(TRAJECTORY_SCHEMA.names) and len(frame) == 16
     assert list(frame.loc[0, "response_token_ids"]) == [1, 2]
@@ -328,7 +329,7 @@ def _assert_complete(root: Path) -> None:
     assert table.num_rows == SHARDS * ROWS_PER_SHARD
     keys = set(zip(*(table[k].to_pylist() for k in ROW_KEY), strict=True))
     assert len(keys) == table.num_rows  # no row written twice
-    assert store.build_pool(min_correct=1).pool_rows == SHARDS * (1 + 2 + 3)
+    assert build_pool(store, min_correct=1).pool_rows == SHARDS * (1 + 2 + 3)
 
 
 def test_sigkill_between_shards_then_restart_writes_each_row_once(tmp_path):

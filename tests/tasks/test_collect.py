@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from data.pool import build_pool
 from data.store import ExperienceStore, StoreError
 from data.trajectory import COLUMNS, ROW_KEY
 from tasks.collect import CollectConfig, run_collection
@@ -111,7 +112,7 @@ def test_pool_rule_and_dedup(collected, tmp_path):
     assert pool.correct.all() and (pool.reward == 1.0).all()
     assert len(pool) == int(counts.sum()) and result["pool"]["duplicates"] == 0  # RLEP's pool: every right answer
     store = ExperienceStore(out, run_id="run-a")
-    result = {"pool": store.build_pool(min_correct=1, dedupe=True).to_dict()}
+    result = {"pool": build_pool(store, min_correct=1, dedupe=True).to_dict()}
     pool = pd.read_parquet(out / "pool.parquet")
     # dedupe: each distinct right answer once; the second gold sample differs only in layout and is dropped.
     assert {pid: [" ".join(r.split()) for r in rows.response] for pid, rows in pool.groupby("problem_id")} == distinct
@@ -120,12 +121,12 @@ def test_pool_rule_and_dedup(collected, tmp_path):
     stats = result["pool"]
     assert (stats["pool_rows"], stats["duplicates"], stats["pool_problems"]) == (len(pool), int(counts.sum()) - len(pool), 12)
     # A stricter threshold: only problems with >= 3 right samples (those given a third answer) remain.
-    stats = store.build_pool(min_correct=3, dedupe=True)
+    stats = build_pool(store, min_correct=3, dedupe=True)
     kept = set(counts[counts >= 3].index)
     assert 0 < len(kept) < 12 and stats.pool_problems == len(kept)
     assert set(pd.read_parquet(out / "pool.parquet").problem_id) == kept
     assert stats.below_min_correct == sum(len(v) for pid, v in distinct.items() if pid not in kept)
-    store.build_pool(min_correct=1)
+    build_pool(store, min_correct=1)
 
 
 def test_bad_inputs_fail_before_any_work(fixture_model, tmp_path):
