@@ -56,8 +56,8 @@ from tasks.progress import progress_bar
 from tasks.replay import Group, Rollout, make_replay
 from tasks.replay.factory import pinned
 from tasks.training.advantages import fill_advantages
-from tasks.training.backend import PolicySpec, make_backend
 from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed, update_device
+from tasks.training.backend import PolicySpec, make_backend
 from tasks.training.batch import build_batch, group_ids
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
 
 import torch
 
@@ -52,6 +54,7 @@ def policy_update(
     generator: torch.Generator | None = None,
     temperature: float = 1.0,
     before_micro_batch: Callable[[], None] | None = None,
+    data_parallel: DataParallel | None = None,
 ) -> dict[str, float]:
     """Update `model` on `batch`: exactly `ppo_epochs` x `updates_per_epoch` optimizer steps.
 
@@ -71,6 +74,11 @@ def policy_update(
     unless `loss_config.is_correction` corrects them against their stored behaviour log-probs mu
     (`off_policy_terms`). `token_mean_over=fresh` divides token-mean losses by the mini-batch's fresh tokens.
     `before_micro_batch` is called before each micro-batch's forward (async mode sets the thread count there).
+
+    `data_parallel` (one rank of several, each holding the same `batch`: tasks/training/distributed.py): the
+    rank trains on its rows of each mini-batch, every rank running the same number of micro-batches (padded
+    with a fully masked row); shares stay those of the whole mini-batch and the loss is scaled by its
+    `loss_scale` (the ranks' gradients are averaged), and metrics are summed over ranks before averaging.
 
     Returns metrics averaged over optimizer steps, plus `optimizer_updates` (steps made) and `tokens_trained`
     (completion tokens through the loss, summed over updates).
@@ -96,10 +104,18 @@ def policy_update(
                     tokens_total = torch.tensor(fresh_tokens_per_update or mb.mask.sum().clamp(min=1).item())
             step = _Accumulator(loss_config.is_cap if loss_config.is_correction == "truncate" else None)
             optimizer.zero_grad(set_to_none=True)
-            for rows in _chunks(len(mb), micro):
+            mine = torch.arange(len(mb)) if data_parallel is None else data_parallel.rows(mb.group.cpu())
+            chunks = [mine[rows] for rows in _chunks(len(mine), micro)]
+            if data_parallel is not None:  # FSDP2 hangs unless every rank runs as many forwards and backwards
+                chunks += [None] * (data_parallel.micro_batches(mb.group.cpu(), micro) - len(chunks))
+            for n_chunk, rows in enumerate(chunks):
                 if before_micro_batch:
                     before_micro_batch()
-                part = mb.select(rows)
+                padding = rows is None
+                rows = torch.zeros(1, dtype=torch.long) if padding else rows
+                part = _masked(mb.select(rows)) if padding else mb.select(rows)
+                if data_parallel is not None:
+                    data_parallel.sync_gradients(model, last=n_chunk == len(chunks) - 1)
                 logp, entropy = token_logprobs(model, part.input_ids, part.attention_mask, temperature)
                 old_logp = logp.detach() if old_logp_all is None else old_logp_all[index[rows], : logp.shape[1]]
                 ratio_base, weights = off_policy_terms(old_logp, part, loss_config)
@@ -123,10 +139,14 @@ def policy_update(
                 if loss_config.aggregation == "token-mean":
                     share = (part.mask.sum() / tokens_total).item()
                 else:
-                    share = len(part) / len(mb)
-                (share * loss).backward()
+                    share = 0.0 if padding else len(part) / len(mb)
+                (share * loss if data_parallel is None else share * data_parallel.loss_scale * loss).backward()
                 step.add(part, old_logp, entropy, metrics, token_share, share, loss.item(), kl_value.item())
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (the global norm, replicated)
+                grad_norm = grad_norm.full_tensor()
+            if data_parallel is not None:
+                step.reduce(data_parallel)
             optimizer.step()
             scheduler.step()
             updates += 1
@@ -136,6 +156,23 @@ def policy_update(
     model.eval()
     return {**{name: value / updates for name, value in sums.items()},
             "optimizer_updates": updates, "tokens_trained": tokens_trained}  # fmt: skip
+
+
+class DataParallel(Protocol):
+    """One rank's view of a data-parallel update (implemented by tasks.training.distributed.Sharding)."""
+
+    loss_scale: float
+
+    def rows(self, group: torch.Tensor) -> torch.Tensor: ...  # this rank's rows of a mini-batch (by groups [B])
+    def micro_batches(self, group: torch.Tensor, micro: int) -> int: ...  # count every rank runs
+    def sync_gradients(self, model: torch.nn.Module, last: bool) -> None: ...  # before a forward: sync on the last
+    def all_reduce(self, values: list[float]) -> list[float]: ...  # sums over ranks
+
+
+def _masked(batch: TrainingBatch) -> TrainingBatch:
+    """`batch` with no token in the loss: a padding micro-batch (zero gradient, zero metric weight)."""
+    return replace(batch, mask=torch.zeros_like(batch.mask), advantages=torch.zeros_like(batch.advantages),
+                   has_behaviour=torch.zeros_like(batch.has_behaviour))  # fmt: skip
 
 
 def _fresh_tokens(batch: TrainingBatch) -> torch.Tensor:
@@ -205,6 +242,15 @@ class _Accumulator:
         if self.is_cap is not None:
             self.capped[0] += int((ratio_to_behaviour > self.is_cap)[replay].sum())
             self.capped[1] += int(replay.sum())
+
+    def reduce(self, data_parallel: DataParallel) -> None:
+        """Sum every rank's weighted metrics and counts (shares are of the whole mini-batch, so sums are means)."""
+        names = sorted(self.values)
+        pairs = (self.replay_ratio, self.mismatch, self.capped)
+        total = data_parallel.all_reduce([self.values[n] for n in names] + [x for pair in pairs for x in pair])
+        self.values = defaultdict(float, zip(names, total[: len(names)]))
+        for i, pair in enumerate(pairs):
+            pair[:] = total[len(names) + 2 * i : len(names) + 2 * i + 2]
 
     def result(self, grad_norm: float) -> dict[str, float]:
         return {

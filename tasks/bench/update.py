@@ -1,0 +1,332 @@
+"""`rlep bench update` / `python -m tasks.bench.update`: the policy update alone, on synthetic rollouts.
+
+Times one step's update (`policy_update` through the training backend: one process, or DDP / FSDP2 over
+`--nproc` processes) for a model built from a Hugging Face config with random weights (nothing downloaded),
+on fixed-length random token groups with 0/1 rewards and GRPO advantages: no vLLM, no Prefect, no pool.
+It imports torch, transformers, pydantic, numpy and the project's training modules only, so it runs on any
+machine with torch and transformers.
+
+Reports, after `warmup` untimed steps: step time (median), update tokens/s (prompt + completion tokens through
+forward and backward per second, summed over ranks), MFU = 6 N tokens / time / peak FLOPs (N: parameters
+without the input embedding, whose lookup costs no FLOPs; the no-grad old-log-prob pass, run when a step makes
+several updates, is not counted, so MFU is a lower bound), and per rank the bytes of parameters, gradients and
+optimizer state it holds (the figure FSDP2 divides by the number of ranks) and its peak memory (RSS on the
+CPU, CUDA's peak allocation on a GPU). Writes the report as JSON.
+
+Run: `python -m tasks.bench.update --model-config smollm2-135m --nproc 2 --strategy fsdp2`
+     `python -m tasks.bench.update --device cuda --precision bf16 --model-config qwen2.5-1.5b`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+# Shapes of public models (their config.json), built with random weights.
+MODEL_CONFIGS: dict[str, dict[str, Any]] = {
+    "tiny": dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=256, tie_word_embeddings=True),
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
+                         rope_theta=100000.0),
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}  # fmt: skip
+
+# Dense peak tensor FLOP/s by precision (vendor data sheets), matched against torch.cuda.get_device_name().
+PEAK_TFLOPS = {
+    "H100": {"bf16": 989.0, "fp32": 67.0},  # SXM; the PCIe card is 756 / 51: pass --peak-tflops
+    "A100": {"bf16": 312.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "fp32": 91.6},
+    "L4": {"bf16": 121.0, "fp32": 30.3},
+    "A10G": {"bf16": 70.0, "fp32": 31.2},
+}
+
+
+class UpdateBenchConfig(BaseModel):
+    """Settings of one update benchmark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("tiny", description=f"Model shape, random weights: one of {sorted(MODEL_CONFIGS)}.")
+    nproc: int = Field(1, ge=1, le=1024, description="Processes (torchrun standalone); 1 = one process.")
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "fsdp2", description="nproc > 1: ddp (replicas) or fsdp2 (shards)."
+    )
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: bf16 compute, fp32 master weights.")
+    activation_checkpointing: bool = Field(
+        False, description="Recompute decoder layers' activations in the backward."
+    )
+    device: Literal["cpu", "cuda"] = Field("cpu", description="cuda: one GPU per rank (LOCAL_RANK).")
+    prompts: int = Field(8, ge=1, le=100_000, description="Prompts per step (groups).")
+    group_size: int = Field(8, ge=1, le=4096, description="Answers per prompt.")
+    prompt_tokens: int = Field(64, ge=1, le=1_000_000, description="Tokens of every prompt.")
+    response_tokens: int = Field(128, ge=1, le=1_000_000, description="Tokens of every answer.")
+    updates_per_epoch: int = Field(
+        1, ge=1, le=10_000, description="Optimizer updates (mini-batches) per step."
+    )
+    micro_batch_size: int = Field(
+        8, ge=1, le=100_000, description="Sequences per forward/backward on a rank."
+    )
+    warmup: int = Field(1, ge=0, le=1000, description="Untimed steps first.")
+    steps: int = Field(3, ge=1, le=10_000, description="Timed steps.")
+    peak_tflops: float | None = Field(
+        None, gt=0, description="Peak FLOP/s per device in TFLOP/s for MFU; default: the GPU table."
+    )
+    out: Path = Field(Path("bench/results/update.json"), description="JSON report.")
+
+    def hf_config(self):
+        return model_config(self.model)
+
+
+def model_config(name: str):
+    """The HF config of a named shape (random weights are drawn from it)."""
+    from transformers import AutoConfig
+
+    if name not in MODEL_CONFIGS:
+        raise ValueError(f"model config {name!r}: not one of {sorted(MODEL_CONFIGS)}")
+    shape = dict(MODEL_CONFIGS[name])
+    return AutoConfig.for_model(shape.pop("model_type"), **shape)
+
+
+def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int,
+                    varied: bool = False):  # fmt: skip
+    """A step's batch without generation: per prompt, `group_size` random answers with 0/1 rewards and
+    group-normalised (GRPO) advantages; behaviour log-probs random. `varied`: answer lengths 1..response_tokens
+    (tests), else all `response_tokens` long."""
+    from tasks.replay.base import Rollout
+    from tasks.training.batch import build_batch
+
+    g = torch.Generator().manual_seed(seed)
+    rollouts, groups = [], []
+    for p in range(prompts):
+        prompt = torch.randint(1, vocab, (prompt_tokens,), generator=g).tolist()
+        rewards = (torch.rand(group_size, generator=g) < 0.5).float()
+        advantages = (
+            (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6) if group_size > 1 else rewards
+        )
+        for i in range(group_size):
+            length = (
+                int(torch.randint(1, response_tokens + 1, (), generator=g)) if varied else response_tokens
+            )
+            response = torch.randint(1, vocab, (length,), generator=g).tolist()
+            rollout = Rollout(problem_id=str(p), data_source="synthetic", prompt="", gold_answer="", response="",
+                              response_token_ids=response, policy_version=0, prompt_token_ids=prompt,
+                              behaviour_logprobs=(-3 * torch.rand(length, generator=g)).tolist(), sample_index=i)  # fmt: skip
+            rollout.reward, rollout.advantage = float(rewards[i]), float(advantages[i])
+            rollouts.append(rollout)
+            groups.append(p)
+    return build_batch(rollouts, 0, 1, groups)
+
+
+def peak_flops(config: UpdateBenchConfig) -> float | None:
+    if config.peak_tflops:
+        return config.peak_tflops * 1e12
+    if config.device == "cuda" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        for key, table in PEAK_TFLOPS.items():
+            if key in name:
+                return table[config.precision] * 1e12
+    return None
+
+
+def flop_parameters(model_config) -> int:
+    """Parameters that cost 2 FLOPs per token forward: all but the input embedding (a lookup); a tied head
+    shares its matrix with the embedding but is a real matmul, so it counts."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config)
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight.numel()
+    return total - embedding + (embedding if model_config.tie_word_embeddings else 0)
+
+
+def run(config: UpdateBenchConfig) -> dict[str, Any]:
+    """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
+    from tasks.training.backend import PolicySpec, make_backend
+    from tasks.training.backend_config import BackendConfig
+    from tasks.training.config import LossConfig, OptimizerConfig
+
+    hf = config.hf_config()
+    backend_config = BackendConfig(nproc=config.nproc, strategy=config.strategy, precision=config.precision,
+                                   activation_checkpointing=config.activation_checkpointing)  # fmt: skip
+    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, device=config.device)
+    backend = make_backend(spec)
+    device = getattr(backend, "device", torch.device(config.device))
+    times, tokens = [], []
+    generator = torch.Generator().manual_seed(0)
+    try:
+        for step in range(config.warmup + config.steps):
+            batch = synthetic_batch(config.prompts, config.group_size, config.prompt_tokens, config.response_tokens,
+                                    hf.vocab_size, seed=step)  # fmt: skip
+            _sync(device)
+            start = time.perf_counter()
+            backend.update(batch, LossConfig(), 1.0, updates_per_epoch=config.updates_per_epoch,
+                           micro_batch_size=config.micro_batch_size, generator=generator)  # fmt: skip
+            _sync(device)
+            if step >= config.warmup:
+                times.append(time.perf_counter() - start)
+                tokens.append(int(batch.attention_mask.sum()))
+        memory = backend.memory() if hasattr(backend, "memory") else [_local_memory(backend, device)]
+    finally:
+        backend.close()
+    seconds = statistics.median(times)
+    tokens_per_step = statistics.median(tokens)
+    n_flop = flop_parameters(hf)
+    peak = peak_flops(config)
+    report = {
+        "bench": "update",
+        "config": config.model_dump(mode="json"),
+        "parameters": sum(p.numel() for p in backend.model.parameters()) if config.nproc == 1 else None,
+        "flop_parameters": n_flop,
+        "tokens_per_step": tokens_per_step,
+        "step_seconds": times,
+        "step_seconds_median": seconds,
+        "tokens_per_second": tokens_per_step / seconds,
+        "mfu": 6 * n_flop * tokens_per_step / seconds / (peak * config.nproc) if peak else None,
+        "peak_flops_per_device": peak,
+        "ranks": memory,
+        "machine": {
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if config.device == "cuda" else platform.processor(),
+        },  # fmt: skip
+    }
+    report["parameters"] = report["parameters"] or sum(p.numel() for p in _meta_model(hf).parameters())
+    return report
+
+
+def _meta_model(hf):
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(hf)
+
+
+def _local_memory(backend, device) -> dict[str, float]:
+    from tasks.training.distributed import rank_memory
+
+    return rank_memory(backend.model, backend.optimizer, device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def summary(report: dict[str, Any]) -> str:
+    config = report["config"]
+    mib = 2**20
+    lines = [
+        f"update bench: {config['model']} ({report['parameters'] / 1e6:.1f}M parameters), nproc {config['nproc']}"
+        + (f" {config['strategy']}" if config["nproc"] > 1 else "")
+        + f", {config['precision']}, {config['device']}",
+        f"  step {report['step_seconds_median']:.3f} s (median of {len(report['step_seconds'])}), "
+        f"{report['tokens_per_step']} tokens/step, {report['tokens_per_second']:.0f} tokens/s, "
+        + (
+            f"MFU {100 * report['mfu']:.1f}%" if report["mfu"] is not None else "MFU n/a (pass --peak-tflops)"
+        ),
+    ]
+    for rank, m in enumerate(report["ranks"]):
+        state = m["param_bytes"] + m["optimizer_bytes"]
+        peak = m.get("peak_cuda_bytes", m["peak_rss_bytes"])
+        lines.append(f"  rank {rank}: parameters + optimizer {state / mib:.1f} MiB (grads {m['grad_bytes'] / mib:.1f} MiB), "
+                     f"peak {'CUDA' if 'peak_cuda_bytes' in m else 'RSS'} {peak / mib:.0f} MiB")  # fmt: skip
+    return "\n".join(lines)
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The bench's flags (shared by `rlep bench update`)."""
+    for name, field in UpdateBenchConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind = field.annotation
+        if kind is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=field.default, help=field.description
+            )
+        else:
+            choices = getattr(kind, "__args__", None) if str(kind).startswith("typing.Literal") else None
+            parser.add_argument(flag, default=field.default, choices=choices, help=field.description)
+    parser.add_argument("--model-config", dest="model", help="Alias of --model.")
+
+
+def config_from(args: argparse.Namespace) -> UpdateBenchConfig:
+    values = {name: getattr(args, name) for name in UpdateBenchConfig.model_fields}
+    return UpdateBenchConfig.model_validate({k: v for k, v in values.items() if v is not None})
+
+
+def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
+    """Run the benchmark (launching `nproc` processes when more than one) and return rank 0's report."""
+    if config.nproc > 1 and "RANK" not in os.environ:
+        from tasks.training.distributed import launch
+
+        request = config.out.with_suffix(".request.json")
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.write_text(config.model_dump_json())
+        try:
+            launch("tasks.bench.update", ["--request", str(request)], config.nproc)
+        finally:
+            request.unlink(missing_ok=True)
+        return json.loads(config.out.read_text())
+    report = run(config)
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    config.out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tasks.bench.update", description=__doc__.split("\n\n")[0]
+    )
+    arguments(parser)
+    parser.add_argument(
+        "--request", type=Path, default=None, help=argparse.SUPPRESS
+    )  # one rank of a launched run
+    args = parser.parse_args(argv)
+    if args.request is not None:
+        return _rank(UpdateBenchConfig.model_validate_json(args.request.read_text()))
+    report = bench_update(config_from(args))
+    print(summary(report))
+    print(f"report: {report['config']['out']}")
+    return 0
+
+
+def _rank(config: UpdateBenchConfig) -> int:
+    """One process of a launched benchmark: rank 0 measures and writes, the others follow."""
+    from tasks.training.backend_config import BackendConfig
+    from tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
+
+    rank = init_distributed(BackendConfig(nproc=config.nproc, strategy=config.strategy))
+    try:
+        if rank == 0:
+            try:
+                report = run(config)
+            finally:
+                stop_serving()
+            config.out.parent.mkdir(parents=True, exist_ok=True)
+            config.out.write_text(json.dumps(report, indent=2))
+        else:
+            serve()
+    finally:
+        shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

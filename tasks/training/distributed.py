@@ -1,0 +1,475 @@
+"""The torch.distributed training backend: DDP or FSDP2 over the processes torchrun started on one node.
+
+Rank 0 is the trainer: it generates, verifies, writes every file, talks to Prefect and owns the engine.
+Ranks > 0 hold a copy (ddp) or a shard (fsdp2) of the policy and follow rank 0's requests (`serve`): build
+the policy, update it on a batch, gather the full state dict, save or load the optimizer, report memory,
+stop. Each request is one object broadcast on a gloo group whose timeout (`command_timeout`) covers rank 0's
+generation between two updates; the collectives of a request run on the default group, whose timeout
+(`collective_timeout`) bounds how long a lost rank can stall the others.
+
+The update: every rank receives the step's whole batch (token ids, small next to the model), forms the same
+mini-batches as one process would, and trains on its share of each mini-batch's prompt groups
+(`Sharding`); the token-mean normaliser is the mini-batch's global token count, known to every rank without
+a collective, and each rank's loss is scaled by the world size because DDP and FSDP2 average gradients.
+Every rank runs the same number of micro-batches (padded with fully masked rows): FSDP2 hangs otherwise.
+
+Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun standalone, gloo on CPU, NCCL on GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tasks.training.backend import (
+    PolicySpec,
+    autocast_bf16,
+    build_optimizer,
+    load_policy,
+    load_reference,
+    process_rng_state,
+    set_process_rng_state,
+)
+from tasks.training.backend_config import BackendConfig
+from tasks.training.batch import TrainingBatch
+from tasks.training.update import policy_update
+
+# torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
+# trainer's process group. They are read once, when the group forms, then removed from this process.
+TORCHRUN_VARIABLES = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)  # fmt: skip
+
+
+class DistributedError(RuntimeError):
+    """A rank was lost or the process group could not form; the message says which request and what to do."""
+
+
+@dataclass
+class _Group:
+    commands: Any = None  # gloo group of rank 0's requests
+    local_rank: int = 0
+    timeout: float = 0.0
+
+
+_GROUP = _Group()
+
+
+def init_distributed(config: BackendConfig) -> int:
+    """Join the process group torchrun described in the environment; returns this process's rank.
+
+    The world size must be `config.nproc`. Afterwards torchrun's variables are gone from `os.environ`.
+    """
+    missing = [
+        name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ
+    ]
+    if missing:
+        raise DistributedError(f"nproc {config.nproc}: {', '.join(missing)} not set; launch with `rlep train --nproc "
+                               f"{config.nproc}` (torchrun), not in one process")  # fmt: skip
+    world = int(os.environ["WORLD_SIZE"])
+    if world != config.nproc:
+        raise DistributedError(f"nproc {config.nproc} but torchrun started {world} processes")
+    _GROUP.local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(_GROUP.local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=config.collective_timeout))
+    _GROUP.commands = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.command_timeout))
+    _GROUP.timeout = config.collective_timeout
+    for name in TORCHRUN_VARIABLES:
+        os.environ.pop(name, None)
+    return dist.get_rank()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextmanager
+def _collective(what: str) -> Iterator[None]:
+    """Turn a lost rank (closed connection, timeout) into one clear error naming the request."""
+    try:
+        yield
+    except (RuntimeError, dist.DistBackendError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DistributedError(
+            f"rank {dist.get_rank()} of {dist.get_world_size()}: another training process stopped or did not answer "
+            f"within {_GROUP.timeout:.0f}s during {what} ({first[:200]}); the run stops here, no checkpoint is written "
+            "for this step, resume from the last complete one with --resume"
+        ) from err
+
+
+def _send(name: str, *payload: Any) -> None:
+    with _collective(f"request {name!r}"):
+        dist.broadcast_object_list([(name, payload)], src=0, group=_GROUP.commands)
+
+
+def _receive() -> tuple[str, tuple]:
+    box: list[Any] = [None]
+    with _collective("wait for rank 0's next request"):
+        dist.broadcast_object_list(box, src=0, group=_GROUP.commands)
+    return box[0]
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Which rows of a mini-batch a rank trains on, and how its loss is scaled.
+
+    Whole prompt groups (`group >= 0`) are dealt to the ranks in turn, then rows without a group one at a
+    time to the rank with fewest rows, so a group's members are never split. Every rank computes every rank's
+    share (the batch is the same everywhere), so the micro-batch count is equalised without a collective.
+    """
+
+    rank: int
+    world_size: int
+
+    def rows(self, group: torch.Tensor, rank: int | None = None) -> torch.Tensor:
+        """Sorted indices (into the mini-batch whose rows' groups are `group` [B]) of `rank`'s rows."""
+        ids = group.tolist()
+        bins: list[list[int]] = [[] for _ in range(self.world_size)]
+        seen: dict[int, int] = {}
+        for i, g in enumerate(ids):
+            if g >= 0:
+                if g not in seen:
+                    seen[g] = len(seen) % self.world_size
+                bins[seen[g]].append(i)
+        for i, g in enumerate(ids):
+            if g < 0:
+                min(bins, key=len).append(i)
+        return torch.tensor(sorted(bins[self.rank if rank is None else rank]), dtype=torch.long)
+
+    def micro_batches(self, group: torch.Tensor, micro: int) -> int:
+        """Micro-batches every rank runs on this mini-batch: the most any rank needs (at least one)."""
+        return max(max(1, -(-len(self.rows(group, r)) // micro)) for r in range(self.world_size))
+
+    def sync_gradients(self, model: torch.nn.Module, last: bool) -> None:
+        """Before a micro-batch's forward: DDP all-reduces gradients in the last micro-batch's backward only
+        (as its `no_sync`); FSDP2 reduce-scatters every backward, which keeps its unsharded gradients short-lived."""
+        if hasattr(model, "require_backward_grad_sync"):
+            model.require_backward_grad_sync = last
+
+    @property
+    def loss_scale(self) -> float:
+        """DDP and FSDP2 average gradients over ranks; shares are of the global mini-batch, so scale back up."""
+        return float(self.world_size)
+
+    def all_reduce(self, values: list[float]) -> list[float]:
+        """Element-wise sums over ranks (metrics' numerators and denominators)."""
+        tensor = torch.tensor(values, dtype=torch.float64)
+        with _collective("metric reduction"):
+            dist.all_reduce(tensor)
+        return tensor.tolist()
+
+
+def _fsdp2(model: torch.nn.Module, precision: str) -> None:
+    """Shard each decoder layer, then the root (embeddings, final norm, head) over all ranks, in place."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if precision == "bf16"
+        else MixedPrecisionPolicy()
+    )
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise DistributedError(
+            f"fsdp2: {type(model).__name__} has no .model.layers to shard (a decoder-only HF model is needed)"
+        )
+    for layer in layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+
+
+class DistributedBackend:
+    """One rank's part of the policy: a full copy under DDP, a shard under FSDP2; its optimizer holds the same."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.spec = spec
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.device = (
+            torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        )
+        self.sharding = Sharding(self.rank, self.world_size)
+        self.module = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
+        if spec.backend.strategy == "ddp":
+            if spec.backend.precision == "bf16":
+                autocast_bf16(self.module, self.device)
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.module, device_ids=ids)
+        else:
+            _fsdp2(self.module, spec.backend.precision)
+            self.model = self.module
+        self.reference = load_reference(spec.reference, self.device)
+        self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
+
+    @classmethod
+    def lead(cls, spec: PolicySpec) -> DistributedBackend:
+        """Rank 0: ask the other ranks to build their part of `spec`, then build its own."""
+        if not dist.is_initialized():
+            raise DistributedError(f"backend.nproc {spec.backend.nproc}: no process group; launch with `rlep train --nproc "
+                                   f"{spec.backend.nproc}` (torchrun)")  # fmt: skip
+        if dist.get_rank() != 0:
+            raise DistributedError("only rank 0 drives the training backend; the other ranks run serve()")
+        _send("build", spec)
+        return cls(spec)
+
+    # ------------------------------------------------------------------ requests (rank 0 calls, every rank runs)
+
+    def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:
+        generator = kwargs.pop("generator", None)
+        hook = kwargs.pop("before_micro_batch", None)  # rank 0's own (async core sharing)
+        _send("update", batch, args, kwargs, None if generator is None else generator.get_state())
+        return self._update(batch, args, {**kwargs, "generator": generator, "before_micro_batch": hook})
+
+    def _update(self, batch, args, kwargs) -> dict[str, float]:
+        with _collective("the policy update"):
+            return policy_update(self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference,
+                                 data_parallel=self.sharding, **kwargs)  # fmt: skip
+
+    def _follow_update(self, batch, args, kwargs, generator_state) -> None:
+        generator = None
+        if generator_state is not None:  # the same mini-batch shuffle as rank 0's
+            generator = torch.Generator()
+            generator.set_state(generator_state)
+        self._update(batch, args, {**kwargs, "generator": generator})
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole policy under its HF names, on rank 0's CPU (empty on the other ranks)."""
+        if self.rank == 0:
+            _send("full_state_dict")
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        with _collective("gathering the weights"):
+            return get_model_state_dict(
+                self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+
+    def save_pretrained(self, directory, **kwargs: Any) -> None:
+        """Rank 0 writes the gathered weights as a plain HF model (config, safetensors)."""
+        state = self.full_state_dict()
+        self.module.save_pretrained(directory, state_dict=state, **kwargs)
+
+    def training_state(self) -> dict[str, Any]:
+        """Optimizer (full, under parameter names: loads at any world size) and scheduler, on rank 0."""
+        if self.rank == 0:
+            _send("training_state")
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        with _collective("gathering the optimizer state"):
+            optimizer = get_optimizer_state_dict(
+                self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "world_size": self.world_size,
+                "strategy": self.spec.backend.strategy}  # fmt: skip
+
+    def load_training_state(self, state: dict[str, Any] | None) -> None:
+        if self.rank == 0:
+            if not isinstance(next(iter(state["optimizer"]["state"]), ""), str):
+                raise DistributedError("the checkpoint's optimizer state is a one-process one (indexed by position); "
+                                       "resume it with --nproc 1")  # fmt: skip
+            _send("load_training_state", {"scheduler": state["scheduler"]})
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        optimizer = state["optimizer"] if self.rank == 0 else {}
+        with _collective("loading the optimizer state"):
+            set_optimizer_state_dict(self.model, self.optimizer, optimizer,
+                                     options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))  # fmt: skip
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def rng_state(self) -> dict[str, Any]:
+        """Rank 0's random streams, and every rank's under `ranks` (restored at the same world size)."""
+        if self.rank == 0:
+            _send("rng_state")
+        states: list[Any] = [None] * self.world_size
+        with _collective("gathering the random states"):
+            dist.all_gather_object(states, process_rng_state())
+        return {**states[0], "ranks": states}
+
+    def load_rng_state(self, state: dict[str, Any]) -> None:
+        if self.rank == 0:
+            _send("load_rng_state", state)
+        ranks = state.get("ranks")
+        if ranks is not None and len(ranks) == self.world_size:
+            set_process_rng_state(ranks[self.rank])
+        elif (
+            self.rank == 0
+        ):  # another world size: rank 0's streams (prompt order, sampling) still resume exactly
+            set_process_rng_state(state)
+
+    def memory(self) -> list[dict[str, float]]:
+        """Per rank: bytes of parameters, gradients and optimizer state this rank holds, and its peak memory."""
+        if self.rank == 0:
+            _send("memory")
+        facts: list[Any] = [None] * self.world_size
+        with _collective("gathering memory facts"):
+            dist.all_gather_object(facts, rank_memory(self.model, self.optimizer, self.device))
+        return facts
+
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def replica_digests(self) -> list[str]:
+        """Per rank, a digest of the full policy as that rank holds it (DDP: its replica; FSDP2: the gathered
+        shards): all equal when the ranks agree."""
+        import hashlib
+
+        if self.rank == 0:
+            _send("replica_digests")
+        digest = hashlib.sha256()
+        with _collective("comparing replicas"):
+            for name, value in self.module.state_dict().items():
+                value = value.full_tensor() if hasattr(value, "full_tensor") else value
+                digest.update(
+                    name.encode() + value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+                )
+            digests: list[Any] = [None] * self.world_size
+            dist.all_gather_object(digests, digest.hexdigest())
+        return digests
+
+    def close(self) -> None:
+        """Rank 0: the other ranks drop this policy and wait for the next `build` (or `stop_serving`)."""
+        if self.rank == 0:
+            _send("release")
+
+    def follow(self) -> None:
+        """Ranks > 0: run rank 0's requests until it stops."""
+        handlers = {"update": self._follow_update, "full_state_dict": self.full_state_dict,
+                    "training_state": self.training_state, "load_training_state": self.load_training_state,
+                    "rng_state": self.rng_state, "load_rng_state": self.load_rng_state, "memory": self.memory}  # fmt: skip
+        handlers["replica_digests"] = self.replica_digests
+        while True:
+            name, payload = _receive()
+            if name == "release":
+                return
+            handlers[name](*payload)
+
+
+def rank_memory(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> dict[str, float]:
+    """This process's share of the training state in bytes (local shards only) and its peak memory."""
+    import resource
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    params = list({id(p): p for p in model.parameters()}.values())
+    facts = {
+        "param_bytes": sum(local(p).numel() * local(p).element_size() for p in params),
+        "grad_bytes": sum(
+            local(p.grad).numel() * local(p.grad).element_size() for p in params if p.grad is not None
+        ),
+        "optimizer_bytes": sum(
+            local(v).numel() * local(v).element_size()
+            for s in optimizer.state.values()
+            for v in s.values()
+            if torch.is_tensor(v)
+        ),  # fmt: skip
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux reports KiB
+    }
+    if device.type == "cuda":
+        facts["peak_cuda_bytes"] = torch.cuda.max_memory_allocated(device)
+    return facts
+
+
+def serve() -> None:
+    """Ranks > 0: build each policy rank 0 asks for and follow its requests, until rank 0 stops serving."""
+    while True:
+        name, payload = _receive()
+        if name == "stop":
+            return
+        if name != "build":
+            raise DistributedError(f"rank {dist.get_rank()}: expected rank 0's 'build' request, got {name!r}")
+        backend = DistributedBackend(*payload)
+        backend.follow()
+        del backend
+
+
+def stop_serving() -> None:
+    """Rank 0, at the end: the other ranks return from `serve`."""
+    _send("stop")
+
+
+# ---------------------------------------------------------------------- launch
+
+
+def launch(module: str, arguments: list[str], nproc: int) -> None:
+    """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
+    from tasks.runner import module_env
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", module, *arguments]  # fmt: skip
+    done = subprocess.run(command, env=module_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
+    if done.returncode != 0:
+        raise DistributedError(
+            f"{module} on {nproc} processes failed (exit status {done.returncode}); the error is above"
+        )
+
+
+def train_distributed(config, resume: bool = False):
+    """`tasks.training.trainer.train` on `config.backend.nproc` processes; returns rank 0's TrainResult."""
+    from data.fs import write_text_atomic
+    from data.run_layout import TrainRunLayout
+    from tasks.training.checkpoint import latest_checkpoint
+    from tasks.training.trainer import TrainResult
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    request = (
+        out / "launch_config.json"
+    )  # what every rank reads; the run's own config.json is rank 0's to write
+    write_text_atomic(request, config.model_dump_json(indent=2))
+    launch(
+        "tasks.training.distributed",
+        ["--config", str(request), *(["--resume"] if resume else [])],
+        config.backend.nproc,
+    )
+    layout = TrainRunLayout(out)
+    return TrainResult(out, config.steps, latest_checkpoint(out), layout.metrics, layout.eval)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank of `rlep train --nproc N`: rank 0 trains (tasks.training.trainer.train), the others serve."""
+    parser = argparse.ArgumentParser(prog="python -m tasks.training.distributed")
+    parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    from tasks.training.config import TrainConfig
+
+    config = TrainConfig.model_validate_json(args.config.read_text())
+    rank = init_distributed(config.backend)
+    try:
+        if rank == 0:
+            from tasks.training.trainer import train
+
+            try:
+                train(config, resume=args.resume, progress=True)
+            except BaseException:
+                with suppress(DistributedError):  # a lost rank: the error that matters is train's
+                    stop_serving()
+                raise
+            stop_serving()
+        else:
+            serve()
+    finally:
+        shutdown()
+
+
+if __name__ == "__main__":
+    main()

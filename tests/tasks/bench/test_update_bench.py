@@ -1,0 +1,46 @@
+"""`python -m tasks.bench.update`: the update benchmark on synthetic rollouts, without vLLM or Prefect."""
+
+import json
+import subprocess
+import sys
+
+from tasks.bench.update import UpdateBenchConfig, bench_update, model_config, synthetic_batch
+
+
+def test_synthetic_batch_is_groups_of_fixed_length_answers_with_grpo_advantages():
+    batch = synthetic_batch(3, 4, 5, 7, 100, seed=0)
+    assert batch.input_ids.shape == (12, 12) and int(batch.mask.sum()) == 12 * 7
+    assert batch.group.tolist() == [g for g in range(3) for _ in range(4)]
+    for g in range(3):  # group-normalised: each group's advantages sum to zero
+        assert abs(float(batch.advantages[batch.group == g].sum())) < 1e-5
+
+
+def test_update_bench_writes_its_report(tmp_path):
+    out = tmp_path / "update.json"
+    report = bench_update(UpdateBenchConfig(prompts=2, group_size=2, prompt_tokens=4, response_tokens=6, micro_batch_size=2,
+                                            warmup=0, steps=2, peak_tflops=1.0, out=out))  # fmt: skip
+    assert json.loads(out.read_text())["tokens_per_step"] == report["tokens_per_step"] == 2 * 2 * 10
+    assert report["tokens_per_second"] > 0 and 0 < report["mfu"] < 1
+    rank = report["ranks"][0]
+    assert (
+        rank["param_bytes"] == 4 * report["parameters"] and rank["optimizer_bytes"] >= 2 * rank["param_bytes"]
+    )
+
+
+def test_named_shapes_match_the_public_models():
+    smol = model_config("smollm2-135m")
+    assert (
+        smol.hidden_size,
+        smol.num_hidden_layers,
+        smol.num_attention_heads,
+        smol.num_key_value_heads,
+        smol.vocab_size,
+    ) == (576, 30, 9, 3, 49152)
+    assert smol.tie_word_embeddings
+
+
+def test_update_bench_imports_neither_vllm_nor_prefect():
+    code = ("import sys, tasks.bench.update as b, tasks.training.backend, tasks.training.distributed; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'prefect', 'ray', 'flows'}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

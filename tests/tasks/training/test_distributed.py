@@ -1,0 +1,241 @@
+"""The torch.distributed backend on 2 CPU ranks (gloo, torch.multiprocessing spawn): one data-parallel step
+equals the one-process step on the same batch for every aggregation, with several mini-batches, uneven
+group counts and loose rows; the ranks agree afterwards; the gathered state dict loads strictly into a fresh
+HF model; save and resume are bit-exact; a killed rank stops the others with one clear error in bounded time
+and leaves no partial checkpoint. A tiny random Qwen2 built in code: no vLLM, nothing downloaded."""
+
+import copy
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from transformers import AutoModelForCausalLM
+
+from tasks.bench.update import model_config, synthetic_batch
+from tasks.training.backend import LocalBackend, PolicySpec
+from tasks.training.backend_config import BackendConfig
+from tasks.training.config import LossConfig, OptimizerConfig
+
+TINY = model_config("tiny")
+AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+# Adam's step is ~lr whatever the gradient, so parameters with a near-zero gradient (key biases: softmax ignores
+# a shift) move by float noise times lr; 1e-4 keeps that noise well under the 1e-5 tolerance.
+LR = 1e-4
+UPDATE = dict(ppo_epochs=2, updates_per_epoch=2, micro_batch_size=2, horizon=9)
+
+
+def _batch(seed=0):
+    """5 prompt groups of 3 (uneven over 2 ranks), answers of 1..9 tokens, the last two rows loose (replayed)."""
+    batch = synthetic_batch(5, 3, 4, 9, TINY.vocab_size, seed=seed, varied=True)
+    batch.group[-2:] = -1
+    batch.is_replay[-2:] = True
+    return batch
+
+
+def _spec(strategy="ddp", weights=TINY, **backend):
+    config = BackendConfig(nproc=2, strategy=strategy, collective_timeout=15, **backend)
+    return PolicySpec(weights, OptimizerConfig(lr=LR), config, init_seed=5)
+
+
+def _update(backend, aggregation, seed=0):
+    return backend.update(
+        _batch(seed),
+        LossConfig(aggregation=aggregation),
+        1.0,
+        generator=torch.Generator().manual_seed(7),
+        **UPDATE,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, port, scenario, args, out):
+    """One spawned rank: join the group, rank 0 runs `scenario` and saves its result, the others serve."""
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    from tasks.training import distributed
+
+    distributed.init_distributed(BackendConfig(nproc=world, collective_timeout=15))
+    assert (
+        "RANK" not in os.environ and "MASTER_ADDR" not in os.environ
+    )  # nothing left for a vLLM engine to join
+    try:
+        if rank == 0:
+            try:
+                result = scenario(*args)
+            except Exception as err:  # the test asserts on the error rank 0 saw
+                result = {"error": err, "type": type(err).__name__}
+            with __import__("contextlib").suppress(distributed.DistributedError):
+                distributed.stop_serving()
+            torch.save(result, Path(out) / "result.pt")
+        elif scenario is _killed_rank:
+            _die_on_second_update(distributed)
+            distributed.serve()
+        else:
+            distributed.serve()
+    finally:
+        if scenario is not _killed_rank:
+            distributed.shutdown()
+
+
+def _spawn(scenario, *args, tmp_path):
+    """Run `scenario` on rank 0 of 2 spawned ranks; its result. Each rank is waited for on its own (a rank
+    that dies on purpose must not make the harness kill rank 0 before it reports)."""
+    context = mp.spawn(_rank, args=(2, _free_port(), scenario, args, str(tmp_path)), nprocs=2, join=False)
+    for process in context.processes:
+        process.join(timeout=120)
+    alive = [p.pid for p in context.processes if p.is_alive()]
+    for process in context.processes:
+        if process.is_alive():
+            process.kill()
+    assert not alive, f"ranks still running after 120 s: {alive}"
+    return torch.load(tmp_path / "result.pt", weights_only=False)
+
+
+# ---------------------------------------------------------------------- scenarios (rank 0)
+
+
+def _equal_steps(strategy, aggregations):
+    from tasks.training.distributed import DistributedBackend
+
+    results = {}
+    for aggregation in aggregations:
+        backend = DistributedBackend.lead(_spec(strategy))
+        metrics = _update(backend, aggregation)
+        results[aggregation] = {"metrics": metrics, "weights": copy.deepcopy(backend.full_state_dict()),
+                                "digests": backend.replica_digests(), "memory": backend.memory()}  # fmt: skip
+        backend.close()
+    return results
+
+
+def _save_and_resume(strategy, directory):
+    from tasks.training.distributed import DistributedBackend
+
+    first = DistributedBackend.lead(_spec(strategy))
+    _update(first, "token-mean", seed=0)
+    first.save_pretrained(directory)
+    state = copy.deepcopy({"training": first.training_state(), "rng": first.rng_state()})
+    _update(first, "token-mean", seed=1)
+    straight = copy.deepcopy(first.full_state_dict())
+    first.close()
+
+    resumed = DistributedBackend.lead(_spec(strategy, weights=str(directory)))
+    resumed.load_training_state(state["training"])
+    resumed.load_rng_state(state["rng"])
+    _update(resumed, "token-mean", seed=1)
+    again = resumed.full_state_dict()
+    resumed.close()
+    return {"straight": straight, "resumed": again, "lr": resumed.lr()}
+
+
+def _killed_rank(directory):
+    from tasks.training.checkpoint import save_checkpoint
+    from tasks.training.distributed import DistributedBackend
+
+    backend = DistributedBackend.lead(_spec("fsdp2"))
+    _update(backend, "token-mean")
+    start = time.monotonic()
+    try:
+        _update(backend, "token-mean")  # rank 1 dies on receiving it
+    except Exception as err:
+        error = err
+    elapsed = time.monotonic() - start
+    try:  # the checkpoint after a lost rank: nothing may appear
+        save_checkpoint(Path(directory), 2, backend, _NoTokenizer(), {"step": 2})
+        saved = "written"
+    except Exception as err:
+        saved = type(err).__name__
+    return {"error": error, "seconds": elapsed, "saved": saved}
+
+
+class _NoTokenizer:
+    def save_pretrained(self, directory):
+        pass
+
+
+def _die_on_second_update(distributed):
+    calls = []
+    original = distributed.DistributedBackend._follow_update
+
+    def follow_update(self, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            os._exit(1)  # a rank killed mid-run
+        return original(self, *args)
+
+    distributed.DistributedBackend._follow_update = follow_update
+
+
+# ---------------------------------------------------------------------- tests
+
+
+def _one_process(aggregation):
+    backend = LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), init_seed=5))
+    metrics = _update(backend, aggregation)
+    return metrics, backend.full_state_dict()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_one_distributed_step_equals_the_one_process_step(strategy, tmp_path):
+    results = _spawn(_equal_steps, strategy, AGGREGATIONS, tmp_path=tmp_path)
+    for aggregation in AGGREGATIONS:
+        want_metrics, want_weights = _one_process(aggregation)
+        got = results[aggregation]
+        for name in ("loss", "grad_norm", "entropy", "clip_frac_high", "logprob_mismatch", "is_ratio_mean"):
+            assert got["metrics"][name] == pytest.approx(want_metrics[name], abs=1e-5), (aggregation, name)
+        assert got["metrics"]["optimizer_updates"] == want_metrics["optimizer_updates"] == 4
+        assert got["metrics"]["tokens_trained"] == want_metrics["tokens_trained"]
+        moved = max((want_weights[k] - TINY_INIT[k]).abs().max().item() for k in want_weights)
+        assert moved > 1e-4  # the step moved the weights, so agreeing to 1e-5 says something
+        for name, value in want_weights.items():
+            assert torch.allclose(got["weights"][name], value, atol=1e-5, rtol=0), (aggregation, name)
+        assert len(set(got["digests"])) == 1  # the ranks hold the same policy
+    fresh = AutoModelForCausalLM.from_config(TINY)
+    fresh.load_state_dict(results["token-mean"]["weights"], strict=True)
+    state = [m["param_bytes"] + m["optimizer_bytes"] for m in results["token-mean"]["memory"]]
+    full = 3 * 4 * sum(v.numel() for v in TINY_INIT.values() if v is not TINY_INIT.get("lm_head.weight"))
+    assert state[0] == pytest.approx(full / (2 if strategy == "fsdp2" else 1), rel=0.05)
+
+
+def test_save_and_resume_are_bit_exact(tmp_path):
+    results = _spawn(_save_and_resume, "fsdp2", tmp_path / "checkpoint", tmp_path=tmp_path)
+    for name, value in results["straight"].items():
+        assert torch.equal(results["resumed"][name], value), name
+    loaded = AutoModelForCausalLM.from_pretrained(
+        tmp_path / "checkpoint"
+    )  # a plain HF model, for eval and collect
+    assert sum(p.numel() for p in loaded.parameters()) == sum(
+        p.numel() for p in AutoModelForCausalLM.from_config(TINY).parameters()
+    )
+
+
+def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
+    results = _spawn(_killed_rank, tmp_path / "run", tmp_path=tmp_path)
+    from tasks.training.distributed import DistributedError
+
+    assert isinstance(results["error"], DistributedError), results["error"]
+    assert "another training process stopped" in str(results["error"]) and "--resume" in str(results["error"])
+    print(f"rank 0 stopped {results['seconds']:.1f} s after rank 1 died")
+    assert results["seconds"] < 30  # bounded by the 15 s collective timeout, not a hang
+    assert results["saved"] == "DistributedError"
+    left = [
+        p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*") if p.is_file() or "step-" in p.name
+    ]
+    assert left == []  # no partial checkpoint (only the empty checkpoints folder)
+
+
+TINY_INIT = LocalBackend(PolicySpec(TINY, OptimizerConfig(), init_seed=5)).full_state_dict()
