@@ -62,7 +62,9 @@ def make_backend(spec: PolicySpec) -> TrainingBackend:
     return DistributedBackend.lead(spec)
 
 
-def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0) -> torch.nn.Module:
+def load_policy(
+    weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0
+) -> torch.nn.Module:
     """The policy in float32 on `device` (master weights even under bf16), in eval mode. `weights`: a
     directory or hub name, or an HF config (random weights drawn on the CPU from `init_seed`: identical on
     every rank, nothing read from disk; benchmarks and tests)."""
@@ -97,9 +99,13 @@ def autocast_bf16(model: torch.nn.Module, device: torch.device) -> None:
 
 def build_optimizer(params, config: OptimizerConfig):
     """AdamW with linear warm-up to a constant rate: (optimizer, scheduler)."""
-    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
+    )
     warmup = config.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
+    )
     return optimizer, scheduler
 
 
@@ -135,7 +141,9 @@ class LocalBackend:
 
     def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:
         """`policy_update` of this policy on `batch`; arguments after the batch are passed through."""
-        return policy_update(self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs)
+        return policy_update(
+            self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs
+        )
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         return self.model.state_dict()

@@ -34,7 +34,8 @@ class BackendConfig(BaseModel):
         "MixedPrecisionPolicy; autocast otherwise). Log-probs of the ratio move by up to ~6e-3 (docs/distributed.md).",
     )
     activation_checkpointing: bool = Field(
-        False, description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute."
+        False,
+        description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute.",
     )
     collective_timeout: float = Field(
         300.0, ge=1, le=86_400,

@@ -7,14 +7,21 @@ import torch
 from transformers import Qwen2Config
 
 from tasks.replay import Rollout
-from tasks.training.batch import build_batch
 from tasks.training.backend import LocalBackend, PolicySpec, build_optimizer, load_policy, make_backend
 from tasks.training.backend_config import BackendConfig
+from tasks.training.batch import build_batch
 from tasks.training.config import LossConfig, OptimizerConfig
 from tasks.training.update import policy_update
 
-TINY = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                   vocab_size=256, tie_word_embeddings=True)
+TINY = Qwen2Config(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+    tie_word_embeddings=True,
+)
 
 
 def _spec(**backend):
@@ -35,7 +42,9 @@ def _batch(seed=0, n=12):
 
 
 def _update(backend, batch):
-    return backend.update(batch, LossConfig(), 1.0, ppo_epochs=2, micro_batch_size=5, generator=torch.Generator().manual_seed(1))
+    return backend.update(
+        batch, LossConfig(), 1.0, ppo_epochs=2, micro_batch_size=5, generator=torch.Generator().manual_seed(1)
+    )
 
 
 def test_local_backend_update_is_policy_update():
@@ -57,7 +66,9 @@ def test_training_state_and_rng_resume_exactly():
     first = make_backend(_spec())
     _update(first, _batch(0))
     # deep copies: a state dict holds the live tensors, which the next update changes in place
-    training, rng, weights = copy.deepcopy((first.training_state(), first.rng_state(), first.full_state_dict()))
+    training, rng, weights = copy.deepcopy(
+        (first.training_state(), first.rng_state(), first.full_state_dict())
+    )
     _update(first, _batch(1))
     after = torch.rand(3)
 
