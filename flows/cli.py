@@ -55,7 +55,7 @@ for _name, _value in (
 def build_parser() -> argparse.ArgumentParser:
     from data.sources import ProblemSourceConfig
     from data.tiny_model import TinyModelConfig
-    from tasks.bench_generate import GenerateBenchConfig
+    from tasks.bench.generate import GenerateBenchConfig
     from tasks.models import REAL_MODEL_NAMES
 
     parser = argparse.ArgumentParser(
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=_cmd_bench_async)
     p.add_argument("--config", type=Path, default=None, help="YAML file of settings (a `train:` section and the bench's); flags override it.")
-    from tasks.bench_async import AsyncBenchConfig
+    from tasks.bench.async_train import AsyncBenchConfig
 
     add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
     p = bench_sub.add_parser(
@@ -212,7 +212,7 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
     if getattr(args, "resume", None):
         return Path(args.resume)
     if args.command == "bench":  # `bench async`: the directory of its runs
-        from tasks.bench_async import AsyncBenchConfig
+        from tasks.bench.async_train import AsyncBenchConfig
 
         try:
             return _config(AsyncBenchConfig, args).train.out

@@ -378,7 +378,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_async(args: argparse.Namespace) -> int:
-    from tasks.bench_async import AsyncBenchConfig, run_async_bench
+    from tasks.bench.async_train import AsyncBenchConfig, run_async_bench
 
     config = _config(AsyncBenchConfig, args)
     from tasks.models import resolve_model
@@ -392,7 +392,7 @@ def _cmd_bench_async(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_generate(args: argparse.Namespace) -> int:
-    from tasks.bench_generate import GenerateBenchConfig, run_generate_bench
+    from tasks.bench.generate import GenerateBenchConfig, run_generate_bench
 
     config = build_config(GenerateBenchConfig, args.config, flag_overrides(args))
     report = run_generate_bench(config)
@@ -402,7 +402,7 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_train(args: argparse.Namespace) -> int:
-    from tasks.bench_train import run_train_bench
+    from tasks.bench.train import run_train_bench
     from tasks.collect import preflight
     from tasks.pipeline import PipelineConfig
 

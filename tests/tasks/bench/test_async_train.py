@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tasks.bench_async import AsyncBenchConfig, run_async_bench, summarize, summarize_run
+from tasks.bench.async_train import AsyncBenchConfig, run_async_bench, summarize, summarize_run
 from tasks.training.config import TrainConfig
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tasks.bench_report import write_bench_report
+from tasks.bench.report import write_bench_report
 from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
 from tasks.report import arm_summary, replay_overhead
 

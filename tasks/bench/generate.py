@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data.problem import render_prompt
 from data.tiny_math import generate as tiny_math_problems
-from tasks.bench_report import write_bench_report
+from tasks.bench.report import write_bench_report
 from tasks.engines import EngineConfig, SamplingConfig, make_engine
 from tasks.models import resolve_model
 

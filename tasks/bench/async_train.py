@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.run_layout import TrainRunLayout
 from data.sources import default_task
-from tasks.bench_report import write_bench_report
+from tasks.bench.report import write_bench_report
 from tasks.progress import progress_bar
 from tasks.replay.config import FIFOReplayConfig
 from tasks.runner import module_env
@@ -113,7 +113,7 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     config.out.mkdir(parents=True, exist_ok=True)
     settings, result = config.out / "bench-config.json", config.out / "bench-result.json"
     settings.write_text(config.model_dump_json())
-    done = subprocess.run([sys.executable, "-m", "tasks.bench_async", str(settings), str(result)], env=module_env())
+    done = subprocess.run([sys.executable, "-m", "tasks.bench.async_train", str(settings), str(result)], env=module_env())
     if done.returncode != 0:
         raise RuntimeError(f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log")
     run = json.loads(result.read_text())
@@ -186,6 +186,6 @@ def run_async_bench(config: AsyncBenchConfig, progress: bool = True) -> dict[str
     return {"summary": summary, "pairs": pairs, "path": str(path)}
 
 
-if __name__ == "__main__":  # one run, by `_run`: python -m tasks.bench_async CONFIG.json RESULT.json
+if __name__ == "__main__":  # one run, by `_run`: python -m tasks.bench.async_train CONFIG.json RESULT.json
     _config = TrainConfig.model_validate_json(Path(sys.argv[1]).read_text())
     Path(sys.argv[2]).write_text(json.dumps(measure_run(_config)))
