@@ -229,7 +229,12 @@ def _settings_not_applying(node: Any, given: dict[str, Any], path: tuple[str, ..
     if not isinstance(node, BaseModel):
         return []
     check = getattr(node, "settings_not_applying", None)
-    refused = [".".join((*path, why)) for why in check(given)] if check else []
+    try:  # a value equal to its default is no choice of the user's (a saved run's config, `rlep show-config` output)
+        defaults = type(node)().model_dump(mode="json")
+    except ValidationError:
+        defaults = {}
+    chosen = {name for name, value in given.items() if name not in defaults or value != defaults[name]}
+    refused = [".".join((*path, why)) for why in check(chosen)] if check else []
     for name, value in given.items():
         if isinstance(value, dict):
             refused += _settings_not_applying(getattr(node, name, None), value, (*path, name))

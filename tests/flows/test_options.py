@@ -135,3 +135,16 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
     # The defaults of those settings are no user's choice: a file source alone is fine, tiny-math takes them.
     assert build_config(CollectConfig, None, {"problems.source": "mine.jsonl"}).problems.source == "mine.jsonl"
     assert build_config(CollectConfig, path, {"problems.source": "tiny-math"}).problems.levels == [2]
+
+
+def test_a_full_dump_of_the_settings_loads_back(tmp_path):
+    # `rlep show-config` output and a run's saved train_config.json (`--resume`) hold every field, defaults
+    # included; those are not the user's choices, so settings that apply to another kind of source are not refused.
+    from tasks.training.config import TrainConfig
+
+    path = tmp_path / "train.json"
+    path.write_text(TrainConfig().model_dump_json())
+    assert build_config(TrainConfig, path) == TrainConfig()
+    path.write_text(TrainConfig().model_dump_json().replace('"problem_column":null', '"problem_column":"question"', 1))
+    with pytest.raises(ConfigError, match="problems.problem_column: applies to files"):
+        build_config(TrainConfig, path)
