@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.fs import process_alive, write_parquet_atomic, write_text_atomic
 from data.pool import build_pool
 from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from data.prompt_length import PromptLengthConfig, fitting_problems
 from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from data.run_layout import checkpoint_step
 from data.sources import ProblemSourceConfig, default_task, load_problems
@@ -63,6 +64,9 @@ class CollectConfig(BaseModel):
     max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
     seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
     min_correct: int = Field(2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2).")
+    prompt_length: PromptLengthConfig = Field(
+        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
+    )
     dedupe: bool = Field(
         False, description="Keep each distinct verified answer once per problem; off (RLEP's pool) keeps every verified "
         "answer, repeats included, so M replayed answers are drawn from all of them."
@@ -104,18 +108,26 @@ class CollectConfig(BaseModel):
         )  # fmt: skip
 
 
-def plan_shards(config: CollectConfig) -> list[list[Problem]]:
-    """The problems of each shard, a pure function of the settings (so a restart sees the same shards)."""
+def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
+    """The problems of each shard, a pure function of the settings and the model's tokenizer (so a restart sees
+    the same shards): prompts too long for the engine's context are refused, or left out and counted."""
+    from transformers import AutoTokenizer
+
     problems = load_problems(config.problems)
+    chat = chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here
+    prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
+    problems = fitting_problems(problems, prompts, chat or AutoTokenizer.from_pretrained(str(model)),
+                                max_model_len=config.engine.max_model_len, max_new_tokens=config.max_tokens,
+                                overlong=config.prompt_length.overlong_prompts)  # fmt: skip
     return [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
 
 
 def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem]], str]:
-    """Every check a user can fail, before any work: problems readable, output writable, model present,
-    and a directory with finished shards holds the same collection (else its shards would be reused)."""
-    shards = plan_shards(config)
+    """Every check a user can fail, before any work: problems readable and fitting the context, output
+    writable, model present, and a directory with finished shards holds the same collection (else its shards
+    would be reused)."""
     model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
-    chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here too
+    shards = plan_shards(config, model)
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     take_lock(store.root)
     try:

@@ -299,3 +299,27 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
     with pytest.raises(PromptError, match="has no chat template"):
         run_collection(_config(fixture_model, tmp_path / "on", chat_template="on"), progress=False)
     assert not (tmp_path / "on").exists()  # refused before the run directory is made
+
+
+def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fixture_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    from data.problem import render_prompt
+    from data.prompt_length import PromptTooLongError
+    from data.sources import load_problems
+    from tasks.collect import plan_shards, preflight
+
+    config = _config(fixture_model, tmp_path / "refused")
+    tokenizer = AutoTokenizer.from_pretrained(fixture_model)
+    lengths = sorted(len(tokenizer(render_prompt(p), add_special_tokens=False).input_ids) for p in load_problems(config.problems))
+    assert lengths[0] < lengths[-1]  # tiny-math prompts differ in length: a context between them splits them
+    middle = lengths[len(lengths) // 2] + 12  # room for the shorter half with 12 new tokens
+    engine = {"backend": "transformers", "max_model_len": middle}
+    with pytest.raises(PromptTooLongError, match=f"max_model_len {middle} - max new tokens 12"):
+        preflight(_config(fixture_model, tmp_path / "refused", engine=engine))
+    assert not (tmp_path / "refused").exists()  # refused before the run directory is made
+    filtered = _config(fixture_model, tmp_path / "f", engine=engine, prompt_length={"overlong_prompts": "filter"})
+    kept = sum(map(len, plan_shards(filtered, fixture_model)))
+    assert kept == sum(n <= lengths[len(lengths) // 2] for n in lengths) and 0 < kept < 12
+    roomy = _config(fixture_model, tmp_path / "f", engine={**engine, "max_model_len": lengths[-1] + 12})
+    assert sum(map(len, plan_shards(roomy, fixture_model))) == 12
