@@ -18,6 +18,7 @@ from pathlib import Path
 from flows.commands import (
     UserError,
     _cmd_bench_async,
+    _cmd_bench_fanout,
     _cmd_bench_generate,
     _cmd_bench_train,
     _cmd_bench_verify,
@@ -161,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     from tasks.bench.async_train import AsyncBenchConfig
 
     add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
+    p = bench_sub.add_parser(
+        "fanout", help="Two identical runs one after another (default threads) against two at once on a local Ray: wall times and ratio."
+    )
+    p.set_defaults(handler=_cmd_bench_fanout)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of the bench's settings; flags override it.")
+    from tasks.bench.fanout import FanoutBenchConfig
+
+    add_model_flags(p, FanoutBenchConfig)
     p = bench_sub.add_parser(
         "verify",
         help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency, peak RSS; "

@@ -239,11 +239,10 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
 
 
 def _check_pool(config) -> None:
-    """An RLEP run's pool must exist: a missing one fails here, before any model is loaded."""
-    if config.replay.kind == "rlep":
-        from data.pool import resolve_pool_path
+    """The replay design's inputs (RLEP's pool) must exist: a missing one fails here, before any model is loaded."""
+    from tasks.replay import check_inputs
 
-        resolve_pool_path(config.replay.pool)
+    check_inputs(config.replay)
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -386,6 +385,15 @@ def _cmd_bench_async(args: argparse.Namespace) -> int:
     resolve_model(config.train.model)  # a missing model fails here, before any run directory is made
     _check_pool(config.train)
     report = run_async_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def _cmd_bench_fanout(args: argparse.Namespace) -> int:
+    from tasks.bench.fanout import FanoutBenchConfig, run_fanout_bench
+
+    report = run_fanout_bench(build_config(FanoutBenchConfig, args.config, flag_overrides(args)))
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {report['path']}")
     return 0
