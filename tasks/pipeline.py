@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.pool import POOL_FILE
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
+from tasks.replay import needs
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from tasks.training.config import TrainConfig
 
@@ -62,9 +63,9 @@ class PipelineConfig(BaseModel):
         return self
 
     def pooled_rlep(self) -> bool:
-        """True when an rlep arm replays the pool this pipeline collects."""
+        """True when the arm's design needs a pool and none is given: it replays the one this pipeline collects."""
         replay = self.train.replay
-        return isinstance(replay, RLEPReplayConfig) and replay.pool is None
+        return needs(replay).pool and replay.pool is None
 
     def explores(self) -> bool:
         return self.pooled_rlep() and self.pool_from == "explore"

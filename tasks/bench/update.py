@@ -108,7 +108,7 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
     """A step's batch without generation: per prompt, `group_size` random answers with 0/1 rewards and
     group-normalised (GRPO) advantages; behaviour log-probs random. `varied`: answer lengths 1..response_tokens
     (tests), else all `response_tokens` long."""
-    from tasks.replay.base import Rollout
+    from data.rollout import Rollout
     from tasks.training.batch import build_batch
 
     g = torch.Generator().manual_seed(seed)

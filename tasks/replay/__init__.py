@@ -1,10 +1,12 @@
 """Replay strategies: which stored rollouts join a training step's fresh ones.
 
-One interface (`ReplayStrategy`: `select`, `add`, `state_dict`, `load_state_dict`); the loss does not
-know which strategy runs. `make_replay(config, ...)` builds the strategy a `ReplayConfig` names.
+One interface (`ReplayStrategy`: `join`, `mix`, `stats`, `state_dict`, `load_state_dict`); the loss does not
+know which strategy runs. `make_replay(config, ...)` builds the strategy a `ReplayConfig` names; what a design
+needs from the run (`needs(config)`: a pool, a buffer, the generation's advantages) is declared on its class.
+The record replay works on is data.rollout's `Rollout` / `Group`.
 """
 
-from tasks.replay.base import Group, ReplayStrategy, Rollout
+from tasks.replay.base import ReplayNeeds, ReplayStrategy
 from tasks.replay.config import (
     FIFOReplayConfig,
     NoReplayConfig,
@@ -12,16 +14,18 @@ from tasks.replay.config import (
     ReplayConfig,
     RLEPReplayConfig,
 )
-from tasks.replay.factory import make_replay
+from tasks.replay.factory import check_inputs, make_replay, needs, pinned
 
 __all__ = [
     "FIFOReplayConfig",
-    "Group",
     "NoReplayConfig",
     "PrioritizedReplayConfig",
     "RLEPReplayConfig",
     "ReplayConfig",
+    "ReplayNeeds",
     "ReplayStrategy",
-    "Rollout",
+    "check_inputs",
     "make_replay",
+    "needs",
+    "pinned",
 ]

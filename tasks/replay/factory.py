@@ -1,5 +1,6 @@
-"""Build the replay strategy a config names. RLEP's pool is read here (data.pool.read_pool), matched to the
-training problems by (data_source, problem_id), pinned to one version, and its coverage reported."""
+"""Build the replay strategy a config names (strategies.DESIGNS, by `kind`), with what its design declares it
+needs. A pool is read here (data.pool.read_pool), checked before the run, matched to the training problems by
+(data_source, problem_id), pinned to one version, and its coverage reported."""
 
 from __future__ import annotations
 
@@ -9,20 +10,31 @@ from pathlib import Path
 
 from data.pool import PoolError, read_pool, resolve_pool_path
 from data.problem import Problem
-from tasks.replay.base import PoolKey, ReplayStrategy, Rollout
-from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from tasks.replay.strategies import FIFOReplay, NoReplay, PrioritizedReplay, RLEPReplay
+from data.rollout import PoolKey, Rollout
+from tasks.replay.base import ReplayNeeds, ReplayStrategy
+from tasks.replay.strategies import DESIGNS
 
 LOW_COVERAGE = 0.2  # below this share of training problems with a pooled answer, training warns
 
 
+def needs(config) -> ReplayNeeds:
+    """What the design `config` names needs from the run (its class's declaration)."""
+    return DESIGNS[config.kind].needs
+
+
+def check_inputs(config) -> None:
+    """Fail now, before any model is loaded, when the design's inputs are missing (a pool that is not there)."""
+    if needs(config).pool:
+        resolve_pool_path(config.pool)
+
+
 def pinned(config):
-    """`config` with an rlep pool given as a store or a directory replaced by the file it resolves to now.
+    """`config` with a pool given as a store or a directory replaced by the file it resolves to now.
 
     A run records the pinned path in its saved settings, so `--resume` replays the same pool version even
     after a newer one is published to the store.
     """
-    if isinstance(config, RLEPReplayConfig) and config.pool is not None:
+    if needs(config).pool and config.pool is not None:
         path = resolve_pool_path(Path(config.pool))
         if path != Path(config.pool):
             return config.model_copy(update={"pool": path})
@@ -30,21 +42,18 @@ def pinned(config):
 
 
 def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None = None) -> ReplayStrategy:
-    """The strategy for `config`; `problems` (the training problems by key) lets RLEP check its pool against them."""
-    if isinstance(config, RLEPReplayConfig):
-        replay = RLEPReplay(config, load_pool(config.pool, problems), seed=seed)
-        if problems:
-            replay.coverage = len(replay.pool) / len(problems)
-            print(f"replay pool {config.pool}: answers for {len(replay.pool)} of {len(problems)} training problems ({replay.coverage:.0%})")
-            if replay.coverage < LOW_COVERAGE:
-                print(f"warning: replay pool {config.pool} covers only {replay.coverage:.0%} of the training problems: most groups "
-                      "will replay nothing (see replay_prompt_share in metrics.parquet)", file=sys.stderr)  # fmt: skip
-        return replay
-    if isinstance(config, FIFOReplayConfig):
-        return FIFOReplay(config, seed=seed)
-    if isinstance(config, PrioritizedReplayConfig):
-        return PrioritizedReplay(config, seed=seed)
-    return NoReplay()
+    """The strategy for `config`; `problems` (the training problems by key) lets a pool be checked against them."""
+    design = DESIGNS[config.kind]
+    if not design.needs.pool:
+        return design(config, seed=seed)
+    replay = design(config, load_pool(config.pool, problems), seed=seed)
+    if problems:
+        replay.coverage = len(replay.pool) / len(problems)
+        print(f"replay pool {config.pool}: answers for {len(replay.pool)} of {len(problems)} training problems ({replay.coverage:.0%})")
+        if replay.coverage < LOW_COVERAGE:
+            print(f"warning: replay pool {config.pool} covers only {replay.coverage:.0%} of the training problems: most groups "
+                  "will replay nothing (see replay_prompt_share in metrics.parquet)", file=sys.stderr)  # fmt: skip
+    return replay
 
 
 def load_pool(path: Path | None, problems: dict[PoolKey, Problem] | None = None) -> dict[PoolKey, list[Rollout]]:

@@ -1,8 +1,11 @@
-"""The four replay strategies behind one interface (`join` before scoring, `mix` after advantages).
+"""The four replay strategies behind one interface (`join` before scoring, `mix` after advantages), and
+their registry (`DESIGNS`, by config `kind`).
 
 Each class docstring states what its paper does, what we do, and every departure; the README's table of
-designs says the same in one line each. Scoring, advantages and the loss are shared and do not know which
-strategy runs.
+designs says the same in one line each. Each class declares what it needs from the run (`needs`: a pool,
+a buffer, the generation's advantages); code outside tasks/replay/ asks that, never which design runs.
+Scoring, advantages and the loss are shared and do not know which strategy runs. A new design is a config
+in config.py (and its place in the `ReplayConfig` union) and a class here, listed in `DESIGNS`.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tasks.replay.base import Group, PoolKey, Rollout
-from tasks.replay.config import FIFOReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
+from data.rollout import Group, PoolKey, Rollout
+from tasks.replay.base import ReplayNeeds, ReplayStrategy
+from tasks.replay.config import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 
 
 def _as_replayed(rollout: Rollout) -> Rollout:
@@ -29,7 +33,11 @@ def _flatten(groups: list[Group]) -> list[Rollout]:
 class NoReplay:
     """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged."""
 
-    name = "none"
+    name: ClassVar[str] = "none"
+    needs: ClassVar[ReplayNeeds] = ReplayNeeds()
+
+    def __init__(self, config: NoReplayConfig | None = None, seed: int = 0) -> None:
+        self.config = config or NoReplayConfig()
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
         return fresh
@@ -62,7 +70,8 @@ class RLEPReplay:
     can weight replayed tokens against their stored behaviour log-probs (off in the paper).
     """
 
-    name = "rlep"
+    name: ClassVar[str] = "rlep"
+    needs: ClassVar[ReplayNeeds] = ReplayNeeds(pool=True)
 
     def __init__(self, config: RLEPReplayConfig, pool: dict[PoolKey, list[Rollout]], seed: int = 0) -> None:
         self.config = config
@@ -121,7 +130,8 @@ class FIFOReplay:
     the batch, the step trains on the whole buffer.
     """
 
-    name = "fifo"
+    name: ClassVar[str] = "fifo"
+    needs: ClassVar[ReplayNeeds] = ReplayNeeds(buffer=True, generation_advantages=True)
 
     def __init__(self, config: FIFOReplayConfig, seed: int = 0) -> None:
         self.config = config
@@ -181,7 +191,8 @@ class PrioritizedReplay:
     replay draws come from earlier steps only (this step's rollouts are in the batch already).
     """
 
-    name = "prioritized"
+    name: ClassVar[str] = "prioritized"
+    needs: ClassVar[ReplayNeeds] = ReplayNeeds(buffer=True, generation_advantages=True)
 
     def __init__(self, config: PrioritizedReplayConfig, seed: int = 0) -> None:
         self.config = config
@@ -235,3 +246,9 @@ class PrioritizedReplay:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
         self.buffer = list(state["buffer"])
+
+
+# The designs by config `kind`: tasks.replay.factory builds a strategy from this table only.
+DESIGNS: dict[str, type[ReplayStrategy]] = {
+    design.name: design for design in (NoReplay, RLEPReplay, FIFOReplay, PrioritizedReplay)
+}

@@ -23,7 +23,8 @@ from data.pool import POOL_FILE
 from data.run_layout import TrainRunLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
-from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
+from tasks.replay import needs
+from tasks.replay.config import NoReplayConfig
 from tasks.runner import RunnerConfig
 from tasks.training.config import TrainConfig
 
@@ -150,7 +151,7 @@ def plan(config: StudyConfig) -> list[Run]:
             settings = deep_merge(config.train, override)
             settings.update(seed=seed, out=str(config.out / "runs" / arm / f"seed-{seed}"))
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-        pooled = [a for a, c in arms.items() if isinstance(c.replay, RLEPReplayConfig) and c.replay.pool is None]
+        pooled = [a for a, c in arms.items() if needs(c.replay).pool and c.replay.pool is None]
         collect_key = f"collect/seed-{seed}"
         first: list[str] = []
         if pooled:

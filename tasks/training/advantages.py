@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tasks.replay.base import Group
+from data.rollout import Group
 from tasks.training.config import LossConfig
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.replay.base import Group, Rollout
+from data.rollout import Group, Rollout
 from tasks.training.logprobs import pad_sequences
 
 

@@ -45,6 +45,7 @@ import torch
 from data.fs import append_rows, write_parquet_atomic, write_text_atomic
 from data.problem import Problem, render_prompt
 from data.prompting import chat_tokenizer
+from data.rollout import Group, Rollout
 from data.run_layout import TrainRunLayout
 from data.sources import load_problems
 from data.trajectory import to_table
@@ -53,8 +54,7 @@ from tasks.engines.vllm_engine import engine_for_weights
 from tasks.evaluate import evaluate_with_engine
 from tasks.models import resolve_model
 from tasks.progress import progress_bar
-from tasks.replay import Group, Rollout, make_replay
-from tasks.replay.factory import pinned
+from tasks.replay import make_replay, pinned
 from tasks.training.advantages import fill_advantages
 from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed, update_device
 from tasks.training.backend import PolicySpec, make_backend
@@ -281,10 +281,10 @@ class Trainer:
         return row
 
     def _replay_age(self, replayed: list[Rollout], step: int) -> float:
-        """Mean updates since this run generated its replayed answers; RLEP's pool is another run's (NaN)."""
+        """Mean updates since this run generated its replayed answers; a pool's answers are another run's (NaN)."""
         if not replayed:
             return 0.0
-        return float("nan") if self.config.replay.kind == "rlep" else float(np.mean([r.age(step) for r in replayed]))
+        return float(np.mean([r.age(step) for r in replayed])) if self.replay.needs.buffer else float("nan")
 
     def _write_rows(self, fresh: list[Group], trained: list[Rollout], step: int) -> None:
         """OUT/fresh/part-N.parquet: every answer sampled at step N (origin fresh) and every earlier answer the

@@ -211,7 +211,7 @@ def test_files_written_before_the_origin_column_read_as_fresh(tmp_path):
 
 
 def test_rollout_row_round_trip_keeps_every_field():
-    from tasks.replay.base import Rollout
+    from data.rollout import Rollout
 
     problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
     rollout = Rollout(problem_id="p1", data_source="tiny-math/add", prompt="Q: 1+1", gold_answer="2", response="2",

@@ -1,18 +1,22 @@
 """Replay strategies through their public interface (join / mix / state_dict), on hand-built rollouts."""
 
 from collections import Counter
+from typing import get_args
 
 import pytest
 
+from data.rollout import Group, Rollout
 from tasks.replay import (
     FIFOReplayConfig,
-    Group,
+    NoReplayConfig,
     PrioritizedReplayConfig,
+    ReplayConfig,
+    ReplayNeeds,
     RLEPReplayConfig,
-    Rollout,
     make_replay,
+    needs,
 )
-from tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
+from tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay, RLEPReplay
 
 
 def rollout(pid="p", version=0, reward=1.0, advantage=None, response="r", origin="fresh"):
@@ -203,3 +207,36 @@ def test_state_round_trip_continues_the_same_draws(tmp_path):
         drawn_a, drawn_b, drawn_c = pick(a), pick(b), pick(c)
         assert drawn_a == drawn_b
         assert drawn_c != drawn_a
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_every_replay_kind_is_one_registered_design():
+    (union,) = get_args(ReplayConfig)[:1]
+    kinds = {config.model_fields["kind"].default for config in get_args(union)}
+    assert kinds == set(DESIGNS) == {"none", "rlep", "fifo", "prioritized"}
+    assert all(design.name == kind for kind, design in DESIGNS.items())
+
+
+@pytest.mark.parametrize("kind", sorted(DESIGNS))
+def test_a_design_acts_as_its_needs_declare(kind):
+    """A buffer design replays this run's earlier rollouts with their generation's advantages; a pool design
+    replays another run's answers, whose advantages are computed anew in the step's group; none replays nothing."""
+    config = {"none": NoReplayConfig(), "rlep": RLEPReplayConfig(pool="x", replay_per_group=2),
+              "fifo": FIFOReplayConfig(buffer_size=100, batch_size=16),
+              "prioritized": PrioritizedReplayConfig(replay_fraction=1.0, max_age=100)}[kind]  # fmt: skip
+    pool = {("d", f"p{i}"): [rollout(f"p{i}", response=f"pooled{i}{j}", advantage=9.0) for j in range(3)] for i in range(2)}
+    replay = DESIGNS[kind](config, pool, seed=0) if needs(config).pool else DESIGNS[kind](config, seed=0)
+    replay.mix(replay.join(fresh_groups(1), 1), 1)
+    joined = replay.join(fresh_groups(2), 2)
+    joined_replay = replayed([r for g in joined for r in g.rollouts])
+    trained_replay = replayed(replay.mix(joined, 2))
+    if needs(config).pool:
+        assert joined_replay and all(r.advantage is None for r in joined_replay)  # scored in their group
+    if needs(config).buffer:
+        assert trained_replay and {r.policy_version for r in trained_replay} == {0}  # this run's step 1
+    if needs(config).generation_advantages:
+        assert all(r.advantage is not None for r in trained_replay)
+    if needs(config) == ReplayNeeds():
+        assert not joined_replay and not trained_replay

@@ -6,7 +6,7 @@ import copy
 import torch
 from transformers import Qwen2Config
 
-from tasks.replay import Rollout
+from data.rollout import Rollout
 from tasks.training.backend import LocalBackend, PolicySpec, build_optimizer, load_policy, make_backend
 from tasks.training.backend_config import BackendConfig
 from tasks.training.batch import build_batch

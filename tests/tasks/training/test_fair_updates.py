@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tasks.replay import Group, Rollout, make_replay
+from data.rollout import Group, Rollout
+from tasks.replay import make_replay
 from tasks.replay.config import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 from tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
 from tasks.training.advantages import fill_advantages

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tasks.replay import Rollout
+from data.rollout import Rollout
 from tasks.training.batch import build_batch
 from tasks.training.config import LossConfig
 from tasks.training.update import policy_update
