@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from data.metrics import ALL_SOURCES, pass_at_k
+from data.run_layout import CollectRunLayout
 from data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
 from data.trajectory import PROBLEM_KEY
 
@@ -187,7 +188,7 @@ def render(summary: dict[str, Any]) -> Group:
 
 
 def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
-    if path.is_dir() and (path / "trajectories").is_dir():
+    if path.is_dir() and CollectRunLayout(path).trajectories.is_dir():
         store = ExperienceStore(path)
         return "run", store.shard_paths(), store
     if path.is_dir():

@@ -36,12 +36,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from data.fs import atomic_dir, write_parquet_atomic, write_text_atomic
-from data.run_layout import POOL_FILE
+from data.run_layout import POOL_FILE, PoolVersionLayout
 from data.store import ExperienceStore, StoreError, count_problems, read_trajectory_files
 from data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
 
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
-LINEAGE_FILE = "lineage.json"
 
 
 class PoolError(ValueError):
@@ -134,7 +133,7 @@ class PoolStore:
     def versions(self) -> list[int]:
         if not self.root.is_dir():
             return []
-        found = (VERSION_DIR.match(p.name) for p in self.root.iterdir() if (p / LINEAGE_FILE).is_file())
+        found = (VERSION_DIR.match(p.name) for p in self.root.iterdir() if PoolVersionLayout(p).lineage.is_file())
         return sorted(int(m.group(1)) for m in found if m)
 
     def version_dir(self, version: int) -> Path:
@@ -145,7 +144,7 @@ class PoolStore:
         return self.version_dir(versions[-1]) if versions else None
 
     def lineage(self, version: int) -> dict[str, Any]:
-        return json.loads((self.version_dir(version) / LINEAGE_FILE).read_text(encoding="utf-8"))
+        return json.loads(PoolVersionLayout(self.version_dir(version)).lineage.read_text(encoding="utf-8"))
 
     def publish(self, pool_file: Path, contribution: dict[str, Any]) -> Path:
         """A new version = the latest version's rows plus `pool_file`'s rows not already in it (same problem
@@ -153,7 +152,7 @@ class PoolStore:
         latest = self.latest()
         new = read_trajectory_files([Path(pool_file)])
         if latest is not None:
-            old = read_trajectory_files([latest / POOL_FILE])
+            old = read_trajectory_files([PoolVersionLayout(latest).pool])
             seen = set(zip(old["data_source"].to_pylist(), old["problem_id"].to_pylist(),
                            normalise_response(old["response"]).to_pylist()))  # fmt: skip
             keys = zip(new["data_source"].to_pylist(), new["problem_id"].to_pylist(), normalise_response(new["response"]).to_pylist())
@@ -176,8 +175,9 @@ class PoolStore:
         if final.exists():
             raise PoolError(f"{final}: pool version already exists (versions are never rewritten)")
         with atomic_dir(final) as tmp:
-            write_parquet_atomic(tmp / POOL_FILE, merged, schema=TRAJECTORY_SCHEMA)
-            write_text_atomic(tmp / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
+            files = PoolVersionLayout(tmp)
+            write_parquet_atomic(files.pool, merged, schema=TRAJECTORY_SCHEMA)
+            write_text_atomic(files.lineage, json.dumps(lineage, indent=2) + "\n")
         return final
 
 

@@ -18,6 +18,15 @@ A collection run directory (`rlep collect --out DIR`, data.store.ExperienceStore
     DIR/trajectories/part-NNNNN.parquet   one file per shard, all rows of the trajectory schema
     DIR/pool.parquet                      the experience pool (data.pool)
     DIR/manifest.json                     parameters, model + weights hash, versions, counts, checksums
+
+A pool store ROOT (data.pool.PoolStore) holds versions ROOT/vNNNN/: pool.parquet and lineage.json.
+
+A pipeline directory (`rlep pipeline --out OUT`): OUT/collect/ (a collection run), OUT/explore/ and
+OUT/<arm>/ (training runs), OUT/eval/<name>/ (evaluation runs), OUT/report.md, report.json and
+heldout_accuracy.png.
+
+A study directory (`rlep study`, OUT): OUT/runs/<arm>/seed-N/, OUT/explore/seed-N/ (training runs),
+OUT/collect/seed-N/ (collection runs), and the study's tables, plots and report.md (tasks.study.report).
 """
 
 from __future__ import annotations
@@ -143,3 +152,82 @@ class CollectRunLayout:
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
+
+
+@dataclass(frozen=True)
+class PoolVersionLayout:
+    """Files of one version directory of a pool store (ROOT/vNNNN/)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def pool(self) -> Path:
+        return self.root / POOL_FILE
+
+    @property
+    def lineage(self) -> Path:
+        """Its parent version and every contribution so far."""
+        return self.root / "lineage.json"
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """Directories and report files of a pipeline (explore -> collect -> train each arm -> evaluate -> report)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def collect(self) -> CollectRunLayout:
+        return CollectRunLayout(self.root / "collect")
+
+    @property
+    def explore(self) -> Path:
+        """The exploration training run, when it is not the baseline arm's run."""
+        return self.root / "explore"
+
+    def arm(self, name: str) -> Path:
+        """The training run of arm `name`."""
+        return self.root / name
+
+    def evaluation(self, name: str) -> EvalRunLayout:
+        """The evaluation of `name` (base, explore or an arm)."""
+        return EvalRunLayout(self.root / "eval" / name)
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_json(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def heldout_plot(self) -> Path:
+        return self.root / "heldout_accuracy.png"
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    """Run directories of a study, one per (arm or phase, seed)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def run(self, arm: str, seed: int) -> Path:
+        """The training run of `arm` at `seed`."""
+        return self.root / "runs" / arm / f"seed-{seed}"
+
+    def explore(self, seed: int) -> Path:
+        """The exploration training run of `seed`, when it is not the baseline arm's run."""
+        return self.root / "explore" / f"seed-{seed}"
+
+    def collect(self, seed: int) -> CollectRunLayout:
+        return CollectRunLayout(self.root / "collect" / f"seed-{seed}")

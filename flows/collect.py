@@ -26,8 +26,8 @@ from prefect.artifacts import (
 from prefect.futures import as_completed
 
 from data.inspect import summarize
-from data.pool import POOL_FILE
 from data.problem import Problem
+from data.run_layout import CollectRunLayout
 from flows.ray_runner import ray_task_runner
 from flows.runlog import send_logs_to_prefect
 from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
@@ -53,14 +53,14 @@ def publish_artifacts(run_dir: str) -> dict:
 
 
 def markdown_summary(summary: dict, run_dir: str) -> str:
-    run = Path(run_dir)
+    run, layout = Path(run_dir), CollectRunLayout(run_dir)
     pool = summary.get("pool") or {}
     lines = [
         f"# Collection `{run.name}`",
         "",
         f"- problems: {summary['problems']}, answers: {summary['samples']}, verified correct: {summary['correct']}",
         f"- pool: {pool.get('rows', 'n/a')} answers for {pool.get('problems', 'n/a')} problems",
-        f"- files: `{run / 'trajectories'}`, `{run / POOL_FILE}`, `{run / 'manifest.json'}`",
+        f"- files: `{layout.trajectories}`, `{layout.pool}`, `{layout.manifest}`",
     ]
     throughput = summary.get("run") or {}
     if throughput:

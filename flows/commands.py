@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from data.run_layout import EvalRunLayout, TrainRunLayout
+from data.run_layout import EvalRunLayout, PipelineLayout, TrainRunLayout
 from flows.options import build_config, dump_yaml, flag_overrides
 
 
@@ -162,7 +162,8 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from data.inspect import render, summarize
-    from data.pool import POOL_FILE, PoolStore, describe_versions
+    from data.pool import PoolStore, describe_versions
+    from data.run_layout import POOL_FILE, CollectRunLayout
 
     store = PoolStore(args.path)
     if store.versions():  # a pool store: its versions, then the latest version's pool
@@ -180,7 +181,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             table.add_row(*(str(v) for v in row.values()))
         Console().print(table)
         args.path = str(store.latest() / POOL_FILE)
-    elif (Path(args.path) / POOL_FILE).is_file() and not (Path(args.path) / "trajectories").is_dir():
+    elif (Path(args.path) / POOL_FILE).is_file() and not CollectRunLayout(args.path).trajectories.is_dir():
         args.path = str(Path(args.path) / POOL_FILE)  # a pool alone, e.g. `rlep pool import --out DIR`
 
     try:
@@ -297,7 +298,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
     else:
         report = run_pipeline(config, local_stages()).report
     print(Path(report).read_text())
-    print(f"report: {report}\nplot: {Path(report).parent / 'heldout_accuracy.png'}")
+    print(f"report: {report}\nplot: {PipelineLayout(Path(report).parent).heldout_plot}")
     return 0
 
 

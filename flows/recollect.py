@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from data.pool import POOL_FILE, PoolStore
+from data.pool import PoolStore
+from data.run_layout import CollectRunLayout, PoolVersionLayout
 from flows.collect import collect_flow
 from tasks.recollect import RecollectConfig
 
@@ -25,12 +26,12 @@ def publish_version(pool_store: str, pool_file: str, contribution: dict) -> str:
 
 @task(name="publish-pool-artifacts")
 def pool_artifacts(version_dir: str) -> None:
-    version = Path(version_dir)
-    pool = pq.read_table(version / POOL_FILE, columns=["data_source", "problem_id"]).to_pandas()
+    version = PoolVersionLayout(version_dir)
+    pool = pq.read_table(version.pool, columns=["data_source", "problem_id"]).to_pandas()
     per_source = pool.groupby("data_source").agg(answers=("problem_id", "size"), problems=("problem_id", "nunique")).reset_index()
-    create_table_artifact(key="pool-by-data-source", table=per_source.to_dict("records"), description=f"pool {version.name}")
-    lineage = (version / "lineage.json").read_text()
-    create_markdown_artifact(key="pool-lineage", markdown=f"# Pool {version.name}\n\n`{version / POOL_FILE}`\n\n```json\n{lineage}\n```\n")
+    create_table_artifact(key="pool-by-data-source", table=per_source.to_dict("records"), description=f"pool {version.root.name}")
+    lineage = version.lineage.read_text()
+    create_markdown_artifact(key="pool-lineage", markdown=f"# Pool {version.root.name}\n\n`{version.pool}`\n\n```json\n{lineage}\n```\n")
 
 
 @flow(name="recollect", log_prints=True)
@@ -38,14 +39,14 @@ def recollect_flow(config: RecollectConfig = RecollectConfig()) -> str:
     """Sample the newest policy, verify, and add its verified successes as a new pool version."""
     collection = config.collection()
     result = collect_flow(collection)
-    manifest = Path(result["run_dir"]) / "manifest.json"
+    run = CollectRunLayout(result["run_dir"])
     contribution = {
         "run_dir": result["run_dir"],
         "model": collection.model,
         "policy_version": collection.resolved_policy_version(),
-        "manifest": str(manifest),
+        "manifest": str(run.manifest),
     }
-    version = publish_version(str(config.pool_store), str(Path(result["run_dir"]) / POOL_FILE), contribution)
+    version = publish_version(str(config.pool_store), str(run.pool), contribution)
     pool_artifacts(version)
     print(f"new pool version: {version}")
     return version

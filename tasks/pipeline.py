@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.pool import POOL_FILE
+from data.run_layout import PipelineLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay import needs
@@ -59,8 +59,11 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _wire(self) -> PipelineConfig:
-        self.collect = self.collect.model_copy(update={"out": self.out / "collect"})
+        self.collect = self.collect.model_copy(update={"out": self.layout().collect.root})
         return self
+
+    def layout(self) -> PipelineLayout:
+        return PipelineLayout(self.out)
 
     def pooled_rlep(self) -> bool:
         """True when the arm's design needs a pool and none is given: it replays the one this pipeline collects."""
@@ -74,10 +77,10 @@ class PipelineConfig(BaseModel):
         """Training settings per arm, with the pool and output directories filled in."""
         replay = self.train.replay
         if self.pooled_rlep():
-            replay = replay.model_copy(update={"pool": self.collect.out / POOL_FILE})
-        arms = {replay.kind: self.train.model_copy(update={"replay": replay, "out": self.out / replay.kind})}
+            replay = replay.model_copy(update={"pool": self.layout().collect.pool})
+        arms = {replay.kind: self.train.model_copy(update={"replay": replay, "out": self.layout().arm(replay.kind)})}
         if self.baseline and replay.kind != "none":
-            arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.out / "baseline"})
+            arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")})
         return arms
 
     def explore_run(self) -> tuple[str, TrainConfig]:
@@ -86,7 +89,7 @@ class PipelineConfig(BaseModel):
         baseline = self.arms().get("baseline")
         if baseline is not None and steps == baseline.steps:
             return "baseline", baseline
-        return "explore", self.train.model_copy(update={"replay": NoReplayConfig(), "steps": steps, "out": self.out / "explore"})
+        return "explore", self.train.model_copy(update={"replay": NoReplayConfig(), "steps": steps, "out": self.layout().explore})
 
 
 @dataclass
@@ -110,10 +113,10 @@ class PipelineResult:
 
 def run_pipeline(config: PipelineConfig, stages: PipelineStages) -> PipelineResult:
     """Run the pipeline of `config` with `stages`; see the module docstring for the order."""
-    result = PipelineResult(report=config.out / "report.md")
+    result = PipelineResult(report=config.layout().report)
 
     def evaluate(name: str, model: str) -> Path:
-        out = config.out / "eval" / name
+        out = config.layout().evaluation(name).root
         stages.evaluate(config.evaluate.model_copy(update={"model": model, "out": out}))
         result.evaluations[name] = out
         return out

@@ -8,8 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from data.metrics import ALL_SOURCES
-from data.pool import POOL_FILE
-from data.run_layout import EvalRunLayout, TrainRunLayout
+from data.run_layout import CollectRunLayout, EvalRunLayout, PipelineLayout, TrainRunLayout
 from tasks.plots import plot_learning_curves
 
 PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
@@ -72,13 +71,14 @@ def write_report(
 
     `pool_source` names the exploration run and checkpoint the pool was sampled from (RLEP's order).
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    png = plot_learning_curves(arms, out / "heldout_accuracy.png", title="Held-out accuracy vs step")
+    layout = PipelineLayout(out)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    png = plot_learning_curves(arms, layout.heldout_plot, title="Held-out accuracy vs step")
     summaries = {name: arm_summary(Path(d)) for name, d in arms.items()}
     lines = ["# rlep pipeline report", ""]
-    if collect_dir is not None and (Path(collect_dir) / "manifest.json").exists():
-        manifest = json.loads((Path(collect_dir) / "manifest.json").read_text())
+    collection = CollectRunLayout(collect_dir) if collect_dir is not None else None
+    if collection is not None and collection.manifest.exists():
+        manifest = json.loads(collection.manifest.read_text())
         counts, timings = manifest["counts"], manifest.get("timings", {})
         lines += [
             "## Phase I: collection",
@@ -86,7 +86,7 @@ def write_report(
             f"- {counts['problems']} problems x {manifest['parameters']['samples_per_prompt']} samples = {counts['samples']} answers, "
             f"{counts['correct']} verified correct ({counts['correct'] / max(counts['samples'], 1):.1%})",
             f"- experience pool: {counts['pool_rows']} answers for {counts['pool_problems']} problems "
-            f"(min_correct = {manifest['parameters']['min_correct']}), `{Path(collect_dir) / POOL_FILE}`",
+            f"(min_correct = {manifest['parameters']['min_correct']}), `{collection.pool}`",
             "- seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
             "",
         ]
@@ -123,10 +123,9 @@ def write_report(
             "was doing and is not an overhead measurement.",
             "",
         ]
-    (out / "report.json").write_text(json.dumps(summaries, indent=2))
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
+    layout.report_json.write_text(json.dumps(summaries, indent=2))
+    layout.report.write_text("\n".join(lines))
+    return layout.report
 
 
 def _pool_source_lines(manifest: dict, pool_source: dict | None) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from data.run_layout import CollectRunLayout
 from tasks.bench.report import write_bench_report
 from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
 from tasks.report import arm_summary, replay_overhead
@@ -27,7 +28,7 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
     replay_arms = [n for n in arms if n != "baseline"]
     if "baseline" in arms and replay_arms:
         summary["replay_overhead"] = replay_overhead(arms[replay_arms[0]], arms["baseline"])
-    manifest = json.loads((result.collect_dir / "manifest.json").read_text()) if result.collect_dir else {}
+    manifest = json.loads(CollectRunLayout(result.collect_dir).manifest.read_text()) if result.collect_dir else {}
     path = write_bench_report(
         "train", out_dir, config=config.model_dump(mode="json"),
         collect={"counts": manifest.get("counts"), "timings": manifest.get("timings"), "pool_source": result.pool_source},

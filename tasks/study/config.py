@@ -19,8 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from data.pool import POOL_FILE
-from data.run_layout import TrainRunLayout
+from data.run_layout import StudyLayout, TrainRunLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
 from tasks.replay import needs
@@ -149,7 +148,7 @@ def plan(config: StudyConfig) -> list[Run]:
         arms = {}
         for arm, override in config.arms.items():
             settings = deep_merge(config.train, override)
-            settings.update(seed=seed, out=str(config.out / "runs" / arm / f"seed-{seed}"))
+            settings.update(seed=seed, out=str(StudyLayout(config.out).run(arm, seed)))
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
         pooled = [a for a, c in arms.items() if needs(c.replay).pool and c.replay.pool is None]
         collect_key = f"collect/seed-{seed}"
@@ -157,14 +156,14 @@ def plan(config: StudyConfig) -> list[Run]:
         if pooled:
             explore_key = _explore_run(config, arms, seed, runs)
             first = [explore_key] if explore_key.startswith(f"{config.baseline_arm}/") else []
-            collect = _validated(CollectConfig, {**config.collect, "seed": seed, "out": str(config.out / "collect" / f"seed-{seed}")}, "collect")
+            collect = _validated(CollectConfig, {**config.collect, "seed": seed, "out": str(StudyLayout(config.out).collect(seed).root)}, "collect")
             runs.append(Run(collect_key, "collect", seed, None, collect, needs=[explore_key]))
         for arm, train_config in arms.items():
             key = f"{arm}/seed-{seed}"
             if key in first:
                 continue
             if arm in pooled:
-                pool = config.out / "collect" / f"seed-{seed}" / POOL_FILE
+                pool = StudyLayout(config.out).collect(seed).pool
                 train_config = train_config.model_copy(update={"replay": train_config.replay.model_copy(update={"pool": pool})})
             runs.append(Run(key, "train", seed, arm, train_config, _evaluation(config, train_config, arm),
                             needs=[collect_key] if arm in pooled else []))  # fmt: skip
@@ -180,7 +179,7 @@ def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], seed: int, r
         runs.append(Run(key, "train", seed, config.baseline_arm, baseline, _evaluation(config, baseline, config.baseline_arm)))
         return key
     explore = _validated(TrainConfig, {**config.train, "seed": seed, "steps": steps, "replay": {"kind": "none"},
-                                       "out": str(config.out / "explore" / f"seed-{seed}")}, "explore")  # fmt: skip
+                                       "out": str(StudyLayout(config.out).explore(seed))}, "explore")  # fmt: skip
     key = f"explore/seed-{seed}"
     runs.append(Run(key, "train", seed, None, explore))
     return key

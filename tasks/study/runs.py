@@ -10,7 +10,7 @@ import pandas as pd
 
 from data.fs import write_text_atomic
 from data.metrics import ALL_SOURCES
-from data.run_layout import TrainRunLayout
+from data.run_layout import CollectRunLayout, TrainRunLayout
 from tasks.runner import limit_threads
 from tasks.study.config import Run
 
@@ -60,7 +60,7 @@ def _start_weights(model: str) -> str | None:
 def _collect(run: Run, results: dict[str, dict], progress: bool) -> dict:
     out = Path(run.config.out)
     explore = results[run.needs[0]]
-    if not (out / "manifest.json").is_file():  # a killed collection resumes its own shards
+    if not CollectRunLayout(out).manifest.is_file():  # a killed collection resumes its own shards
         from tasks.collect import run_collection
         from tasks.engines.cache import release_engines
 
