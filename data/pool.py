@@ -26,7 +26,11 @@ latest version (and a training run pins the version it resolved at its start, se
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,6 +45,7 @@ from data.store import ExperienceStore, StoreError, count_problems, read_traject
 from data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
 
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
+PUBLISH_LOCK = ".publish.lock"
 
 
 class PoolError(ValueError):
@@ -146,9 +151,52 @@ class PoolStore:
     def lineage(self, version: int) -> dict[str, Any]:
         return json.loads(PoolVersionLayout(self.version_dir(version)).lineage.read_text(encoding="utf-8"))
 
+    def version_file(self, version: int) -> Path:
+        """The pool file of `version`; a version pruned or never published is one clear error."""
+        path = PoolVersionLayout(self.version_dir(version)).pool
+        if not path.is_file():
+            kept = ", ".join(f"v{v:04d}" for v in self.versions()) or "none"
+            raise PoolError(f"pool store {self.root}: version v{version:04d} is not there (pruned, or never published); "
+                            f"the store holds {kept}")  # fmt: skip
+        return path
+
+    @contextmanager
+    def _publishing(self) -> Iterator[None]:
+        """Hold the store's publish lock: publishers (scheduled re-collections, a pruning) take turns, so two
+        of them never number the same version; readers need no lock (a version appears whole or not at all)."""
+        import fcntl
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / PUBLISH_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def prune(self, keep: int) -> list[int]:
+        """Remove every version but the newest `keep` (at least 1); returns the removed version numbers.
+
+        A version leaves in one rename (out of `versions()` at once), then its files are deleted. A run that
+        pinned a removed version fails on `--resume` with `version_file`'s message, never switches silently."""
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        with self._publishing():
+            removed = self.versions()[:-keep]
+            for version in removed:
+                gone = self.root / f".pruned-v{version:04d}-{os.getpid()}"
+                os.replace(self.version_dir(version), gone)
+                shutil.rmtree(gone, ignore_errors=True)
+        return removed
+
     def publish(self, pool_file: Path, contribution: dict[str, Any]) -> Path:
         """A new version = the latest version's rows plus `pool_file`'s rows not already in it (same problem
-        and same normalised answer), with `contribution` (run, model, ...) appended to the lineage."""
+        and same normalised answer), with `contribution` (run, model, ...) appended to the lineage. Publishers
+        take turns (a file lock), and the version directory appears complete or not at all."""
+        with self._publishing():
+            return self._publish(pool_file, contribution)
+
+    def _publish(self, pool_file: Path, contribution: dict[str, Any]) -> Path:
         latest = self.latest()
         new = read_trajectory_files([Path(pool_file)])
         if latest is not None:

@@ -49,4 +49,8 @@ def recollect_flow(config: RecollectConfig = RecollectConfig()) -> str:
     version = publish_version(str(config.pool_store), str(run.pool), contribution)
     pool_artifacts(version)
     print(f"new pool version: {version}")
+    if config.keep_versions is not None:
+        removed = PoolStore(config.pool_store).prune(config.keep_versions)
+        if removed:
+            print(f"pruned pool versions {', '.join(f'v{v:04d}' for v in removed)} (keep_versions {config.keep_versions})")
     return version

@@ -24,11 +24,13 @@ from flows.runlog import send_logs_to_prefect
 from tasks.training.config import TrainConfig
 from tasks.training.trainer import TrainResult, train
 
-METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "clip_frac_high", "entropy", "grad_norm", "time_step")
+METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "replay_pool_version", "optimizer_updates",
+                  "clip_frac_high", "entropy", "grad_norm", "time_step")  # fmt: skip
 
 
 def _rounded(row: dict) -> dict:
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+    """Floats rounded for a table artifact; NaN (e.g. no pool version: a pool file, not a store) as empty."""
+    return {k: (None if v != v else round(v, 4)) if isinstance(v, float) else v for k, v in row.items()}
 
 
 @task(name="run-training")

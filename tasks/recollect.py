@@ -23,6 +23,11 @@ class RecollectConfig(BaseModel):
     )
     pool_store: Path = Field(Path("runs/pools"), description="Pool store: versions v0001, v0002, ... and the collection runs behind them.")
     collect: CollectConfig = Field(default_factory=CollectConfig, description="Collection settings (model and out are set per run).")
+    keep_versions: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="After publishing, keep only this many newest pool versions (null: keep all). A training run that "
+        "pinned, or is resuming with, a removed version stops with an error naming it; one following the store moves on.",
+    )  # fmt: skip
 
     def collection(self, now: datetime | None = None) -> CollectConfig:
         """This run's collection settings: the newest checkpoint, a fresh run directory under the store."""

@@ -42,6 +42,13 @@ class RLEPReplayConfig(_GroupedBatch):
         2, ge=1, le=1024, description="M: replayed answers per group (paper: 2 with G=16), drawn uniformly without replacement."
     )
     rescore: bool = Field(True, description="Re-check replayed answers with the current verifier (paper: yes).")
+    follow: bool = Field(
+        False, description="`pool` is a pool store: between steps, take its newest version (published by a scheduled "
+        "re-collection while this run trains) instead of pinning the version found at the start. Every step records the "
+        "version it replayed from (replay_pool_version); --resume continues with the version its checkpoint recorded. "
+        "Beyond RLEP's paper, whose pool is collected once.",
+    )
+    refresh_every: int = Field(1, ge=1, le=1_000_000, description="follow: look for a newer version at most every this many steps.")
 
 
 class FIFOReplayConfig(BaseModel):

@@ -5,13 +5,13 @@ needs. A pool is read here (data.pool.read_pool), checked before the run, matche
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from pathlib import Path
 
-from data.pool import PoolError, read_pool, resolve_pool_path
+from data.pool import resolve_pool_path
 from data.problem import Problem
-from data.rollout import PoolKey, Rollout
+from data.rollout import PoolKey
 from tasks.replay.base import ReplayNeeds, ReplayStrategy
+from tasks.replay.pool_source import PoolSource, load_pool
 from tasks.replay.strategies import DESIGNS
 
 LOW_COVERAGE = 0.2  # below this share of training problems with a pooled answer, training warns
@@ -32,9 +32,10 @@ def pinned(config):
     """`config` with a pool given as a store or a directory replaced by the file it resolves to now.
 
     A run records the pinned path in its saved settings, so `--resume` replays the same pool version even
-    after a newer one is published to the store.
+    after a newer one is published to the store. A run that follows the store (`follow`) keeps the store: its
+    checkpoints record the version each step replayed from instead.
     """
-    if needs(config).pool and config.pool is not None:
+    if needs(config).pool and config.pool is not None and not getattr(config, "follow", False):
         path = resolve_pool_path(Path(config.pool))
         if path != Path(config.pool):
             return config.model_copy(update={"pool": path})
@@ -46,7 +47,11 @@ def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None =
     design = DESIGNS[config.kind]
     if not design.needs.pool:
         return design(config, seed=seed)
-    replay = design(config, load_pool(config.pool, problems), seed=seed)
+    if getattr(config, "follow", False):
+        source = PoolSource(config.pool, problems)
+        replay = design(config, source.load(source.latest()), seed=seed, source=source)
+    else:
+        replay = design(config, load_pool(config.pool, problems), seed=seed)
     if problems:
         replay.coverage = len(replay.pool) / len(problems)
         print(f"replay pool {config.pool}: answers for {len(replay.pool)} of {len(problems)} training problems ({replay.coverage:.0%})")
@@ -56,31 +61,3 @@ def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None =
     return replay
 
 
-def load_pool(path: Path | None, problems: dict[PoolKey, Problem] | None = None) -> dict[PoolKey, list[Rollout]]:
-    """Pooled correct answers per (data_source, problem_id), as replay rollouts.
-
-    With `problems` (the training problems by key), only those problems are kept, at least one must be
-    covered, and a pooled row whose problem text or gold answer differs from the training problem's is
-    refused: the same key naming another problem would replay answers to a different question.
-    """
-    file, table = read_pool(path)
-    pool: dict[PoolKey, list[Rollout]] = defaultdict(list)
-    for row in table.to_pylist():
-        key = (row["data_source"], row["problem_id"])
-        if problems is not None:
-            if key not in problems:
-                continue
-            _check_same_problem(file, row, problems[key])
-        if row["correct"]:
-            pool[key].append(Rollout.from_row({**row, "origin": "replay"}))
-    if problems is not None and not pool:
-        raise PoolError(f"replay.pool: {file}: no pooled problem is among the {len(problems)} training problems")
-    return dict(pool)
-
-
-def _check_same_problem(path: Path, row: dict, problem: Problem) -> None:
-    where = f"replay.pool: {path}: problem ({row['data_source']!r}, {row['problem_id']!r})"
-    if row["gold_answer"] != problem.answer:
-        raise PoolError(f"{where} has gold answer {row['gold_answer']!r} in the pool but {problem.answer!r} in training")
-    if row["problem"] != problem.problem:
-        raise PoolError(f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs {problem.problem[:60]!r}")

@@ -20,6 +20,7 @@ import numpy as np
 from data.rollout import Group, PoolKey, Rollout
 from tasks.replay.base import ReplayNeeds, ReplayStrategy
 from tasks.replay.config import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
+from tasks.replay.pool_source import PoolSource
 
 
 def _as_replayed(rollout: Rollout) -> Rollout:
@@ -73,13 +74,31 @@ class RLEPReplay:
     name: ClassVar[str] = "rlep"
     needs: ClassVar[ReplayNeeds] = ReplayNeeds(pool=True)
 
-    def __init__(self, config: RLEPReplayConfig, pool: dict[PoolKey, list[Rollout]], seed: int = 0) -> None:
+    def __init__(self, config: RLEPReplayConfig, pool: dict[PoolKey, list[Rollout]], seed: int = 0,
+                 source: PoolSource | None = None) -> None:  # fmt: skip
         self.config = config
         self.pool = pool
         self.rng = random.Random(seed)
         self.coverage = float("nan")  # share of training problems with a pooled answer (set by make_replay)
+        self.source = source  # follow: the store whose newer versions replace the pool between steps
+        self.version = source.latest() if source else None
+
+    def refresh(self, step: int) -> None:
+        """follow: at the start of a step (never within one), at most every `refresh_every` steps, switch to the
+        store's newest version if it is newer than the one replayed so far."""
+        if self.source is None or (step - 1) % self.config.refresh_every:
+            return
+        latest = self.source.latest()
+        if latest != self.version:
+            self.use_version(latest)
+            print(f"replay pool: step {step} replays from version v{latest:04d} of {self.source.root}")
+
+    def use_version(self, version: int) -> None:
+        self.pool, self.version = self.source.load(version), version
+        self.coverage = self.source.coverage(self.pool)
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
+        self.refresh(step)
         groups = []
         for group in fresh:
             anchor = group.rollouts[0]
@@ -104,13 +123,17 @@ class RLEPReplay:
         return _flatten(groups)  # the pool is fixed (collected in phase 1)
 
     def stats(self) -> dict[str, float]:
-        return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values()), "pool_coverage": self.coverage}
+        return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values()),
+                "pool_coverage": self.coverage, "pool_version": float("nan") if self.version is None else self.version}  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.getstate()}
+        return {"rng": self.rng.getstate(), "pool_version": self.version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume with the pool version the checkpoint's step replayed from (a pruned one is an error)."""
         self.rng.setstate(state["rng"])
+        if self.source is not None and state.get("pool_version") not in (None, self.version):
+            self.use_version(state["pool_version"])
 
 
 class FIFOReplay:

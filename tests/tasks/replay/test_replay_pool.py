@@ -8,7 +8,8 @@ from data.pool import PoolError, PoolStore
 from data.problem import Problem
 from data.trajectory import to_table, trajectory_row
 from tasks.replay.config import RLEPReplayConfig
-from tasks.replay.factory import load_pool, make_replay, pinned
+from tasks.replay.factory import make_replay, pinned
+from tasks.replay.pool_source import load_pool
 
 
 def _problem(pid, source="tiny-math/add", text=None, answer="1"):
