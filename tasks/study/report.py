@@ -51,7 +51,7 @@ def claims_markdown(table: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in table.itertuples(index=False):
         if row.kind == "accuracy_diff":
-            metric, fmt, dfmt = f"accuracy at step {row.step}", "{:.3f}", "{:+.3f}"
+            metric, fmt, dfmt = f"accuracy at step {int(row.step)}", "{:.3f}", "{:+.3f}"
         elif row.kind == "steps_to_target":
             metric, fmt, dfmt = f"steps to {row.target:.3f}", "{:.1f}", "{:+.1f}"
         else:
