@@ -12,7 +12,8 @@ same seed, same steps), the baseline run is reused as the exploration and nothin
 The loop has no Prefect in it: the stage functions are injected. `flows/pipeline.py` passes the Prefect
 subflows, `local_stages()` plain functions (used by `rlep pipeline --no-prefect` and `rlep bench train`).
 The study (`tasks/study/`) lays the same phases out as a grid of runs with dependencies, so that a runner can
-run independent ones at once; each run calls the same collection, training and evaluation functions.
+run independent ones at once; each run calls the same collection, training and evaluation functions. Both take
+RLEP's order (which arms replay a collected pool, which run explores) from one function, `tasks.rlep_order`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data.run_layout import PipelineLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
-from tasks.replay import needs
 from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
+from tasks.rlep_order import RLEPOrder, exploration, rlep_order
 from tasks.training.config import TrainConfig
 
 
@@ -65,31 +66,39 @@ class PipelineConfig(BaseModel):
     def layout(self) -> PipelineLayout:
         return PipelineLayout(self.out)
 
+    def _arm_settings(self) -> dict[str, TrainConfig]:
+        """Training settings per arm, as given (no pool filled in yet), with their output directories."""
+        replay = self.train.replay
+        arms = {replay.kind: self.train.model_copy(update={"out": self.layout().arm(replay.kind)})}
+        if self.baseline and not isinstance(replay, NoReplayConfig):
+            arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")})
+        return arms
+
+    def order(self) -> RLEPOrder:
+        """RLEP's order for these arms (tasks.rlep_order, shared with the study)."""
+        return rlep_order(self._arm_settings(), "baseline", self.explore_steps, self.pool_from)
+
     def pooled_rlep(self) -> bool:
         """True when the arm's design needs a pool and none is given: it replays the one this pipeline collects."""
-        replay = self.train.replay
-        return needs(replay).pool and replay.pool is None
+        return bool(self.order().pooled)
 
     def explores(self) -> bool:
-        return self.pooled_rlep() and self.pool_from == "explore"
+        return self.order().explores
 
     def arms(self) -> dict[str, TrainConfig]:
         """Training settings per arm, with the pool and output directories filled in."""
-        replay = self.train.replay
-        if self.pooled_rlep():
-            replay = replay.model_copy(update={"pool": self.layout().collect.pool})
-        arms = {replay.kind: self.train.model_copy(update={"replay": replay, "out": self.layout().arm(replay.kind)})}
-        if self.baseline and replay.kind != "none":
-            arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")})
+        arms = self._arm_settings()
+        for name in self.order().pooled:
+            replay = arms[name].replay.model_copy(update={"pool": self.layout().collect.pool})
+            arms[name] = arms[name].model_copy(update={"replay": replay})
         return arms
 
     def explore_run(self) -> tuple[str, TrainConfig]:
         """(name, settings) of the exploration run: the baseline arm when it is the same run, else OUT/explore."""
-        steps = self.explore_steps or self.train.steps
-        baseline = self.arms().get("baseline")
-        if baseline is not None and steps == baseline.steps:
-            return "baseline", baseline
-        return "explore", self.train.model_copy(update={"replay": NoReplayConfig(), "steps": steps, "out": self.layout().explore})
+        order = self.order()
+        if order.explore_arm is not None:
+            return order.explore_arm, self.arms()[order.explore_arm]
+        return "explore", exploration(self.train, order.explore_steps, self.layout().explore)
 
 
 @dataclass

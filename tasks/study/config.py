@@ -4,9 +4,9 @@ An arm is a name plus overrides of the base training settings, deep-merged (`{re
 every other base setting). Every arm runs with every seed, and the seed is the training seed: the same seed
 in two arms means the same prompt order and sampling seeds, so arms are compared paired by seed.
 
-An rlep arm without a pool gets RLEP's order, once per seed and shared by every arm that needs it: an
-exploration run (plain GRPO from the start; the baseline arm's own run when it is the same run), then a
-collection from its last checkpoint. Each arm is charged in full for the runs it depends on (`needs`),
+An rlep arm without a pool gets RLEP's order (`tasks.rlep_order`, the pipeline's too), once per seed and shared
+by every arm that needs it: an exploration run (plain GRPO from the start; the baseline arm's own run when it is
+the same run), then a collection from its last checkpoint. Each arm is charged in full for the runs it depends on (`needs`),
 even when they are shared or are the baseline's own run (`runs.gather`).
 """
 
@@ -22,8 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from data.run_layout import StudyLayout, TrainRunLayout
 from tasks.collect import CollectConfig
 from tasks.evaluate import EvalConfig
-from tasks.replay import needs
-from tasks.replay.config import NoReplayConfig
+from tasks.rlep_order import RLEPOrder, exploration, rlep_order
 from tasks.runner import RunnerConfig
 from tasks.training.config import TrainConfig
 
@@ -150,36 +149,35 @@ def plan(config: StudyConfig) -> list[Run]:
             settings = deep_merge(config.train, override)
             settings.update(seed=seed, out=str(StudyLayout(config.out).run(arm, seed)))
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-        pooled = [a for a, c in arms.items() if needs(c.replay).pool and c.replay.pool is None]
+        order = rlep_order(arms, config.baseline_arm, config.explore_steps)
         collect_key = f"collect/seed-{seed}"
         first: list[str] = []
-        if pooled:
-            explore_key = _explore_run(config, arms, seed, runs)
-            first = [explore_key] if explore_key.startswith(f"{config.baseline_arm}/") else []
+        if order.pooled:
+            explore_key = _explore_run(config, arms, order, seed, runs)
+            first = [explore_key] if order.explore_arm is not None else []
             collect = _validated(CollectConfig, {**config.collect, "seed": seed, "out": str(StudyLayout(config.out).collect(seed).root)}, "collect")
             runs.append(Run(collect_key, "collect", seed, None, collect, needs=[explore_key]))
         for arm, train_config in arms.items():
             key = f"{arm}/seed-{seed}"
             if key in first:
                 continue
-            if arm in pooled:
+            if arm in order.pooled:
                 pool = StudyLayout(config.out).collect(seed).pool
                 train_config = train_config.model_copy(update={"replay": train_config.replay.model_copy(update={"pool": pool})})
             runs.append(Run(key, "train", seed, arm, train_config, _evaluation(config, train_config, arm),
-                            needs=[collect_key] if arm in pooled else []))  # fmt: skip
+                            needs=[collect_key] if arm in order.pooled else []))  # fmt: skip
     return runs
 
 
-def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], seed: int, runs: list[Run]) -> str:
-    """Add the exploration run of `seed` (the baseline arm's run when it is plain GRPO of the same length) and return its key."""
-    baseline = arms[config.baseline_arm]
-    steps = config.explore_steps or baseline.steps
-    if isinstance(baseline.replay, NoReplayConfig) and steps == baseline.steps:
-        key = f"{config.baseline_arm}/seed-{seed}"
-        runs.append(Run(key, "train", seed, config.baseline_arm, baseline, _evaluation(config, baseline, config.baseline_arm)))
+def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], order: RLEPOrder, seed: int, runs: list[Run]) -> str:
+    """Add the exploration run of `seed` (`order`: the baseline arm's own run, or a separate one) and return its key."""
+    if order.explore_arm is not None:
+        key = f"{order.explore_arm}/seed-{seed}"
+        arm = arms[order.explore_arm]
+        runs.append(Run(key, "train", seed, order.explore_arm, arm, _evaluation(config, arm, order.explore_arm)))
         return key
-    explore = _validated(TrainConfig, {**config.train, "seed": seed, "steps": steps, "replay": {"kind": "none"},
-                                       "out": str(StudyLayout(config.out).explore(seed))}, "explore")  # fmt: skip
+    base = _validated(TrainConfig, {**config.train, "seed": seed}, "train")
+    explore = exploration(base, order.explore_steps, StudyLayout(config.out).explore(seed))
     key = f"explore/seed-{seed}"
     runs.append(Run(key, "train", seed, None, explore))
     return key
