@@ -37,6 +37,16 @@ class PolicySpec:
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
     init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
 
+    @classmethod
+    def of_run(cls, config, weights: str, base_model: str) -> PolicySpec:
+        """A training run's policy (`config`: a TrainConfig): its weights, optimizer and backend, the starting model
+        as KL reference when KL is on, on the CPU or the first GPU the generator does not use."""
+        from tasks.training.async_gen import update_device
+
+        device = update_device(config.generator_gpus, torch.cuda.device_count())
+        reference = base_model if config.loss.kl_coef > 0 else None
+        return cls(weights, config.optimizer, config.backend, reference, device)
+
 
 class TrainingBackend(Protocol):
     rank: int
@@ -107,6 +117,13 @@ def build_optimizer(params, config: OptimizerConfig):
         optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
     )
     return optimizer, scheduler
+
+
+def seed_process(seed: int) -> None:
+    """Seed this process's random streams (python, numpy, torch)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def process_rng_state() -> dict[str, Any]:

@@ -13,6 +13,7 @@ from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from data.sources import ProblemSourceConfig, default_task
 from tasks.engines import EngineConfig
 from tasks.replay.config import NoReplayConfig, ReplayConfig
+from tasks.training.backend_config import BackendConfig
 from verifiers import RewardConfig, VerifierConfig
 
 
@@ -93,6 +94,10 @@ class TrainConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward from verdicts.")
     loss: LossConfig = Field(default_factory=LossConfig, description="Loss and policy constraints.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer.")
+    backend: BackendConfig = Field(
+        default_factory=BackendConfig,
+        description="Processes of the update (nproc: torchrun on this node), ddp | fsdp2, precision (docs/distributed.md).",
+    )
 
     steps: int = Field(40, ge=1, le=1_000_000, description="Training steps (each: generate, verify, replay, update, sync).")
     prompts_per_step: int = Field(32, ge=1, le=100_000, description="Prompts per step.")
@@ -166,6 +171,13 @@ class TrainConfig(BaseModel):
             if self.engine.tensor_parallel_size > len(self.generator_gpus):
                 raise ValueError(f"engine.tensor_parallel_size ({self.engine.tensor_parallel_size}) > the generator's GPUs "
                                  f"({len(self.generator_gpus)}: {self.generator_gpus})")  # fmt: skip
+        if self.backend.nproc > 1:  # an in-process vLLM engine would join the trainer ranks' process group and hang
+            if self.mode != "async":
+                raise ValueError(f"backend.nproc {self.backend.nproc}: needs mode async (the engine in its own process); "
+                                 "max_staleness 0 keeps sync's on-policy steps")  # fmt: skip
+            if self.generator_gpus and min(self.generator_gpus) < self.backend.nproc:
+                raise ValueError(f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
+                                 f"give the generator GPUs from {self.backend.nproc} on")  # fmt: skip
         if self.mini_batch_prompts is not None and not self.replay.batch_from_buffer:
             if self.mini_batch_prompts < self.prompts_per_step and self.prompts_per_step % self.mini_batch_prompts:
                 raise ValueError(

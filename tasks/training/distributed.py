@@ -472,4 +472,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Through the imported module: `python -m` runs this file a second time as __main__, and the process group
+    # state set up here would not be the one the trainer's backend (which imports this module) reads.
+    from tasks.training import distributed
+
+    distributed.main()

@@ -28,7 +28,6 @@ Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect`, `r
 
 from __future__ import annotations
 
-import random
 import shutil
 import time
 from collections import defaultdict
@@ -56,8 +55,8 @@ from tasks.models import resolve_model
 from tasks.progress import progress_bar
 from tasks.replay import make_replay, pinned
 from tasks.training.advantages import fill_advantages
-from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed, update_device
-from tasks.training.backend import PolicySpec, make_backend
+from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
+from tasks.training.backend import PolicySpec, make_backend, seed_process
 from tasks.training.batch import build_batch, group_ids
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
@@ -104,8 +103,7 @@ class Trainer:
         self.layout = TrainRunLayout(self.out)
         self.run_id = config.resolved_run_id()
         self.progress = progress
-        self.device = torch.device(update_device(config.generator_gpus, torch.cuda.device_count()))
-        _seed_everything(config.seed)
+        seed_process(config.seed)
 
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
@@ -118,9 +116,7 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
-        # The policy, its optimizer and the KL reference (loaded only when KL is on) live in the backend.
-        reference = self.base_model if config.loss.kl_coef > 0 else None
-        self.backend = make_backend(PolicySpec(weights, config.optimizer, reference=reference, device=str(self.device)))
+        self.backend = make_backend(PolicySpec.of_run(config, weights, self.base_model))  # policy, optimizer, KL reference
         self.replay = make_replay(config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems})
         self.sampler = PromptSampler(self.problems, seed=config.seed)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
@@ -384,7 +380,12 @@ def train(
     progress: bool = True,
     on_step: Callable[[dict, list[dict] | None], None] | None = None,
 ) -> TrainResult:
-    """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png."""
+    """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png. With `backend.nproc` > 1
+    it launches torchrun, whose rank 0 comes back here (`on_step` is not called then; docs/distributed.md)."""
+    if config.backend.nproc > 1 and not torch.distributed.is_initialized():
+        from tasks.training.distributed import train_distributed
+
+        return train_distributed(config, resume)
     from tasks.plots import plot_learning_curves
     from tasks.tracking import step_report
 
@@ -396,9 +397,3 @@ def train(
         trainer.close()
     plot_learning_curves({config.replay.kind: result.out}, TrainRunLayout(result.out).learning_curve)
     return result
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)

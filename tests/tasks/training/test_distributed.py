@@ -239,3 +239,39 @@ def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
 
 
 TINY_INIT = LocalBackend(PolicySpec(TINY, OptimizerConfig(), init_seed=5)).full_state_dict()
+
+
+def test_several_processes_need_the_engine_in_its_own_process():
+    from tasks.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="needs mode async"):
+        TrainConfig(backend={"nproc": 2})
+    with pytest.raises(ValueError, match="ranks use GPUs 0..1"):
+        TrainConfig(backend={"nproc": 2}, mode="async", generator_gpus=[1])
+    TrainConfig(backend={"nproc": 2}, mode="async", max_staleness=0)
+
+
+@pytest.mark.slow
+def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
+    """`rlep train --nproc 2` end to end: torchrun, rank 0's generator process, DDP update, checkpoints a plain HF
+    model loads, then --resume at the same world size."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "run"
+    common = ["train", "--no-prefect", "--model", fixture_model, "--nproc", "2", "--strategy", "ddp", "--mode", "async",
+              "--max-staleness", "0", "--prompts-per-step", "2", "--mini-batch-prompts", "1", "--samples-per-prompt", "4",
+              "--max-tokens", "8", "--eval-every", "0", "--eval-problems-limit", "4", "--save-every", "1",
+              "--overlong-buffer", "6", "--lr", "1e-3"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([sys.executable, "-m", "flows.cli", *common, "--steps", "2", "--out", str(out)], env=env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    resumed = subprocess.run([sys.executable, "-m", "flows.cli", "train", "--no-prefect", "--resume", str(out), "--steps", "3"],
+                             env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
