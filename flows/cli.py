@@ -21,6 +21,7 @@ from flows.commands import (
     _cmd_bench_fanout,
     _cmd_bench_generate,
     _cmd_bench_train,
+    _cmd_bench_update,
     _cmd_bench_verify,
     _cmd_inspect,
     _cmd_pool_export,
@@ -179,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     from verifiers.bench import add_arguments as add_verify_bench_arguments
 
     add_verify_bench_arguments(p)
+    p = bench_sub.add_parser(
+        "update",
+        help="The policy update alone on synthetic rollouts (random-weight model from an HF config): step time, tokens/s, "
+        "MFU, parameter + optimizer and peak memory per rank; --nproc N with ddp | fsdp2 (docs/distributed.md).",
+    )
+    p.set_defaults(handler=_cmd_bench_update)
+    from tasks.bench.update import arguments as add_update_bench_arguments
+
+    add_update_bench_arguments(p)
 
     p = sub.add_parser("study", help="Compare replay designs over seeds: arms x seeds, paired Student t intervals, the claims fixed in its config, compute charged in full (docs/study.md).")
     p.set_defaults(handler=_cmd_study)

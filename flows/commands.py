@@ -430,6 +430,15 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_update(args: argparse.Namespace) -> int:
+    from tasks.bench.update import bench_update, config_from, summary
+
+    report = bench_update(config_from(args))
+    print(summary(report))
+    print(f"report: {report['config']['out']}")
+    return 0
+
+
 # ---------------------------------------------------------------- show-config
 
 
