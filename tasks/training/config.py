@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from data.problem import DEFAULT_PROMPT_TEMPLATE
+from data.prompt_length import PromptLengthConfig
 from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from data.sources import ProblemSourceConfig, default_task
 from tasks.engines import EngineConfig
@@ -143,6 +144,9 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Seed of prompt order, sampling, replay draws and torch.")
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
     chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
+    prompt_length: PromptLengthConfig = Field(
+        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
+    )
     out: Path = Field(Path("runs/train"), description="Run directory (metrics, eval, checkpoints, fresh rollouts).")
     run_id: str | None = Field(None, description="Run id written into every rollout row; default: the out directory's name.")
     tracker: Literal["none", "tensorboard", "mlflow"] = Field(

@@ -1,11 +1,22 @@
-"""The order training prompts are drawn in: shuffled epochs, resumable."""
+"""Training prompts: which problems fit the engine's context, and the order they are drawn in (shuffled epochs,
+resumable)."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from data.problem import Problem
+from data.problem import Problem, render_prompt
+from data.prompt_length import fitting_problems
+
+
+def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None) -> list[Problem]:
+    """The problems whose prompts, rendered as the run renders them (`config`: a TrainConfig), leave
+    `config.max_tokens` of room in the engine's context; the others refused in one line, or left out and counted
+    (`config.prompt_length`), before any engine starts."""
+    prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
+    return fitting_problems(problems, prompts, chat or tokenizer, max_model_len=config.engine.max_model_len,
+                            max_new_tokens=config.max_tokens, overlong=config.prompt_length.overlong_prompts)  # fmt: skip
 
 
 class PromptSampler:

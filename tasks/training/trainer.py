@@ -61,7 +61,7 @@ from tasks.training.batch import build_batch, group_ids
 from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
 from tasks.training.config import TrainConfig
 from tasks.training.losses import overlong_penalty
-from tasks.training.prompts import PromptSampler
+from tasks.training.prompts import PromptSampler, fitting
 from verifiers import rewards, verify_batch
 
 PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
@@ -108,14 +108,14 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
             raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.layout.checkpoints}")
-        self.problems = load_problems(config.problems)
-        self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
-        self.eval_problems = load_problems(config.eval_problems)
         self.base_model = resolve_model(config.model, progress=progress)
         weights = str(checkpoint) if checkpoint else self.base_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
+        self.problems, self.eval_problems = (fitting(load_problems(source), config, self.tokenizer, self.chat)
+                                             for source in (config.problems, config.eval_problems))  # fmt: skip
+        self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
         self.backend = make_backend(PolicySpec.of_run(config, weights, self.base_model))  # policy, optimizer, KL reference
         self.replay = make_replay(config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems})
         self.sampler = PromptSampler(self.problems, seed=config.seed)

@@ -1,0 +1,26 @@
+"""Training prompts are checked against the engine's context before anything starts, as collection and
+evaluation check theirs: too long is one error, or with `overlong_prompts: filter` left out and counted."""
+
+import pytest
+from transformers import AutoTokenizer
+
+from data.problem import render_prompt
+from data.prompt_length import PromptTooLongError
+from data.sources import load_problems
+from tasks.training.config import TrainConfig
+from tasks.training.prompts import fitting
+
+
+def test_training_prompts_must_leave_room_for_an_answer(fixture_model):
+    tokenizer = AutoTokenizer.from_pretrained(fixture_model)
+    config = TrainConfig.model_validate({"problems": {"source": "tiny-math", "split": "train", "limit": 12}, "max_tokens": 24})
+    problems = load_problems(config.problems)
+    assert fitting(problems, config, tokenizer) == problems  # the defaults fit (256 tokens of context)
+    lengths = sorted(len(tokenizer(render_prompt(p), add_special_tokens=False).input_ids) for p in problems)
+    middle = lengths[len(lengths) // 2] + 24  # room for the shorter half's prompts and 24 new tokens
+    tight = config.model_copy(update={"engine": config.engine.model_copy(update={"max_model_len": middle})})
+    with pytest.raises(PromptTooLongError, match=f"max_model_len {middle} - max new tokens 24"):
+        fitting(problems, tight, tokenizer)
+    lenient = tight.model_copy(update={"prompt_length": tight.prompt_length.model_copy(update={"overlong_prompts": "filter"})})
+    kept = fitting(problems, lenient, tokenizer)
+    assert 0 < len(kept) < len(problems)
