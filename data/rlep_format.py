@@ -185,7 +185,10 @@ def _strict_filter(
 ) -> tuple[int, int]:
     """Keep, per problem, only the answers verl's scorer for its row will score 1: returns (refused by the
     boxed re-check, dropped because the row's scorer reads another format)."""
-    from verifiers import VerifierConfig, verify_batch  # the verifier's strict mode; data stays free of it otherwise
+    from verifiers import (  # the verifier's strict mode; data stays free of it otherwise
+        VerifierConfig,
+        verify_batch,
+    )
 
     base = verifier if verifier is not None else VerifierConfig()
     strict = base.model_copy(update={"answer_format": "boxed", "fallback_last_number": False})

@@ -17,11 +17,11 @@ should choose knowingly (a benchmark with rows silently left out is no longer th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter
 from collections.abc import Iterable
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
