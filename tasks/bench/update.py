@@ -186,7 +186,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     finally:
         backend.close()
     seconds = statistics.median(times)
-    tokens_per_step = statistics.median(tokens)
+    tokens_per_step = int(statistics.median(tokens))  # every step has the same shape
     n_flop = flop_parameters(hf)
     peak = peak_flops(config)
     report = {
