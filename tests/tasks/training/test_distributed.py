@@ -119,6 +119,10 @@ def _equal_steps(strategy, aggregations):
         results[aggregation] = {"metrics": metrics, "weights": copy.deepcopy(backend.full_state_dict()),
                                 "digests": backend.replica_digests(), "memory": backend.memory()}  # fmt: skip
         backend.close()
+    if strategy == "fsdp2":  # bf16 compute (float32 master weights) with activation checkpointing
+        backend = DistributedBackend.lead(_spec(strategy, precision="bf16", activation_checkpointing=True))
+        results["bf16"] = {"metrics": _update(backend, "token-mean"), "weights": copy.deepcopy(backend.full_state_dict())}
+        backend.close()
     return results
 
 
@@ -204,6 +208,16 @@ def test_one_distributed_step_equals_the_one_process_step(strategy, tmp_path):
         for name, value in want_weights.items():
             assert torch.allclose(got["weights"][name], value, atol=1e-5, rtol=0), (aggregation, name)
         assert len(set(got["digests"])) == 1  # the ranks hold the same policy
+    if strategy == "fsdp2":
+        want_metrics, want_weights = _one_process("token-mean")
+        bf16 = results["bf16"]
+        assert bf16["metrics"]["loss"] == pytest.approx(want_metrics["loss"], rel=0.05, abs=1e-4)
+        assert bf16["metrics"]["grad_norm"] == pytest.approx(want_metrics["grad_norm"], rel=0.05)
+        assert all(v.dtype == torch.float32 for v in bf16["weights"].values())  # master weights stay float32
+        # the update's direction: bf16's weight change against float32's, over all parameters
+        moved_bf16 = torch.cat([(bf16["weights"][k] - TINY_INIT[k]).flatten() for k in want_weights])
+        moved_fp32 = torch.cat([(v - TINY_INIT[k]).flatten() for k, v in want_weights.items()])
+        assert torch.nn.functional.cosine_similarity(moved_bf16, moved_fp32, dim=0) > 0.9
     fresh = AutoModelForCausalLM.from_config(TINY)
     fresh.load_state_dict(results["token-mean"]["weights"], strict=True)
     state = [m["param_bytes"] + m["optimizer_bytes"] for m in results["token-mean"]["memory"]]
