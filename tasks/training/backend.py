@@ -22,6 +22,7 @@ import torch
 
 from tasks.training.backend_config import BackendConfig
 from tasks.training.batch import TrainingBatch
+from tasks.training.checkpoint import CheckpointError
 from tasks.training.config import OptimizerConfig
 from tasks.training.update import policy_update
 
@@ -172,6 +173,9 @@ class LocalBackend:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
+        if "world_size" in state:  # a torch.distributed run's: its optimizer state is keyed by parameter name
+            raise CheckpointError(f"this checkpoint was written by {state['world_size']} training processes "
+                             f"({state['strategy']}); resume it with --nproc {state['world_size']}")  # fmt: skip
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 

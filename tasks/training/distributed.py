@@ -43,6 +43,7 @@ from tasks.training.backend import (
 )
 from tasks.training.backend_config import BackendConfig
 from tasks.training.batch import TrainingBatch
+from tasks.training.checkpoint import CheckpointError
 from tasks.training.update import policy_update
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
@@ -281,8 +282,8 @@ class DistributedBackend:
     def load_training_state(self, state: dict[str, Any] | None) -> None:
         if self.rank == 0:
             if not isinstance(next(iter(state["optimizer"]["state"]), ""), str):
-                raise DistributedError("the checkpoint's optimizer state is a one-process one (indexed by position); "
-                                       "resume it with --nproc 1")  # fmt: skip
+                raise CheckpointError("this checkpoint was written by one training process (optimizer state indexed "
+                                      "by position); resume it with --nproc 1")  # fmt: skip
             _send("load_training_state", {"scheduler": state["scheduler"]})
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 

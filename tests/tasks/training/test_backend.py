@@ -97,3 +97,19 @@ def test_activation_checkpointing_gives_the_same_update():
     assert checkpointed.model.is_gradient_checkpointing
     a, b = _update(plain, _batch()), _update(checkpointed, _batch())
     assert abs(a["loss"] - b["loss"]) < 1e-6 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-5
+
+
+def test_a_distributed_runs_optimizer_state_is_refused_by_one_process_with_the_nproc_to_use():
+    import pytest
+
+    from tasks.training.checkpoint import CheckpointError
+
+    backend = make_backend(_spec())
+    state = {
+        "optimizer": {"state": {"model.norm.weight": {}}, "param_groups": []},
+        "scheduler": {},
+        "world_size": 2,
+        "strategy": "fsdp2",
+    }
+    with pytest.raises(CheckpointError, match="resume it with --nproc 2"):
+        backend.load_training_state(state)
