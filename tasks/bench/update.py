@@ -27,10 +27,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import torch
 
 # Shapes of public models (their config.json), built with random weights.
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
@@ -108,6 +110,8 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
     """A step's batch without generation: per prompt, `group_size` random answers with 0/1 rewards and
     group-normalised (GRPO) advantages; behaviour log-probs random. `varied`: answer lengths 1..response_tokens
     (tests), else all `response_tokens` long."""
+    import torch  # here, not at module level: `rlep --help` must not load torch
+
     from data.rollout import Rollout
     from tasks.training.batch import build_batch
 
@@ -134,6 +138,7 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
 
 
 def peak_flops(config: UpdateBenchConfig) -> float | None:
+    import torch  # here, not at module level: `rlep --help` must not load torch
     if config.peak_tflops:
         return config.peak_tflops * 1e12
     if config.device == "cuda" and torch.cuda.is_available():
@@ -147,6 +152,7 @@ def peak_flops(config: UpdateBenchConfig) -> float | None:
 def flop_parameters(model_config) -> int:
     """Parameters that cost 2 FLOPs per token forward: all but the input embedding (a lookup); a tied head
     shares its matrix with the embedding but is a real matmul, so it counts."""
+    import torch  # here, not at module level: `rlep --help` must not load torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -158,6 +164,8 @@ def flop_parameters(model_config) -> int:
 
 def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
+    import torch  # here, not at module level: `rlep --help` must not load torch
+
     from tasks.training.backend import PolicySpec, make_backend
     from tasks.training.backend_config import BackendConfig
     from tasks.training.config import LossConfig, OptimizerConfig
@@ -213,6 +221,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
 
 
 def _meta_model(hf):
+    import torch  # here, not at module level: `rlep --help` must not load torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -226,6 +235,7 @@ def _local_memory(backend, device) -> dict[str, float]:
 
 
 def _sync(device: torch.device) -> None:
+    import torch
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
