@@ -23,10 +23,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from data.metrics import ALL_SOURCES, pass_at_k
-from data.run_layout import CollectRunLayout
-from data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
-from data.trajectory import PROBLEM_KEY
+from rlep.data.metrics import ALL_SOURCES, pass_at_k
+from rlep.data.run_layout import CollectRunLayout
+from rlep.data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
+from rlep.data.trajectory import PROBLEM_KEY
 
 _COLUMNS = [
     "problem_id",

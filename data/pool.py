@@ -39,10 +39,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from data.fs import atomic_dir, write_parquet_atomic, write_text_atomic
-from data.run_layout import POOL_FILE, PoolVersionLayout
-from data.store import ExperienceStore, StoreError, count_problems, read_trajectory_files
-from data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
+from rlep.data.fs import atomic_dir, write_parquet_atomic, write_text_atomic
+from rlep.data.run_layout import POOL_FILE, PoolVersionLayout
+from rlep.data.store import ExperienceStore, StoreError, count_problems, read_trajectory_files
+from rlep.data.trajectory import PROBLEM_KEY, ROW_KEY, TRAJECTORY_SCHEMA
 
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
 PUBLISH_LOCK = ".publish.lock"

@@ -44,7 +44,7 @@ def render_prompt(problem: Problem | str, template: str = DEFAULT_PROMPT_TEMPLAT
     text = problem.problem if isinstance(problem, Problem) else problem
     if chat is None:
         return template.format(problem=text)
-    from data.prompting import render_chat
+    from rlep.data.prompting import render_chat
 
     own = problem.messages if isinstance(problem, Problem) else None
     return render_chat(chat, own or [{"role": "user", "content": template.format(problem=text)}])

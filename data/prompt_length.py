@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.source_rows import ProblemSourceError
+from rlep.data.source_rows import ProblemSourceError
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")

@@ -61,12 +61,12 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.fs import write_parquet_atomic
-from data.pool import resolve_pool_path
-from data.problem import Problem
-from data.run_layout import POOL_FILE
-from data.store import StoreError, read_trajectory_files
-from data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.pool import resolve_pool_path
+from rlep.data.problem import Problem
+from rlep.data.run_layout import POOL_FILE
+from rlep.data.store import StoreError, read_trajectory_files
+from rlep.data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
 
 ABILITY = "math"
 REWARD_STYLE = "rule"
@@ -185,7 +185,7 @@ def _strict_filter(
 ) -> tuple[int, int]:
     """Keep, per problem, only the answers verl's scorer for its row will score 1: returns (refused by the
     boxed re-check, dropped because the row's scorer reads another format)."""
-    from verifiers import (  # the verifier's strict mode; data stays free of it otherwise
+    from rlep.verifiers import (  # the verifier's strict mode; data stays free of it otherwise
         VerifierConfig,
         verify_batch,
     )

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from data.problem import Problem
-from data.trajectory import trajectory_row
+from rlep.data.problem import Problem
+from rlep.data.trajectory import trajectory_row
 
 PoolKey = tuple[str, str]  # (data_source, problem_id): ids are unique only within a source (they can be row numbers)
 

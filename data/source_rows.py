@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data.columns import column_names
+from rlep.data.columns import column_names
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 HF_PREFIX = "hf:"

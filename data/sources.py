@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data import tiny_math
-from data.columns import (
+from rlep.data import tiny_math
+from rlep.data.columns import (
     CellError,
     cell,
     chat_messages,
@@ -39,10 +39,17 @@ from data.columns import (
     last_user_message,
     text_cell,
 )
-from data.gold_answers import NO_ANSWER_VALUES, difficulty_level, gsm8k_final_answer, last_boxed_answer
-from data.problem import Problem
-from data.source_rows import HF_PREFIX, LOCAL_SUFFIXES, ProblemSourceError, file_rows, hf_rows, peek_columns
-from data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
+from rlep.data.gold_answers import NO_ANSWER_VALUES, difficulty_level, gsm8k_final_answer, last_boxed_answer
+from rlep.data.problem import Problem
+from rlep.data.source_rows import (
+    HF_PREFIX,
+    LOCAL_SUFFIXES,
+    ProblemSourceError,
+    file_rows,
+    hf_rows,
+    peek_columns,
+)
+from rlep.data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +384,7 @@ def write_problems(problems: list[Problem], out: Path) -> Path:
     suffix = out.suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise ProblemSourceError(f"{out}: output must end in .jsonl or .parquet")
-    from data.fs import write_parquet_atomic, write_text_atomic  # pyarrow only when writing
+    from rlep.data.fs import write_parquet_atomic, write_text_atomic  # pyarrow only when writing
 
     rows = [p.to_dict() for p in problems]
     if suffix == ".parquet":

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data.fs import (
+from rlep.data.fs import (
     NoWeightsError,
     file_sha256,
     package_versions,
@@ -37,8 +37,8 @@ from data.fs import (
     write_parquet_atomic,
     write_text_atomic,
 )
-from data.run_layout import CollectRunLayout
-from data.trajectory import (
+from rlep.data.run_layout import CollectRunLayout
+from rlep.data.trajectory import (
     PROBLEM_KEY,
     TRAJECTORY_SCHEMA,
     as_trajectory_table,

@@ -25,7 +25,7 @@ import random
 from collections.abc import Iterable
 from fractions import Fraction
 
-from data.problem import Problem
+from rlep.data.problem import Problem
 
 FAMILIES = ("add", "sub", "mul", "frac", "decimal")
 LEVELS = (1, 2, 3)

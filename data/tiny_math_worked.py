@@ -28,7 +28,7 @@ import random
 import re
 from fractions import Fraction
 
-from data.problem import Problem
+from rlep.data.problem import Problem
 
 PLACE_NAMES = {-2: "hundredths", -1: "tenths", 0: "ones", 1: "tens", 2: "hundreds", 3: "thousands"}
 STYLES = {
@@ -223,7 +223,7 @@ def _decimal(expression: str, style: str) -> list[str]:
 
 
 def _decimal_text(value: Fraction, places: int) -> str:
-    from data.tiny_math import format_decimal
+    from rlep.data.tiny_math import format_decimal
 
     return format_decimal(value, places) if value.denominator != 1 else str(value.numerator)
 

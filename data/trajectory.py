@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from data.problem import Problem
+from rlep.data.problem import Problem
 
 SCHEMA_VERSION = "2"  # 2: `origin` added (version-1 files read as fresh)
 

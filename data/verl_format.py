@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from data.columns import is_chat_messages
+from rlep.data.columns import is_chat_messages
 
 # The column each Problem field is read from in verl's layout (ProblemSourceConfig's `*_column` settings).
 VERL_COLUMNS = {

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flows.commands import (
+from rlep.flows.commands import (
     UserError,
     _cmd_bench_async,
     _cmd_bench_fanout,
@@ -36,7 +36,7 @@ from flows.commands import (
     _config,
     _config_commands,
 )
-from flows.options import ConfigError, add_model_flags
+from rlep.flows.options import ConfigError, add_model_flags
 
 EXIT_USAGE = 2
 
@@ -55,10 +55,10 @@ for _name, _value in (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from data.sources import ProblemSourceConfig
-    from data.tiny_model import TinyModelConfig
-    from tasks.bench.generate import GenerateBenchConfig
-    from tasks.models import REAL_MODEL_NAMES
+    from rlep.data.sources import ProblemSourceConfig
+    from rlep.data.tiny_model import TinyModelConfig
+    from rlep.tasks.bench.generate import GenerateBenchConfig
+    from rlep.tasks.models import REAL_MODEL_NAMES
 
     parser = argparse.ArgumentParser(
         prog="rlep",
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_bench_train)
     p.add_argument("--config", type=Path, default=None, help="Pipeline YAML (e.g. flows/configs/demo.yaml); flags override it.")
     p.add_argument("--results", default="bench/results", help="Directory for the JSON result [default: bench/results].")
-    from tasks.pipeline import PipelineConfig
+    from rlep.tasks.pipeline import PipelineConfig
 
     add_model_flags(p, PipelineConfig)
     p = bench_sub.add_parser(
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=_cmd_bench_async)
     p.add_argument("--config", type=Path, default=None, help="YAML file of settings (a `train:` section and the bench's); flags override it.")
-    from tasks.bench.async_train import AsyncBenchConfig
+    from rlep.tasks.bench.async_train import AsyncBenchConfig
 
     add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
     p = bench_sub.add_parser(
@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=_cmd_bench_fanout)
     p.add_argument("--config", type=Path, default=None, help="YAML file of the bench's settings; flags override it.")
-    from tasks.bench.fanout import FanoutBenchConfig
+    from rlep.tasks.bench.fanout import FanoutBenchConfig
 
     add_model_flags(p, FanoutBenchConfig)
     p = bench_sub.add_parser(
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or, with --peer DIR, agreement on Math-Verify's regression cases.",
     )
     p.set_defaults(handler=_cmd_bench_verify)
-    from verifiers.bench import add_arguments as add_verify_bench_arguments
+    from rlep.verifiers.bench import add_arguments as add_verify_bench_arguments
 
     add_verify_bench_arguments(p)
     p = bench_sub.add_parser(
@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         "MFU, parameter + optimizer and peak memory per rank; --nproc N with ddp | fsdp2 (docs/distributed.md).",
     )
     p.set_defaults(handler=_cmd_bench_update)
-    from tasks.bench.update import arguments as add_update_bench_arguments
+    from rlep.tasks.bench.update import arguments as add_update_bench_arguments
 
     add_update_bench_arguments(p)
 
@@ -231,7 +231,7 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
     if getattr(args, "resume", None):
         return Path(args.resume)
     if args.command == "bench":  # `bench async`: the directory of its runs
-        from tasks.bench.async_train import AsyncBenchConfig
+        from rlep.tasks.bench.async_train import AsyncBenchConfig
 
         try:
             return _config(AsyncBenchConfig, args).train.out
@@ -256,13 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.verbose:
         _quiet_libraries()
-    from data.pool import PoolError
-    from data.prompting import PromptError
-    from data.sources import ProblemSourceError
-    from data.store import StoreError
-    from tasks.engines import EngineUnavailable
-    from tasks.models import ModelNotFound
-    from tasks.training.checkpoint import CheckpointError
+    from rlep.data.pool import PoolError
+    from rlep.data.prompting import PromptError
+    from rlep.data.sources import ProblemSourceError
+    from rlep.data.store import StoreError
+    from rlep.tasks.engines import EngineUnavailable
+    from rlep.tasks.models import ModelNotFound
+    from rlep.tasks.training.checkpoint import CheckpointError
 
     user_errors = (UserError, ConfigError, ProblemSourceError, StoreError, EngineUnavailable, ModelNotFound, PoolError, CheckpointError,
                    PromptError)  # fmt: skip
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         logged = args.command in (*_config_commands(), "study") or (args.command == "bench" and args.bench == "async")
         if args.verbose or not logged:
             return args.handler(args)
-        from flows.runlog import run_log
+        from rlep.flows.runlog import run_log
 
         with run_log(_run_dir(args)) as log:
             code = args.handler(args)

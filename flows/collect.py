@@ -25,14 +25,14 @@ from prefect.artifacts import (
 )
 from prefect.futures import as_completed
 
-from data.inspect import summarize
-from data.problem import Problem
-from data.run_layout import CollectRunLayout
-from flows.ray_runner import ray_task_runner
-from flows.runlog import send_logs_to_prefect
-from tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
-from tasks.engines.cache import release_engines
-from tasks.runner import RunnerConfig, limit_threads, worker_threads
+from rlep.data.inspect import summarize
+from rlep.data.problem import Problem
+from rlep.data.run_layout import CollectRunLayout
+from rlep.flows.ray_runner import ray_task_runner
+from rlep.flows.runlog import send_logs_to_prefect
+from rlep.tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
+from rlep.tasks.engines.cache import release_engines
+from rlep.tasks.runner import RunnerConfig, limit_threads, worker_threads
 
 generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
 verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from data.run_layout import EvalRunLayout, PipelineLayout, TrainRunLayout
-from flows.options import build_config, dump_yaml, flag_overrides
+from rlep.data.run_layout import EvalRunLayout, PipelineLayout, TrainRunLayout
+from rlep.flows.options import build_config, dump_yaml, flag_overrides
 
 
 class UserError(Exception):
@@ -20,10 +20,10 @@ class UserError(Exception):
 
 def _config_commands() -> dict[str, tuple[type, Callable]]:
     """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
-    from tasks.collect import CollectConfig
-    from tasks.evaluate import EvalConfig
-    from tasks.pipeline import PipelineConfig
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.collect import CollectConfig
+    from rlep.tasks.evaluate import EvalConfig
+    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.training.config import TrainConfig
 
     return {
         "collect": (CollectConfig, _run_collect),
@@ -43,7 +43,7 @@ def _config(model: type, args: argparse.Namespace, base_file: Path | None = None
 
 
 def _cmd_problems(args: argparse.Namespace) -> int:
-    from data.sources import ProblemSourceConfig, load_source, write_problems
+    from rlep.data.sources import ProblemSourceConfig, load_source, write_problems
 
     config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
     out = Path(args.out)
@@ -59,7 +59,7 @@ def _cmd_problems(args: argparse.Namespace) -> int:
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
-    from data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
+    from rlep.data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
 
     config = build_config(TinyModelConfig, args.config, flag_overrides(args))
     out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads)
@@ -82,7 +82,7 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_real_model(args: argparse.Namespace) -> int:
-    from tasks.real_model import ensure_real_model, read_info
+    from rlep.tasks.real_model import ensure_real_model, read_info
 
     out = ensure_real_model(args.name, force=args.force, progress=not args.quiet)
     info = read_info(out) or {}
@@ -96,8 +96,8 @@ def _cmd_real_model(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from flows.evaluate import evaluate_flow
-    from tasks.evaluate import EvalConfig
+    from rlep.flows.evaluate import evaluate_flow
+    from rlep.tasks.evaluate import EvalConfig
 
     config = _config(EvalConfig, args)
 
@@ -107,7 +107,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_direct(config):
-    from tasks.evaluate import evaluate
+    from rlep.tasks.evaluate import evaluate
 
     return evaluate(config, progress=True)
 
@@ -132,20 +132,20 @@ def _print_eval(rows: list[dict], config) -> None:
 
 
 def _run_collect(args: argparse.Namespace) -> int:
-    from tasks.collect import CollectConfig, preflight, run_collection
+    from rlep.tasks.collect import CollectConfig, preflight, run_collection
 
     config = _config(CollectConfig, args)
     if args.runner == "ray" and not args.prefect:
         raise UserError("--runner ray runs shards through Prefect's Ray task runner: drop --no-prefect")
     preflight(config)  # user errors surface here, before Prefect starts or anything is generated
     if args.prefect:
-        from flows.collect import collect_flow
-        from tasks.runner import RunnerConfig
+        from rlep.flows.collect import collect_flow
+        from rlep.tasks.runner import RunnerConfig
 
         runner = RunnerConfig(kind=args.runner, address=args.ray_address, max_parallel=args.max_parallel)
         result = collect_flow(config, runner)
     else:
-        from tasks.engines.cache import release_engines
+        from rlep.tasks.engines.cache import release_engines
 
         try:
             result = run_collection(config)
@@ -161,9 +161,9 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from data.inspect import render, summarize
-    from data.pool import PoolStore, describe_versions
-    from data.run_layout import POOL_FILE, CollectRunLayout
+    from rlep.data.inspect import render, summarize
+    from rlep.data.pool import PoolStore, describe_versions
+    from rlep.data.run_layout import POOL_FILE, CollectRunLayout
 
     store = PoolStore(args.path)
     if store.versions():  # a pool store: its versions, then the latest version's pool
@@ -198,7 +198,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_export(args: argparse.Namespace) -> int:
-    from data.rlep_format import export_pool
+    from rlep.data.rlep_format import export_pool
 
     try:
         report = export_pool(args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict)
@@ -216,12 +216,12 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_pool_import(args: argparse.Namespace) -> int:
-    from data.rlep_format import import_pool
+    from rlep.data.rlep_format import import_pool
 
     try:
         problems = None
         if args.problems:
-            from data.sources import ProblemSourceConfig, load_problems
+            from rlep.data.sources import ProblemSourceConfig, load_problems
 
             problems = load_problems(build_config(ProblemSourceConfig, args.problems_config, {"source": args.problems}))
         report = import_pool(args.path, args.out, run_id=args.run_id, problems=problems)
@@ -241,13 +241,13 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
 
 def _check_pool(config) -> None:
     """The replay design's inputs (RLEP's pool) must exist: a missing one fails here, before any model is loaded."""
-    from tasks.replay import check_inputs
+    from rlep.tasks.replay import check_inputs
 
     check_inputs(config.replay)
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.training.config import TrainConfig
 
     if args.resume:
         saved = TrainRunLayout(args.resume).config
@@ -258,11 +258,11 @@ def _run_train(args: argparse.Namespace) -> int:
         config = _config(TrainConfig, args)
     _check_pool(config)
     if args.prefect:
-        from flows.train import train_flow
+        from rlep.flows.train import train_flow
 
         result = train_flow(config, resume=bool(args.resume))
     else:
-        from tasks.training.trainer import train
+        from rlep.tasks.training.trainer import train
 
         result = train(config, resume=bool(args.resume))
     _print_train(result)
@@ -272,7 +272,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _print_train(result) -> None:
     import pyarrow.parquet as pq
 
-    from data.metrics import ALL_SOURCES
+    from rlep.data.metrics import ALL_SOURCES
 
     ev = pq.read_table(result.eval_path).to_pandas() if Path(result.eval_path).exists() else None
     if ev is not None and len(ev):
@@ -286,13 +286,13 @@ def _print_train(result) -> None:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from tasks.collect import preflight
-    from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
+    from rlep.tasks.collect import preflight
+    from rlep.tasks.pipeline import PipelineConfig, local_stages, run_pipeline
 
     config = _config(PipelineConfig, args)
     preflight(config.collect)
     if args.prefect:
-        from flows.pipeline import pipeline_flow
+        from rlep.flows.pipeline import pipeline_flow
 
         report = pipeline_flow(config)
     else:
@@ -311,7 +311,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     import yaml
     from pydantic import ValidationError
 
-    from tasks.study import StudyError, plan
+    from rlep.tasks.study import StudyError, plan
 
     try:
         settings = yaml.safe_load(Path(args.config).read_text()) or {}
@@ -320,7 +320,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     settings.update({k: v for k, v in {"seeds": args.seeds, "out": args.out}.items() if v is not None})
     if args.runner is not None:
         settings["runner"] = {**settings.get("runner", {}), "kind": args.runner}
-    from tasks.study import StudyConfig
+    from rlep.tasks.study import StudyConfig
 
     try:
         config = StudyConfig.model_validate(settings)
@@ -331,13 +331,13 @@ def _cmd_study(args: argparse.Namespace) -> int:
         raise UserError(f"{args.config}: {err}") from None
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
     if args.prefect:
-        from flows.study import study_flow
+        from rlep.flows.study import study_flow
 
         report = study_flow(config, command)
     elif config.runner.kind == "ray":
         raise UserError("--runner ray runs through Prefect's Ray task runner: drop --no-prefect")
     else:
-        from tasks.study import run_study
+        from rlep.tasks.study import run_study
 
         report = run_study(config, command=command)["report"]
     print(Path(report).read_text())
@@ -348,7 +348,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from flows.deployments import DEFAULT_RECOLLECT_CRON, serve_deployments
+    from rlep.flows.deployments import DEFAULT_RECOLLECT_CRON, serve_deployments
 
     if not os.environ.get("PREFECT_API_URL"):
         print("note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
@@ -360,7 +360,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from flows import server
+    from rlep.flows import server
 
     log = Path(args.home) / "server.log"
     Path(args.home).mkdir(parents=True, exist_ok=True)
@@ -378,10 +378,10 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_async(args: argparse.Namespace) -> int:
-    from tasks.bench.async_train import AsyncBenchConfig, run_async_bench
+    from rlep.tasks.bench.async_train import AsyncBenchConfig, run_async_bench
 
     config = _config(AsyncBenchConfig, args)
-    from tasks.models import resolve_model
+    from rlep.tasks.models import resolve_model
 
     resolve_model(config.train.model)  # a missing model fails here, before any run directory is made
     _check_pool(config.train)
@@ -392,7 +392,7 @@ def _cmd_bench_async(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_fanout(args: argparse.Namespace) -> int:
-    from tasks.bench.fanout import FanoutBenchConfig, run_fanout_bench
+    from rlep.tasks.bench.fanout import FanoutBenchConfig, run_fanout_bench
 
     report = run_fanout_bench(build_config(FanoutBenchConfig, args.config, flag_overrides(args)))
     print(json.dumps(report["summary"], indent=2))
@@ -401,7 +401,7 @@ def _cmd_bench_fanout(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_generate(args: argparse.Namespace) -> int:
-    from tasks.bench.generate import GenerateBenchConfig, run_generate_bench
+    from rlep.tasks.bench.generate import GenerateBenchConfig, run_generate_bench
 
     config = build_config(GenerateBenchConfig, args.config, flag_overrides(args))
     report = run_generate_bench(config)
@@ -411,9 +411,9 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_train(args: argparse.Namespace) -> int:
-    from tasks.bench.train import run_train_bench
-    from tasks.collect import preflight
-    from tasks.pipeline import PipelineConfig
+    from rlep.tasks.bench.train import run_train_bench
+    from rlep.tasks.collect import preflight
+    from rlep.tasks.pipeline import PipelineConfig
 
     config = _config(PipelineConfig, args)
     preflight(config.collect)
@@ -424,14 +424,14 @@ def _cmd_bench_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_verify(args: argparse.Namespace) -> int:
-    from verifiers.bench import run_from_arguments
+    from rlep.verifiers.bench import run_from_arguments
 
     run_from_arguments(args)
     return 0
 
 
 def _cmd_bench_update(args: argparse.Namespace) -> int:
-    from tasks.bench.update import bench_update, config_from, summary
+    from rlep.tasks.bench.update import bench_update, config_from, summary
 
     report = bench_update(config_from(args))
     print(summary(report))

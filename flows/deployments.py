@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows.collect import collect_flow
-from flows.evaluate import evaluate_flow
-from flows.pipeline import pipeline_flow
-from flows.recollect import recollect_flow
-from flows.study import study_flow
-from flows.train import train_flow
-from tasks.recollect import RecollectConfig
+from rlep.flows.collect import collect_flow
+from rlep.flows.evaluate import evaluate_flow
+from rlep.flows.pipeline import pipeline_flow
+from rlep.flows.recollect import recollect_flow
+from rlep.flows.study import study_flow
+from rlep.flows.train import train_flow
+from rlep.tasks.recollect import RecollectConfig
 
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 

@@ -12,9 +12,9 @@ import logging
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from data.run_layout import EvalRunLayout
-from flows.runlog import send_logs_to_prefect
-from tasks.evaluate import EvalConfig, EvalResult, evaluate
+from rlep.data.run_layout import EvalRunLayout
+from rlep.flows.runlog import send_logs_to_prefect
+from rlep.tasks.evaluate import EvalConfig, EvalResult, evaluate
 
 evaluate_task = task(evaluate, name="evaluate-model")
 log = logging.getLogger("rlep.evaluate")

@@ -18,11 +18,11 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.collect import collect_flow
-from flows.evaluate import evaluate_flow
-from flows.train import train_flow
-from tasks.pipeline import PipelineConfig, PipelineStages, run_pipeline
-from tasks.report import write_report
+from rlep.flows.collect import collect_flow
+from rlep.flows.evaluate import evaluate_flow
+from rlep.flows.train import train_flow
+from rlep.tasks.pipeline import PipelineConfig, PipelineStages, run_pipeline
+from rlep.tasks.report import write_report
 
 
 @task(name="write-report")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.runner import RunnerConfig
+from rlep.tasks.runner import RunnerConfig
 
 
 def ray_task_runner(runner: RunnerConfig):

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from data.pool import PoolStore
-from data.run_layout import CollectRunLayout, PoolVersionLayout
-from flows.collect import collect_flow
-from tasks.recollect import RecollectConfig
+from rlep.data.pool import PoolStore
+from rlep.data.run_layout import CollectRunLayout, PoolVersionLayout
+from rlep.flows.collect import collect_flow
+from rlep.tasks.recollect import RecollectConfig
 
 
 @task(name="publish-pool-version")

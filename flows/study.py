@@ -20,11 +20,11 @@ import pandas as pd
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.ray_runner import ray_task_runner
-from flows.runlog import flush_prefect_logs, send_logs_to_prefect
-from tasks.runner import worker_threads
-from tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
-from tasks.study.report import claims_markdown
+from rlep.flows.ray_runner import ray_task_runner
+from rlep.flows.runlog import flush_prefect_logs, send_logs_to_prefect
+from rlep.tasks.runner import worker_threads
+from rlep.tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
+from rlep.tasks.study.report import claims_markdown
 
 log = logging.getLogger("rlep.study")
 

@@ -20,9 +20,9 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from flows.runlog import send_logs_to_prefect
-from tasks.training.config import TrainConfig
-from tasks.training.trainer import TrainResult, train
+from rlep.flows.runlog import send_logs_to_prefect
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.trainer import TrainResult, train
 
 METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "replay_pool_version", "optimizer_updates",
                   "clip_frac_high", "entropy", "grad_norm", "time_step")  # fmt: skip

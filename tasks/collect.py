@@ -28,20 +28,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.fs import process_alive, write_parquet_atomic, write_text_atomic
-from data.pool import build_pool
-from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from data.prompt_length import PromptLengthConfig, fitting_problems
-from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
-from data.run_layout import checkpoint_step
-from data.sources import ProblemSourceConfig, default_task, load_problems
-from data.store import ExperienceStore, StoreError, read_trajectory_files
-from data.trajectory import rows_for_problem, to_table
-from tasks.engines import EngineConfig, SamplingConfig
-from tasks.engines.cache import shared_engine
-from tasks.models import resolve_model
-from tasks.progress import progress_bar
-from verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
+from rlep.data.fs import process_alive, write_parquet_atomic, write_text_atomic
+from rlep.data.pool import build_pool
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
+from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
+from rlep.data.run_layout import checkpoint_step
+from rlep.data.sources import ProblemSourceConfig, default_task, load_problems
+from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
+from rlep.data.trajectory import rows_for_problem, to_table
+from rlep.tasks.engines import EngineConfig, SamplingConfig
+from rlep.tasks.engines.cache import shared_engine
+from rlep.tasks.models import resolve_model
+from rlep.tasks.progress import progress_bar
+from rlep.verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
 
 TIMINGS_FILE = "timings.jsonl"
 SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with

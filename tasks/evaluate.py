@@ -14,16 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.fs import write_parquet_atomic
-from data.metrics import ALL_SOURCES, majority_correct, pass_at_k
-from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from data.prompt_length import PromptLengthConfig, fitting_problems
-from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
-from data.run_layout import EvalRunLayout
-from data.sources import ProblemSourceConfig, default_task, load_problems
-from tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
-from tasks.models import resolve_model
-from verifiers import VerifierConfig, verify_batch
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.metrics import ALL_SOURCES, majority_correct, pass_at_k
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
+from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
+from rlep.data.run_layout import EvalRunLayout
+from rlep.data.sources import ProblemSourceConfig, default_task, load_problems
+from rlep.tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
+from rlep.tasks.models import resolve_model
+from rlep.verifiers import VerifierConfig, verify_batch
 
 
 class EvalConfig(BaseModel):

@@ -21,15 +21,15 @@ def resolve_model(model: str, progress: bool = True) -> str:
     for `config.json`; anything else is passed on as a Hugging Face model name (needs the hub or its cache).
     """
     if model == TINY_MODEL:
-        from data.tiny_model import build_tiny_model
+        from rlep.data.tiny_model import build_tiny_model
 
         return str(build_tiny_model(progress=progress))
     if model == TINY_WORKED_MODEL:
-        from data.tiny_model import TinyModelConfig, build_tiny_model
+        from rlep.data.tiny_model import TinyModelConfig, build_tiny_model
 
         return str(build_tiny_model(config=TinyModelConfig.worked(), progress=progress))
     if model in REAL_MODEL_NAMES:
-        from tasks.real_model import RealModelUnavailable, ensure_real_model
+        from rlep.tasks.real_model import RealModelUnavailable, ensure_real_model
 
         try:
             return str(ensure_real_model(model, progress=progress))

@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.run_layout import PipelineLayout
-from tasks.collect import CollectConfig
-from tasks.evaluate import EvalConfig
-from tasks.replay.config import NoReplayConfig, RLEPReplayConfig
-from tasks.rlep_order import RLEPOrder, exploration, rlep_order
-from tasks.training.config import TrainConfig
+from rlep.data.run_layout import PipelineLayout
+from rlep.tasks.collect import CollectConfig
+from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
+from rlep.tasks.rlep_order import RLEPOrder, exploration, rlep_order
+from rlep.tasks.training.config import TrainConfig
 
 
 class PipelineConfig(BaseModel):
@@ -158,11 +158,11 @@ def run_pipeline(config: PipelineConfig, stages: PipelineStages) -> PipelineResu
 
 def local_stages(progress: bool = True) -> PipelineStages:
     """Plain (Prefect-free) stage functions: each stage runs in this process."""
-    from tasks.collect import run_collection
-    from tasks.engines.cache import release_engines
-    from tasks.evaluate import evaluate
-    from tasks.report import write_report
-    from tasks.training.trainer import train
+    from rlep.tasks.collect import run_collection
+    from rlep.tasks.engines.cache import release_engines
+    from rlep.tasks.evaluate import evaluate
+    from rlep.tasks.report import write_report
+    from rlep.tasks.training.trainer import train
 
     def collect(collect_config: CollectConfig) -> dict:
         try:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.fs import atomic_path
-from data.metrics import ALL_SOURCES
-from data.run_layout import TrainRunLayout
+from rlep.data.fs import atomic_path
+from rlep.data.metrics import ALL_SOURCES
+from rlep.data.run_layout import TrainRunLayout
 
 
 def plot_learning_curves(runs: dict[str, Path], out: Path, title: str = "Held-out accuracy") -> Path:

@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.fs import atomic_dir, write_text_atomic
-from tasks.models import ModelNotFound
+from rlep.data.fs import atomic_dir, write_text_atomic
+from rlep.tasks.models import ModelNotFound
 
 INFO_FILE = "rlep_real_model.json"
 # Bump when the conversion writes something different from the same GGUF file, so cached copies are redone.
@@ -92,7 +92,7 @@ REAL_MODELS: dict[str, GGUFPackage] = {SMOLLM2.name: SMOLLM2}
 
 def cache_root() -> Path:
     """rlep's cache: `$RLEP_CACHE_DIR`, else `~/.cache/rlep` (the tiny model's rule: its models dir is the parent)."""
-    from data.tiny_model import default_model_dir
+    from rlep.data.tiny_model import default_model_dir
 
     return default_model_dir().parent.parent
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.collect import CollectConfig
-from tasks.training.checkpoint import CheckpointError, latest_checkpoint
+from rlep.tasks.collect import CollectConfig
+from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
 
 
 class RecollectConfig(BaseModel):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from data.metrics import ALL_SOURCES
-from data.run_layout import CollectRunLayout, EvalRunLayout, PipelineLayout, TrainRunLayout
-from tasks.plots import plot_learning_curves
+from rlep.data.metrics import ALL_SOURCES
+from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, PipelineLayout, TrainRunLayout
+from rlep.tasks.plots import plot_learning_curves
 
 PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage", "time_train", "time_sync"]
 

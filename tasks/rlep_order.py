@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.replay import needs
-from tasks.replay.config import NoReplayConfig
-from tasks.training.config import TrainConfig
+from rlep.tasks.replay import needs
+from rlep.tasks.replay.config import NoReplayConfig
+from rlep.tasks.training.config import TrainConfig
 
 
 @dataclass(frozen=True)

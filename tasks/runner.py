@@ -43,7 +43,7 @@ def limit_threads(threads: int) -> None:
 
 
 def module_env(**extra: str) -> dict[str, str]:
-    """The environment of a fresh interpreter that runs one of the project's modules (`python -m tasks...`):
+    """The environment of a fresh interpreter that runs one of the project's modules (`python -m rlep.tasks...`):
     this process's, with the project root first on PYTHONPATH (so it imports the same code, whatever the
     working directory) and `extra` on top. (verifiers/sandbox.py, below tasks, starts its workers alike.)"""
     root = str(Path(__file__).resolve().parents[1])

@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from data.run_layout import TrainRunLayout
+from rlep.data.run_layout import TrainRunLayout
 
 if TYPE_CHECKING:
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.training.config import TrainConfig
 
 Tracker = Literal["none", "tensorboard", "mlflow"]
 MLFLOW_EXPERIMENT = "rlep"

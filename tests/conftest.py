@@ -18,7 +18,7 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 @pytest.fixture(scope="session")
 def fixture_model() -> str:
     """Path of the fixture-size tiny model (mechanics only; accuracy is irrelevant)."""
-    from data.tiny_model import TinyModelConfig, build_tiny_model
+    from rlep.data.tiny_model import TinyModelConfig, build_tiny_model
 
     return str(build_tiny_model(config=TinyModelConfig.fixture(), progress=False))
 
@@ -49,7 +49,7 @@ def chat_model(fixture_model, tmp_path_factory) -> str:
 def vllm_engine(fixture_model):
     """One in-process vLLM engine for the whole session (start-up costs seconds). Tests that change its
     weights must restore them (see `restore_weights`)."""
-    from tasks.engines import EngineConfig, make_engine
+    from rlep.tasks.engines import EngineConfig, make_engine
 
     engine = make_engine(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64))
     yield engine
@@ -66,15 +66,15 @@ def answer_with_gold(monkeypatch, answers=boxed_gold) -> list[str]:
     `answers(gold, prompt)` (without token ids, so the trainer tokenises them, as it does for imported pools);
     the other completions are the model's own. Everything else (verification, the pool rule, training on
     the pool) is the real code. Returns the list of models the engine was started for."""
-    import tasks.collect
-    from data.problem import render_prompt
-    from data.tiny_math import FAMILIES, LEVELS, generate
-    from tasks.engines.base import Completion
+    import rlep.tasks.collect as collect_module
+    from rlep.data.problem import render_prompt
+    from rlep.data.tiny_math import FAMILIES, LEVELS, generate
+    from rlep.tasks.engines.base import Completion
 
     # The tiny-math problems a test can ask for (a source's first problems, over all cells or one), by prompt.
     cells = [{}] + [{"families": [f], "levels": [lv]} for f in FAMILIES for lv in LEVELS]
     gold = {render_prompt(p): p.answer for split in ("train", "test") for cell in cells for p in generate(split, 300, **cell)}
-    real = tasks.collect.shared_engine
+    real = collect_module.shared_engine
     models = []
 
     class GoldAnswers:
@@ -92,7 +92,7 @@ def answer_with_gold(monkeypatch, answers=boxed_gold) -> list[str]:
         models.append(str(model))
         return GoldAnswers(real(model, config))
 
-    monkeypatch.setattr(tasks.collect, "shared_engine", shared_engine)
+    monkeypatch.setattr(collect_module, "shared_engine", shared_engine)
     return models
 
 
@@ -116,7 +116,7 @@ def _assert_same_run(straight, resumed, steps: int, columns: tuple[str, ...]) ->
     import torch
     from safetensors.torch import load_file
 
-    from data.run_layout import TrainRunLayout
+    from rlep.data.run_layout import TrainRunLayout
 
     a, b = TrainRunLayout(straight), TrainRunLayout(resumed)
     first, again = pq.read_table(a.metrics).to_pandas(), pq.read_table(b.metrics).to_pandas()

@@ -17,13 +17,26 @@ FORBIDDEN = {
 }
 
 
+PROJECT = ("flows", "tasks", "verifiers", "data")
+
+
 def imported_packages(path: Path) -> set[str]:
+    """Top-level packages `path` imports; the project's own by their folder (`rlep.tasks.x` -> `tasks`), and a bare
+    project name (`tasks.x`, which would shadow or be shadowed by another distribution) as `bare:tasks`."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
+            names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "rlep" and len(parts) > 1:
+                found.add(parts[1])
+            else:
+                found.add(f"bare:{parts[0]}" if parts[0] in PROJECT else parts[0])
     return found
 
 
@@ -38,5 +51,19 @@ def test_package_imports_nothing_above_it(package):
 
 def test_the_check_sees_lazy_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from flows.cli import main\n    import prefect.artifacts\n")
-    assert imported_packages(module) == {"flows", "prefect"}
+    module.write_text("def f():\n    from rlep.flows.cli import main\n    import prefect.artifacts\n    import tasks.x\n")
+    assert imported_packages(module) == {"flows", "prefect", "bare:tasks"}
+
+
+def test_every_module_imports_the_project_under_its_namespace():
+    bare = {str(path.relative_to(REPO)): sorted(n for n in imported_packages(path) if n.startswith("bare:"))
+            for folder in (*PROJECT, "tests") for path in sorted((REPO / folder).rglob("*.py"))}  # fmt: skip
+    assert {k: v for k, v in bare.items() if v} == {}
+
+
+def test_every_package_folder_is_installed():
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {"rlep." + ".".join(p.parent.relative_to(REPO).parts) for top in PROJECT for p in (REPO / top).rglob("__init__.py")}
+    assert listed == folders

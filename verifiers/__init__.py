@@ -1,6 +1,6 @@
 """Answer verification for math RL: did the model's final answer match the gold answer?
 
-    from verifiers import verify, verify_batch, reward, RewardConfig
+    from rlep.verifiers import verify, verify_batch, reward, RewardConfig
     verdicts = verify_batch(responses, golds, timeout_seconds=2.0)
     rewards = [reward(v, RewardConfig(scheme="signed")) for v in verdicts]
 
@@ -10,10 +10,10 @@ pool of worker processes with hard time and memory limits (verifiers.sandbox, ve
 are documented in docs/verifiers.md. Importing this package loads neither sympy nor torch.
 """
 
-from verifiers.api import verify, verify_batch
-from verifiers.config import VerifierConfig
-from verifiers.reward import RewardConfig, reward, rewards
-from verifiers.verdict import REASONS, Reason, Verdict
+from rlep.verifiers.api import verify, verify_batch
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.reward import RewardConfig, reward, rewards
+from rlep.verifiers.verdict import REASONS, Reason, Verdict
 
 __all__ = [
     "REASONS",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verifiers.config import VerifierConfig, config_from_options
-from verifiers.sandbox import shared_pool
-from verifiers.verdict import Verdict
+from rlep.verifiers.config import VerifierConfig, config_from_options
+from rlep.verifiers.sandbox import shared_pool
+from rlep.verifiers.verdict import Verdict
 
 
 def verify(response: str, gold: str, *, config: VerifierConfig | None = None, **options) -> Verdict:

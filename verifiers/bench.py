@@ -51,10 +51,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from verifiers.api import verify_batch
-from verifiers.bench_corpus import HOSTILE_SHARE, BenchPair, build_corpus
-from verifiers.config import VerifierConfig
-from verifiers.sandbox import close_shared_pools, shared_pool
+from rlep.verifiers.api import verify_batch
+from rlep.verifiers.bench_corpus import HOSTILE_SHARE, BenchPair, build_corpus
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.sandbox import close_shared_pools, shared_pool
 
 BENCH_TIMEOUT_SECONDS = 1.0
 SLICE = 250
@@ -346,7 +346,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_from_arguments(args: argparse.Namespace) -> dict:
     """Run the bench the parsed options ask for."""
     if args.peer is not None:
-        from verifiers.peer import run_peer_bench
+        from rlep.verifiers.peer import run_peer_bench
 
         return run_peer_bench(Path(args.peer), out_dir=Path(args.out), workers=args.workers)
     return run_verify_bench(

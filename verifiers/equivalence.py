@@ -24,8 +24,8 @@ from functools import lru_cache
 import sympy
 from math_verify import LatexExtractionConfig, parse, verify
 
-from verifiers.fastpath import exact_equal, exact_value
-from verifiers.normalize import Answer
+from rlep.verifiers.fastpath import exact_equal, exact_value
+from rlep.verifiers.normalize import Answer
 
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 

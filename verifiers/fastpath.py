@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from verifiers.normalize import Answer
+from rlep.verifiers.normalize import Answer
 
 _DIGITS = r"(?:\d{1,40}(?:\.\d{1,40})?|\.\d{1,40})"
 _SIGNED = rf"[+-]?{_DIGITS}"

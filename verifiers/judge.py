@@ -25,13 +25,13 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from verifiers.config import VerifierConfig
-from verifiers.equivalence import equations_equal, numeric_value, symbolic_equal
-from verifiers.extract import Extraction, extract_answer, extract_final
-from verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal
-from verifiers.normalize import Answer, normalize_answer
-from verifiers.strict import verl_boxed_answer, verl_equivalent
-from verifiers.verdict import Reason
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.equivalence import equations_equal, numeric_value, symbolic_equal
+from rlep.verifiers.extract import Extraction, extract_answer, extract_final
+from rlep.verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal
+from rlep.verifiers.normalize import Answer, normalize_answer
+from rlep.verifiers.strict import verl_boxed_answer, verl_equivalent
+from rlep.verifiers.verdict import Reason
 
 _MARKED_GOLD = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
 _PYTHON_LOOKING = re.compile(r"__|\b(?:import|lambda|exec|eval|getattr|globals|locals|compile|open)\b")

@@ -42,8 +42,8 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from verifiers.extract import last_boxed
-from verifiers.relations import (
+from rlep.verifiers.extract import last_boxed
+from rlep.verifiers.relations import (
     cut_approximation,
     drop_membership,
     inequality_as_interval,

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verifiers.verdict import Verdict
+from rlep.verifiers.verdict import Verdict
 
 _SCHEME_VALUES: dict[str, tuple[float, float]] = {"binary": (1.0, 0.0), "signed": (1.0, -1.0)}
 

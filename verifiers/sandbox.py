@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from verifiers.config import VerifierConfig
+from rlep.verifiers.config import VerifierConfig
 
 # A worker that has not finished starting (interpreter + imports + warm-up, about a second) after this
 # long is considered broken.
@@ -91,7 +91,7 @@ class _Worker:
         command = [
             sys.executable,
             "-m",
-            "verifiers.worker",
+            "rlep.verifiers.worker",
             str(theirs.fileno()),
             str(os.getpid()),
             str(memory_limit_mb),

@@ -76,7 +76,7 @@ def serve(conn: Connection, memory_limit_mb: int) -> None:
     # math-verify warns once that its own timeouts are off; here the timer and the pool replace them.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-    from verifiers.config import VerifierConfig
+    from rlep.verifiers.config import VerifierConfig
 
     warm_config = VerifierConfig(timeout_seconds=30)
     for response, gold in _WARM_UP:
@@ -108,7 +108,7 @@ def judge_with_limits(response: str, gold: str, config) -> tuple:
     An interruption or error becomes a verdict: the soft timeout -> `timeout`, MemoryError -> `memory`,
     anything else (RecursionError in the LaTeX grammar, a ValueError deep in sympy) -> `parse-error`.
     """
-    from verifiers.judge import decide, find_answer  # already loaded by serve(); a dict lookup here
+    from rlep.verifiers.judge import decide, find_answer  # already loaded by serve(); a dict lookup here
 
     start = time.perf_counter()
     extracted = None

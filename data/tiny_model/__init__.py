@@ -16,11 +16,11 @@ greedy accuracy on one cell (default 1-decimal addition) reaches a measured aim 
 How the recipe was found, and what did not work: docs/tiny_model.md.
 """
 
-from data.tiny_model.build import build_tiny_model, read_build_info
-from data.tiny_model.config import BUILD_INFO_FILE, MODEL_FILES, TinyModelConfig, default_model_dir
-from data.tiny_model.evaluate import greedy_accuracy
-from data.tiny_model.sft_data import check_problems, collate, target_text, training_pool, training_stream
-from data.tiny_model.training import new_model, supervised_train
+from rlep.data.tiny_model.build import build_tiny_model, read_build_info
+from rlep.data.tiny_model.config import BUILD_INFO_FILE, MODEL_FILES, TinyModelConfig, default_model_dir
+from rlep.data.tiny_model.evaluate import greedy_accuracy
+from rlep.data.tiny_model.sft_data import check_problems, collate, target_text, training_pool, training_stream
+from rlep.data.tiny_model.training import new_model, supervised_train
 
 __all__ = [
     "BUILD_INFO_FILE",

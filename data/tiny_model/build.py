@@ -13,17 +13,17 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from data.problem import DEFAULT_PROMPT_TEMPLATE
-from data.tiny_math import generate
-from data.tiny_model.config import (
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
+from rlep.data.tiny_math import generate
+from rlep.data.tiny_model.config import (
     BUILD_INFO_FILE,
     BUILD_VERSION,
     MODEL_FILES,
     TinyModelConfig,
     default_model_dir,
 )
-from data.tiny_model.evaluate import cell_accuracy, greedy_accuracy
-from data.tiny_model.training import new_model, supervised_train
+from rlep.data.tiny_model.evaluate import cell_accuracy, greedy_accuracy
+from rlep.data.tiny_model.training import new_model, supervised_train
 
 # The start is checked on other machines with this set: `rlep eval --source tiny-math --families F --levels L
 # --split test --limit 300 --samples 1` draws the same problems.
@@ -48,7 +48,7 @@ def build_tiny_model(
     """
     import torch
 
-    from data.tokenizer import save_tokenizer
+    from rlep.data.tokenizer import save_tokenizer
 
     config = config or TinyModelConfig()
     out_dir = Path(out_dir) if out_dir is not None else default_model_dir(config)
@@ -101,7 +101,7 @@ def build_tiny_model(
 
 def _remove_stale_temp_dirs(out_dir: Path) -> None:
     """Delete temp dirs of earlier builds of `out_dir` whose process is gone (killed builds leave them)."""
-    from data.fs import process_alive
+    from rlep.data.fs import process_alive
 
     for path in out_dir.parent.glob(f".{out_dir.name}.*-*"):
         pid = path.name.rsplit("-", 1)[-1]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from data.tiny_math import FAMILIES, LEVELS
+from rlep.data.tiny_math import FAMILIES, LEVELS
 
 # Bump when the build code changes what a given config produces, so cached models are rebuilt.
 BUILD_VERSION = 4  # 2: byte-level tokenizer symbols; 3: stop by measured accuracy on a target cell, float32;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from data.problem import Problem, render_prompt
+from rlep.data.problem import Problem, render_prompt
 
 
 def greedy_responses(
@@ -35,7 +35,7 @@ def cell_accuracy(model, tokenizer, problems: list[Problem], max_new_tokens: int
 
 
 def _score(responses: list[str], problems: list[Problem]) -> list[bool]:
-    from verifiers import verify_batch
+    from rlep.verifiers import verify_batch
 
     if not problems:
         return []

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from data.problem import Problem, render_prompt
-from data.tiny_math import answer_forms, generate
-from data.tiny_math_worked import worked_solution
-from data.tiny_model.config import TinyModelConfig
+from rlep.data.problem import Problem, render_prompt
+from rlep.data.tiny_math import answer_forms, generate
+from rlep.data.tiny_math_worked import worked_solution
+from rlep.data.tiny_model.config import TinyModelConfig
 
 
 @dataclass(frozen=True)

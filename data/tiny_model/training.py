@@ -17,9 +17,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from data.tiny_model.config import HEAD_DIM, TinyModelConfig
-from data.tiny_model.evaluate import cell_accuracy
-from data.tiny_model.sft_data import check_problems, collate, training_stream
+from rlep.data.tiny_model.config import HEAD_DIM, TinyModelConfig
+from rlep.data.tiny_model.evaluate import cell_accuracy
+from rlep.data.tiny_model.sft_data import check_problems, collate, training_stream
 
 
 @dataclass

@@ -31,13 +31,13 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.run_layout import TrainRunLayout
-from data.sources import default_task
-from tasks.bench.report import write_bench_report
-from tasks.progress import progress_bar
-from tasks.replay.config import FIFOReplayConfig
-from tasks.runner import module_env
-from tasks.training.config import TrainConfig
+from rlep.data.run_layout import TrainRunLayout
+from rlep.data.sources import default_task
+from rlep.tasks.bench.report import write_bench_report
+from rlep.tasks.progress import progress_bar
+from rlep.tasks.replay.config import FIFOReplayConfig
+from rlep.tasks.runner import module_env
+from rlep.tasks.training.config import TrainConfig
 
 PHASES_SYNC = ("time_generate", "time_train")
 PHASES_ASYNC = ("time_train", "time_wait_generate", "time_generator_busy", "time_wait_train")
@@ -87,7 +87,7 @@ def measure_run(config: TrainConfig) -> dict[str, Any]:
     """Train `config` in this process; its metrics rows and the CPU seconds of each step."""
     import pyarrow.parquet as pq
 
-    from tasks.training.trainer import Trainer  # torch and the engines: not needed to build the CLI
+    from rlep.tasks.training.trainer import Trainer  # torch and the engines: not needed to build the CLI
 
     load_before = os.getloadavg()[0]
     trainer = Trainer(config, progress=False)
@@ -113,7 +113,7 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     config.out.mkdir(parents=True, exist_ok=True)
     settings, result = config.out / "bench-config.json", config.out / "bench-result.json"
     settings.write_text(config.model_dump_json())
-    done = subprocess.run([sys.executable, "-m", "tasks.bench.async_train", str(settings), str(result)], env=module_env())
+    done = subprocess.run([sys.executable, "-m", "rlep.tasks.bench.async_train", str(settings), str(result)], env=module_env())
     if done.returncode != 0:
         raise RuntimeError(f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log")
     run = json.loads(result.read_text())

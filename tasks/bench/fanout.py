@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.bench.report import write_bench_report
-from tasks.runner import module_env
+from rlep.tasks.bench.report import write_bench_report
+from rlep.tasks.runner import module_env
 
 
 class FanoutBenchConfig(BaseModel):
@@ -56,7 +56,7 @@ def _timed_study(settings: dict[str, Any]) -> float:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "study.yaml"
     path.write_text(yaml.safe_dump(settings))
-    command = [sys.executable, "-m", "flows.cli", "study", "--config", str(path)]
+    command = [sys.executable, "-m", "rlep.flows.cli", "study", "--config", str(path)]
     if settings["runner"]["kind"] == "local":
         command.append("--no-prefect")
     start = time.perf_counter()
@@ -71,7 +71,7 @@ def run_fanout_bench(config: FanoutBenchConfig) -> dict[str, Any]:
     """Both ways, sequential first; returns the summary and the result file's path."""
     import shutil
 
-    from tasks.models import resolve_model
+    from rlep.tasks.models import resolve_model
 
     config = config.model_copy(update={"model": resolve_model(config.model)})  # built once, outside the timing
     shutil.rmtree(config.out, ignore_errors=True)  # finished runs would be skipped, not timed

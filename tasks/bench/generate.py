@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.problem import render_prompt
-from data.tiny_math import generate as tiny_math_problems
-from tasks.bench.report import write_bench_report
-from tasks.engines import EngineConfig, SamplingConfig, make_engine
-from tasks.models import resolve_model
+from rlep.data.problem import render_prompt
+from rlep.data.tiny_math import generate as tiny_math_problems
+from rlep.tasks.bench.report import write_bench_report
+from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+from rlep.tasks.models import resolve_model
 
 
 class GenerateBenchConfig(BaseModel):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data.run_layout import CollectRunLayout
-from tasks.bench.report import write_bench_report
-from tasks.pipeline import PipelineConfig, local_stages, run_pipeline
-from tasks.report import arm_summary, replay_overhead
+from rlep.data.run_layout import CollectRunLayout
+from rlep.tasks.bench.report import write_bench_report
+from rlep.tasks.pipeline import PipelineConfig, local_stages, run_pipeline
+from rlep.tasks.report import arm_summary, replay_overhead
 
 
 def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"), progress: bool = True) -> dict:

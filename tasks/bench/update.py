@@ -112,8 +112,8 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
     (tests), else all `response_tokens` long."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from data.rollout import Rollout
-    from tasks.training.batch import build_batch
+    from rlep.data.rollout import Rollout
+    from rlep.tasks.training.batch import build_batch
 
     g = torch.Generator().manual_seed(seed)
     rollouts, groups = [], []
@@ -166,9 +166,9 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from tasks.training.backend import PolicySpec, make_backend
-    from tasks.training.backend_config import BackendConfig
-    from tasks.training.config import LossConfig, OptimizerConfig
+    from rlep.tasks.training.backend import PolicySpec, make_backend
+    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.training.config import LossConfig, OptimizerConfig
 
     hf = config.hf_config()
     backend_config = BackendConfig(nproc=config.nproc, strategy=config.strategy, precision=config.precision,
@@ -229,7 +229,7 @@ def _meta_model(hf):
 
 
 def _local_memory(backend, device) -> dict[str, float]:
-    from tasks.training.distributed import rank_memory
+    from rlep.tasks.training.distributed import rank_memory
 
     return rank_memory(backend.model, backend.optimizer, device)
 
@@ -284,13 +284,13 @@ def config_from(args: argparse.Namespace) -> UpdateBenchConfig:
 def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
     """Run the benchmark (launching `nproc` processes when more than one) and return rank 0's report."""
     if config.nproc > 1 and "RANK" not in os.environ:
-        from tasks.training.distributed import launch
+        from rlep.tasks.training.distributed import launch
 
         request = config.out.with_suffix(".request.json")
         request.parent.mkdir(parents=True, exist_ok=True)
         request.write_text(config.model_dump_json())
         try:
-            launch("tasks.bench.update", ["--request", str(request)], config.nproc)
+            launch("rlep.tasks.bench.update", ["--request", str(request)], config.nproc)
         finally:
             request.unlink(missing_ok=True)
         return json.loads(config.out.read_text())
@@ -319,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rank(config: UpdateBenchConfig) -> int:
     """One process of a launched benchmark: rank 0 measures and writes, the others follow."""
-    from tasks.training.backend_config import BackendConfig
-    from tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
+    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
 
     rank = init_distributed(BackendConfig(nproc=config.nproc, strategy=config.strategy))
     try:

@@ -7,8 +7,8 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from tasks.engines.base import Completion, GenerationEngine
-from tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.engines.base import Completion, GenerationEngine
+from rlep.tasks.engines.config import EngineConfig, SamplingConfig
 
 __all__ = ["Completion", "EngineConfig", "EngineUnavailable", "GenerationEngine", "SamplingConfig", "make_engine", "resolve_backend"]
 
@@ -44,9 +44,9 @@ def make_engine(model: str | Path, config: EngineConfig | None = None) -> Genera
     config = config or EngineConfig()
     backend = resolve_backend(config.backend)
     if backend == "vllm":
-        from tasks.engines.vllm_engine import VLLMEngine
+        from rlep.tasks.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(model, config)
-    from tasks.engines.hf_engine import TransformersEngine
+    from rlep.tasks.engines.hf_engine import TransformersEngine
 
     return TransformersEngine(model, config)

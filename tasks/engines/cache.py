@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from tasks.engines import EngineConfig, GenerationEngine, make_engine
+from rlep.tasks.engines import EngineConfig, GenerationEngine, make_engine
 
 _ENGINES: dict[tuple[str, str], GenerationEngine] = {}
 _LOCK = threading.Lock()

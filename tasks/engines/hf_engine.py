@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.engines.base import Completion
-from tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.engines.base import Completion
+from rlep.tasks.engines.config import EngineConfig, SamplingConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.engines.base import Completion
-from tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.engines.base import Completion
+from rlep.tasks.engines.config import EngineConfig, SamplingConfig
 
 
 def _prepare_environment(config: EngineConfig) -> None:

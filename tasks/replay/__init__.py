@@ -6,15 +6,15 @@ needs from the run (`needs(config)`: a pool, a buffer, the generation's advantag
 The record replay works on is data.rollout's `Rollout` / `Group`.
 """
 
-from tasks.replay.base import ReplayNeeds, ReplayStrategy
-from tasks.replay.config import (
+from rlep.tasks.replay.base import ReplayNeeds, ReplayStrategy
+from rlep.tasks.replay.config import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
     ReplayConfig,
     RLEPReplayConfig,
 )
-from tasks.replay.factory import check_inputs, make_replay, needs, pinned
+from rlep.tasks.replay.factory import check_inputs, make_replay, needs, pinned
 
 __all__ = [
     "FIFOReplayConfig",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from data.rollout import Group, Rollout
+from rlep.data.rollout import Group, Rollout
 
 
 @dataclass(frozen=True)

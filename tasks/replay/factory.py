@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data.pool import resolve_pool_path
-from data.problem import Problem
-from data.rollout import PoolKey
-from tasks.replay.base import ReplayNeeds, ReplayStrategy
-from tasks.replay.pool_source import PoolSource, load_pool
-from tasks.replay.strategies import DESIGNS
+from rlep.data.pool import resolve_pool_path
+from rlep.data.problem import Problem
+from rlep.data.rollout import PoolKey
+from rlep.tasks.replay.base import ReplayNeeds, ReplayStrategy
+from rlep.tasks.replay.pool_source import PoolSource, load_pool
+from rlep.tasks.replay.strategies import DESIGNS
 
 LOW_COVERAGE = 0.2  # below this share of training problems with a pooled answer, training warns
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from data.pool import PoolError, PoolStore, read_pool
-from data.problem import Problem
-from data.rollout import PoolKey, Rollout
+from rlep.data.pool import PoolError, PoolStore, read_pool
+from rlep.data.problem import Problem
+from rlep.data.rollout import PoolKey, Rollout
 
 
 def load_pool(path: Path | None, problems: dict[PoolKey, Problem] | None = None) -> dict[PoolKey, list[Rollout]]:

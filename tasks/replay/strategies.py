@@ -17,10 +17,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from data.rollout import Group, PoolKey, Rollout
-from tasks.replay.base import ReplayNeeds, ReplayStrategy
-from tasks.replay.config import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from tasks.replay.pool_source import PoolSource
+from rlep.data.rollout import Group, PoolKey, Rollout
+from rlep.tasks.replay.base import ReplayNeeds, ReplayStrategy
+from rlep.tasks.replay.config import (
+    FIFOReplayConfig,
+    NoReplayConfig,
+    PrioritizedReplayConfig,
+    RLEPReplayConfig,
+)
+from rlep.tasks.replay.pool_source import PoolSource
 
 
 def _as_replayed(rollout: Rollout) -> Rollout:

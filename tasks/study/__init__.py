@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.study.config import Run, StudyConfig, StudyError, plan, with_models_resolved
-from tasks.study.report import write_study_outputs
-from tasks.study.runs import execute_run, gather
+from rlep.tasks.study.config import Run, StudyConfig, StudyError, plan, with_models_resolved
+from rlep.tasks.study.report import write_study_outputs
+from rlep.tasks.study.runs import execute_run, gather
 
 __all__ = ["Run", "StudyConfig", "StudyError", "execute_run", "gather", "plan", "run_study", "with_models_resolved", "write_study_outputs"]
 

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from data.run_layout import StudyLayout, TrainRunLayout
-from tasks.collect import CollectConfig
-from tasks.evaluate import EvalConfig
-from tasks.rlep_order import RLEPOrder, exploration, rlep_order
-from tasks.runner import RunnerConfig
-from tasks.training.config import TrainConfig
+from rlep.data.run_layout import StudyLayout, TrainRunLayout
+from rlep.tasks.collect import CollectConfig
+from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.rlep_order import RLEPOrder, exploration, rlep_order
+from rlep.tasks.runner import RunnerConfig
+from rlep.tasks.training.config import TrainConfig
 
 
 class StudyError(ValueError):
@@ -100,7 +100,7 @@ class StudyConfig(BaseModel):
 def with_models_resolved(config: StudyConfig, progress: bool = True) -> StudyConfig:
     """`config` with the starting model named by a path: `tiny` is built (or found) once, here, so every run
     of the study starts from the same weights even if the default model's settings change while it runs."""
-    from tasks.models import resolve_model
+    from rlep.tasks.models import resolve_model
 
     train = dict(config.train)
     model = train.get("model", TrainConfig.model_fields["model"].default)

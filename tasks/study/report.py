@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from data.fs import atomic_path, write_parquet_atomic, write_text_atomic
-from tasks.study.config import StudyConfig
-from tasks.study.stats import endpoints, evaluate_claims, summarize
+from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
+from rlep.tasks.study.config import StudyConfig
+from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
 PLOTS = {"step": "accuracy_vs_step.png", "tokens_generated": "accuracy_vs_tokens.png",
          "tokens_charged": "accuracy_vs_charged_tokens.png", "wall_seconds": "accuracy_vs_wall.png"}

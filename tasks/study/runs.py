@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from data.fs import write_text_atomic
-from data.metrics import ALL_SOURCES
-from data.run_layout import CollectRunLayout, TrainRunLayout
-from tasks.runner import limit_threads
-from tasks.study.config import Run
+from rlep.data.fs import write_text_atomic
+from rlep.data.metrics import ALL_SOURCES
+from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
+from rlep.tasks.runner import limit_threads
+from rlep.tasks.study.config import Run
 
 DONE_FILE = "study_run.json"  # written last: a run directory holding it is finished
 
@@ -33,10 +33,10 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
         import shutil
 
         shutil.rmtree(out)
-    from tasks.engines.cache import release_engines
-    from tasks.evaluate import evaluate
-    from tasks.training.checkpoint import latest_checkpoint
-    from tasks.training.trainer import train
+    from rlep.tasks.engines.cache import release_engines
+    from rlep.tasks.evaluate import evaluate
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.trainer import train
 
     trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress)  # tracker + step lines
     record = {"key": run.key, "out": str(out), "final_checkpoint": str(trained.final_checkpoint), "start_weights": start}
@@ -52,7 +52,7 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
 
 def _start_weights(model: str) -> str | None:
     """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
-    from data.fs import weights_hash
+    from rlep.data.fs import weights_hash
 
     return weights_hash(model) if Path(model).is_dir() else None
 
@@ -61,8 +61,8 @@ def _collect(run: Run, results: dict[str, dict], progress: bool) -> dict:
     out = Path(run.config.out)
     explore = results[run.needs[0]]
     if not CollectRunLayout(out).manifest.is_file():  # a killed collection resumes its own shards
-        from tasks.collect import run_collection
-        from tasks.engines.cache import release_engines
+        from rlep.tasks.collect import run_collection
+        from rlep.tasks.engines.cache import release_engines
 
         try:
             run_collection(run.config.model_copy(update={"model": explore["final_checkpoint"]}), progress=progress)
@@ -76,7 +76,7 @@ def run_cost(run: Run) -> dict[str, float]:
     evaluation excluded; a collection's total wall time)."""
     out = Path(run.config.out)
     if run.kind == "collect":
-        from tasks.collect import collection_cost
+        from rlep.tasks.collect import collection_cost
 
         return collection_cost(out)
     metrics = pd.read_parquet(TrainRunLayout(out).metrics, columns=["step", "tokens_generated_total", "time_step"])

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from data.rollout import Group
-from tasks.training.config import LossConfig
+from rlep.data.rollout import Group
+from rlep.tasks.training.config import LossConfig
 
 
 def group_advantages(

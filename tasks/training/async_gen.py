@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from data.problem import Problem, render_prompt
-from tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
-from tasks.runner import module_env
+from rlep.data.problem import Problem, render_prompt
+from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
+from rlep.tasks.runner import module_env
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
 
@@ -108,7 +108,7 @@ class GeneratorProcess:
             env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = generator_gpu_env(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        args = [sys.executable, "-m", "tasks.training.generator_worker", str(theirs.fileno()), str(os.getpid()),
+        args = [sys.executable, "-m", "rlep.tasks.training.generator_worker", str(theirs.fileno()), str(os.getpid()),
                 str(model), str(version), config.model_dump_json(), json.dumps(list(cores))]  # fmt: skip
         self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env)
         theirs.close()

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from tasks.training.backend_config import BackendConfig
-from tasks.training.batch import TrainingBatch
-from tasks.training.checkpoint import CheckpointError
-from tasks.training.config import OptimizerConfig
-from tasks.training.update import policy_update
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.batch import TrainingBatch
+from rlep.tasks.training.checkpoint import CheckpointError
+from rlep.tasks.training.config import OptimizerConfig
+from rlep.tasks.training.update import policy_update
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class PolicySpec:
     def of_run(cls, config, weights: str, base_model: str) -> PolicySpec:
         """A training run's policy (`config`: a TrainConfig): its weights, optimizer and backend, the starting model
         as KL reference when KL is on, on the CPU or the first GPU the generator does not use."""
-        from tasks.training.async_gen import update_device
+        from rlep.tasks.training.async_gen import update_device
 
         device = update_device(config.generator_gpus, torch.cuda.device_count())
         reference = base_model if config.loss.kl_coef > 0 else None
@@ -68,7 +68,7 @@ def make_backend(spec: PolicySpec) -> TrainingBackend:
     """One process (`nproc` 1) or rank 0 of a torch.distributed group already started by torchrun."""
     if spec.backend.nproc == 1:
         return LocalBackend(spec)
-    from tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.distributed import DistributedBackend
 
     return DistributedBackend.lead(spec)
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from data.rollout import Group, Rollout
-from tasks.training.logprobs import pad_sequences
+from rlep.data.rollout import Group, Rollout
+from rlep.tasks.training.logprobs import pad_sequences
 
 
 @dataclass

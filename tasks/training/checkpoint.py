@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from data.fs import atomic_dir
-from data.run_layout import TrainRunLayout
+from rlep.data.fs import atomic_dir
+from rlep.data.run_layout import TrainRunLayout
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 

@@ -8,14 +8,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from data.problem import DEFAULT_PROMPT_TEMPLATE
-from data.prompt_length import PromptLengthConfig
-from data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
-from data.sources import ProblemSourceConfig, default_task
-from tasks.engines import EngineConfig
-from tasks.replay.config import NoReplayConfig, ReplayConfig
-from tasks.training.backend_config import BackendConfig
-from verifiers import RewardConfig, VerifierConfig
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
+from rlep.data.prompt_length import PromptLengthConfig
+from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
+from rlep.data.sources import ProblemSourceConfig, default_task
+from rlep.tasks.engines import EngineConfig
+from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.verifiers import RewardConfig, VerifierConfig
 
 
 class LossConfig(BaseModel):
@@ -158,7 +158,7 @@ class TrainConfig(BaseModel):
     @field_validator("tracker")
     @classmethod
     def _tracker_installed(cls, kind: str) -> str:
-        from tasks.tracking import check_tracker
+        from rlep.tasks.tracking import check_tracker
 
         check_tracker(kind)  # a missing package fails here, before anything runs
         return kind

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tasks.training.backend import (
+from rlep.tasks.training.backend import (
     PolicySpec,
     autocast_bf16,
     build_optimizer,
@@ -41,10 +41,10 @@ from tasks.training.backend import (
     process_rng_state,
     set_process_rng_state,
 )
-from tasks.training.backend_config import BackendConfig
-from tasks.training.batch import TrainingBatch
-from tasks.training.checkpoint import CheckpointError
-from tasks.training.update import policy_update
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.batch import TrainingBatch
+from rlep.tasks.training.checkpoint import CheckpointError
+from rlep.tasks.training.update import policy_update
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
@@ -412,7 +412,7 @@ def stop_serving() -> None:
 
 def launch(module: str, arguments: list[str], nproc: int) -> None:
     """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
-    from tasks.runner import module_env
+    from rlep.tasks.runner import module_env
 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", module, *arguments]  # fmt: skip
@@ -425,10 +425,10 @@ def launch(module: str, arguments: list[str], nproc: int) -> None:
 
 def train_distributed(config, resume: bool = False):
     """`tasks.training.trainer.train` on `config.backend.nproc` processes; returns rank 0's TrainResult."""
-    from data.fs import write_text_atomic
-    from data.run_layout import TrainRunLayout
-    from tasks.training.checkpoint import latest_checkpoint
-    from tasks.training.trainer import TrainResult
+    from rlep.data.fs import write_text_atomic
+    from rlep.data.run_layout import TrainRunLayout
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.trainer import TrainResult
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -437,7 +437,7 @@ def train_distributed(config, resume: bool = False):
     )  # what every rank reads; the run's own config.json is rank 0's to write
     write_text_atomic(request, config.model_dump_json(indent=2))
     launch(
-        "tasks.training.distributed",
+        "rlep.tasks.training.distributed",
         ["--config", str(request), *(["--resume"] if resume else [])],
         config.backend.nproc,
     )
@@ -451,13 +451,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.training.config import TrainConfig
 
     config = TrainConfig.model_validate_json(args.config.read_text())
     rank = init_distributed(config.backend)
     try:
         if rank == 0:
-            from tasks.training.trainer import train
+            from rlep.tasks.training.trainer import train
 
             try:
                 train(config, resume=args.resume, progress=True)
@@ -475,6 +475,6 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     # Through the imported module: `python -m` runs this file a second time as __main__, and the process group
     # state set up here would not be the one the trainer's backend (which imports this module) reads.
-    from tasks.training import distributed
+    from rlep.tasks.training import distributed
 
     distributed.main()

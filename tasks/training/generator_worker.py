@@ -47,7 +47,7 @@ def _watch_parent(parent: int) -> None:
 def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> None:
     import torch
 
-    from tasks.engines import EngineConfig, SamplingConfig, make_engine
+    from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
 
     engine = make_engine(model, EngineConfig.model_validate(engine_settings))
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)

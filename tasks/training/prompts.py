@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from data.problem import Problem, render_prompt
-from data.prompt_length import fitting_problems
+from rlep.data.problem import Problem, render_prompt
+from rlep.data.prompt_length import fitting_problems
 
 
 def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None) -> list[Problem]:

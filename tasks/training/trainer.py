@@ -41,28 +41,33 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from data.fs import append_rows, write_parquet_atomic, write_text_atomic
-from data.problem import Problem, render_prompt
-from data.prompting import chat_tokenizer
-from data.rollout import Group, Rollout
-from data.run_layout import TrainRunLayout
-from data.sources import load_problems
-from data.trajectory import to_table
-from tasks.engines import GenerationEngine, SamplingConfig, make_engine
-from tasks.engines.vllm_engine import engine_for_weights
-from tasks.evaluate import evaluate_with_engine
-from tasks.models import resolve_model
-from tasks.progress import progress_bar
-from tasks.replay import make_replay, pinned
-from tasks.training.advantages import fill_advantages
-from tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
-from tasks.training.backend import PolicySpec, make_backend, seed_process
-from tasks.training.batch import build_batch, group_ids
-from tasks.training.checkpoint import CheckpointError, latest_checkpoint, load_trainer_state, save_checkpoint
-from tasks.training.config import TrainConfig
-from tasks.training.losses import overlong_penalty
-from tasks.training.prompts import PromptSampler, fitting
-from verifiers import rewards, verify_batch
+from rlep.data.fs import append_rows, write_parquet_atomic, write_text_atomic
+from rlep.data.problem import Problem, render_prompt
+from rlep.data.prompting import chat_tokenizer
+from rlep.data.rollout import Group, Rollout
+from rlep.data.run_layout import TrainRunLayout
+from rlep.data.sources import load_problems
+from rlep.data.trajectory import to_table
+from rlep.tasks.engines import GenerationEngine, SamplingConfig, make_engine
+from rlep.tasks.engines.vllm_engine import engine_for_weights
+from rlep.tasks.evaluate import evaluate_with_engine
+from rlep.tasks.models import resolve_model
+from rlep.tasks.progress import progress_bar
+from rlep.tasks.replay import make_replay, pinned
+from rlep.tasks.training.advantages import fill_advantages
+from rlep.tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
+from rlep.tasks.training.backend import PolicySpec, make_backend, seed_process
+from rlep.tasks.training.batch import build_batch, group_ids
+from rlep.tasks.training.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+)
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.losses import overlong_penalty
+from rlep.tasks.training.prompts import PromptSampler, fitting
+from rlep.verifiers import rewards, verify_batch
 
 PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
 
@@ -383,11 +388,11 @@ def train(
     """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png. With `backend.nproc` > 1
     it launches torchrun, whose rank 0 comes back here (`on_step` is not called then; docs/distributed.md)."""
     if config.backend.nproc > 1 and not torch.distributed.is_initialized():
-        from tasks.training.distributed import train_distributed
+        from rlep.tasks.training.distributed import train_distributed
 
         return train_distributed(config, resume)
-    from tasks.plots import plot_learning_curves
-    from tasks.tracking import step_report
+    from rlep.tasks.plots import plot_learning_curves
+    from rlep.tasks.tracking import step_report
 
     trainer = Trainer(config, resume=resume, progress=progress)
     try:  # every run writes its tracker (`tracker`) and a log line per step, whoever started it

@@ -9,10 +9,10 @@ from typing import Protocol
 
 import torch
 
-from tasks.training.batch import TrainingBatch, mini_batches
-from tasks.training.config import LossConfig
-from tasks.training.logprobs import token_logprobs
-from tasks.training.losses import (
+from rlep.tasks.training.batch import TrainingBatch, mini_batches
+from rlep.tasks.training.config import LossConfig
+from rlep.tasks.training.logprobs import token_logprobs
+from rlep.tasks.training.losses import (
     aggregate,
     asymre_loss,
     clipped_policy_loss,

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from data.fs import atomic_dir
+from rlep.data.fs import atomic_dir
 
 
 def test_a_dead_writers_temporary_directory_is_removed_and_a_live_ones_kept(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from data.gold_answers import difficulty_level, gsm8k_final_answer, last_boxed_answer
+from rlep.data.gold_answers import difficulty_level, gsm8k_final_answer, last_boxed_answer
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,11 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from data.inspect import k_values, render, summarize
-from data.pool import build_pool
-from data.problem import Problem
-from data.store import ExperienceStore
-from data.trajectory import trajectory_row
+from rlep.data.inspect import k_values, render, summarize
+from rlep.data.pool import build_pool
+from rlep.data.problem import Problem
+from rlep.data.store import ExperienceStore
+from rlep.data.trajectory import trajectory_row
 
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 # problem id, data source, correctness of each sample (n = 4, 4, 4, 8; c = 1, 4, 0, 2)

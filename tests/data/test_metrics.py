@@ -2,7 +2,7 @@ from math import comb
 
 import pytest
 
-from data.metrics import majority_correct, pass_at_k
+from rlep.data.metrics import majority_correct, pass_at_k
 
 
 @pytest.mark.parametrize("n, c, k", [(8, 0, 1), (8, 1, 1), (8, 3, 2), (10, 5, 5), (4, 4, 4), (16, 2, 8)])

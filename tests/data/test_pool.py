@@ -3,11 +3,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from data.fs import write_parquet_atomic
-from data.pool import PoolError, PoolStore, describe_versions, read_pool, resolve_pool_file
-from data.problem import Problem
-from data.trajectory import to_table, trajectory_row
-from flows.cli import main
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.pool import PoolError, PoolStore, describe_versions, read_pool, resolve_pool_file
+from rlep.data.problem import Problem
+from rlep.data.trajectory import to_table, trajectory_row
+from rlep.flows.cli import main
 
 
 def _pool(path, answers):

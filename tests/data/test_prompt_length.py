@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from data.prompt_length import PromptLengthConfig, PromptTooLongError, check_prompt_lengths
+from rlep.data.prompt_length import PromptLengthConfig, PromptTooLongError, check_prompt_lengths
 
 
 def test_prompts_that_fit_pass():
@@ -24,7 +24,7 @@ def test_an_overlong_prompt_is_one_line_naming_the_longest():
 
 
 def test_filter_leaves_overlong_prompts_out_and_reports_them(caplog):
-    with caplog.at_level(logging.WARNING, logger="data.prompt_length"):
+    with caplog.at_level(logging.WARNING, logger="rlep.data.prompt_length"):
         check = check_prompt_lengths([10, 300, 233, 5], max_model_len=256, max_new_tokens=24, overlong="filter")
     assert (check.kept, check.dropped) == ((0, 3), (1, 2))
     assert check.summary() == "left out 2 of 4 prompts longer than 232 tokens"
@@ -48,10 +48,10 @@ def test_config_choices():
 
 
 def test_fitting_problems_counts_with_the_model_tokenizer():
-    from data.problem import Problem, render_prompt
-    from data.prompt_length import fitting_problems, prompt_token_counts
-    from data.sources import ProblemSourceError
-    from data.tokenizer import build_tokenizer
+    from rlep.data.problem import Problem, render_prompt
+    from rlep.data.prompt_length import fitting_problems, prompt_token_counts
+    from rlep.data.sources import ProblemSourceError
+    from rlep.data.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()  # the tiny model's: one token per character, no BOS added
     problems = [Problem(id=f"p{n}", problem="1+" * n + "1", answer=str(n + 1), data_source="s") for n in (1, 20, 40)]

@@ -4,9 +4,9 @@ template (generation prompt added) for one with it, and the `chat_template` sett
 import pytest
 from transformers import AutoTokenizer
 
-from data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from data.prompting import PromptError, chat_tokenizer, has_chat_template
-from data.tiny_math import generate
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from rlep.data.prompting import PromptError, chat_tokenizer, has_chat_template
+from rlep.data.tiny_math import generate
 
 PROBLEM = Problem(id="1", problem="What is 2+3?", answer="5", data_source="s")
 

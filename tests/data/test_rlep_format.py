@@ -6,11 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.pool import build_pool
-from data.problem import Problem
-from data.rlep_format import IMPORT_DEFAULTS, RLEP_SCHEMA, export_pool, import_pool
-from data.store import ExperienceStore, StoreError
-from data.trajectory import TRAJECTORY_SCHEMA, trajectory_row
+from rlep.data.pool import build_pool
+from rlep.data.problem import Problem
+from rlep.data.rlep_format import IMPORT_DEFAULTS, RLEP_SCHEMA, export_pool, import_pool
+from rlep.data.store import ExperienceStore, StoreError
+from rlep.data.trajectory import TRAJECTORY_SCHEMA, trajectory_row
 
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 # problem id -> (level, [(correct, response), ...]); q0 has no correct answer and stays out of the pool
@@ -212,7 +212,7 @@ def _math_replica(tmp_path):
 
 def _pool_of(tmp_path, problems, answers):
     """A collection's pool over `problems`: `answers[i]` are problem i's correct-judged responses."""
-    from data.problem import render_prompt
+    from rlep.data.problem import render_prompt
 
     store = ExperienceStore(tmp_path / "run", run_id="run-v").prepare()
     rows = [
@@ -234,7 +234,7 @@ def _read_back_like_verl(datasets, *files):
 
 @pytest.mark.parametrize("replica, scorer", [(_gsm8k_replica, "lighteval/MATH"), (_math_replica, None)])
 def test_a_verl_file_read_exported_into_and_read_back_as_verl_reads_it(tmp_path, replica, scorer):
-    from data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.sources import ProblemSourceConfig, load_problems
 
     train = replica(tmp_path)
     datasets = _hf(tmp_path)
@@ -284,7 +284,7 @@ def test_an_rlep_pool_file_imports_onto_problems_that_share_only_the_text(tmp_pa
     local = tmp_path / "local.jsonl"
     local.write_text("".join(json.dumps({"prompt": instruction.format(q), "solution": s}) + "\n"
                              for q, s in zip(questions[::-1], ["\\boxed{4}", "\\boxed{10}", "\\boxed{34}"])))  # fmt: skip
-    from data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.sources import ProblemSourceConfig, load_problems
 
     problems = load_problems(ProblemSourceConfig(source=str(local), problem_column="prompt", answer_column="solution", answer_format="boxed"))
     report = import_pool(released, tmp_path / "pool", problems=problems)

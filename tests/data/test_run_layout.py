@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from data.run_layout import (
+from rlep.data.run_layout import (
     POOL_FILE,
     CollectRunLayout,
     EvalRunLayout,
@@ -44,10 +44,10 @@ def test_step_checkpoints_sorted_by_step_not_by_name(tmp_path):
 
 
 def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the_layout(tmp_path):
-    from data.pool import PoolStore, build_pool
-    from data.problem import Problem
-    from data.store import ExperienceStore
-    from data.trajectory import trajectory_row
+    from rlep.data.pool import PoolStore, build_pool
+    from rlep.data.problem import Problem
+    from rlep.data.store import ExperienceStore
+    from rlep.data.trajectory import trajectory_row
 
     store = ExperienceStore(tmp_path / "run", run_id="run").prepare()
     layout = CollectRunLayout(tmp_path / "run")
@@ -70,7 +70,7 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
 
 
 def test_pipeline_and_study_directories(tmp_path):
-    from tasks.pipeline import PipelineConfig
+    from rlep.tasks.pipeline import PipelineConfig
 
     pipeline = PipelineLayout(tmp_path)
     config = PipelineConfig(out=tmp_path)

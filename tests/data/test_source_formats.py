@@ -21,7 +21,13 @@ from source_replicas import (
     write_verl_math,
 )
 
-from data.sources import ProblemSourceConfig, ProblemSourceError, load_problems, load_source, write_problems
+from rlep.data.sources import (
+    ProblemSourceConfig,
+    ProblemSourceError,
+    load_problems,
+    load_source,
+    write_problems,
+)
 
 
 def _config(source, **kwargs):
@@ -166,7 +172,7 @@ def test_deepscaler_empty_answers(tmp_path, caplog):
     path = write_deepscaler(tmp_path / "deepscaler.json")
     with pytest.raises(ProblemSourceError, match=r"row 1: empty answer in column 'answer'"):
         load_problems(_config(path))
-    with caplog.at_level("WARNING", logger="data.sources"):
+    with caplog.at_level("WARNING", logger="rlep.data.sources"):
         loaded = load_source(_config(path, invalid_rows="skip", limit=1))
     assert [p.answer for p in loaded.problems] == ["13"] and loaded.skipped == {"empty answer": 1}
     assert "skipped 1 without a usable problem or answer (empty answer: 1)" in caplog.text

@@ -4,7 +4,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.sources import ProblemSourceConfig, ProblemSourceError, default_task, load_problems, write_problems
+from rlep.data.sources import (
+    ProblemSourceConfig,
+    ProblemSourceError,
+    default_task,
+    load_problems,
+    write_problems,
+)
 
 
 def _load(source, **kwargs):
@@ -188,7 +194,7 @@ def test_settings_of_other_sources_are_refused():
 def test_the_cli_exposes_the_source_settings(tmp_path):
     import argparse
 
-    from flows.options import ConfigError, add_model_flags, build_config, flag_overrides
+    from rlep.flows.options import ConfigError, add_model_flags, build_config, flag_overrides
 
     parser = argparse.ArgumentParser()
     add_model_flags(parser, ProblemSourceConfig)

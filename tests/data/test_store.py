@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
-from data.pool import build_pool, read_pool
-from data.problem import Problem
-from data.store import ExperienceStore, StoreError, ensure_writable
-from data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table, trajectory_row
+from rlep.data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
+from rlep.data.pool import build_pool, read_pool
+from rlep.data.problem import Problem
+from rlep.data.store import ExperienceStore, StoreError, ensure_writable
+from rlep.data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table, trajectory_row
 
 REPO = Path(__file__).resolve().parents[2]
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
@@ -208,7 +208,7 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
 
 
 def test_package_versions_are_null_when_missing(monkeypatch):
-    import data.fs as store_module
+    import rlep.data.fs as store_module
 
     monkeypatch.setitem(store_module.TRACKED_PACKAGES, "not-a-package", ("rlep-no-such-distribution",))
     versions = package_versions()
@@ -268,9 +268,9 @@ def test_files_load_with_pandas_and_datasets(tmp_path, monkeypatch):
 WRITER = r"""
 import os, signal, sys, time
 from datetime import datetime, timezone
-from data.problem import Problem
-from data.store import ExperienceStore
-from data.trajectory import trajectory_row
+from rlep.data.problem import Problem
+from rlep.data.store import ExperienceStore
+from rlep.data.trajectory import trajectory_row
 
 root, run_id, shards, sleep, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 store = ExperienceStore(root, run_id).prepare()

@@ -2,8 +2,8 @@ from fractions import Fraction
 
 import pytest
 
-from data import tiny_math
-from data.problem import DEFAULT_PROMPT_TEMPLATE, render_prompt
+from rlep.data import tiny_math
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, render_prompt
 
 
 def _value(expression: str) -> Fraction:

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from data.tiny_math import FAMILIES, LEVELS, generate
-from data.tiny_math_worked import evaluate, step_errors, styles_for, worked_solution
+from rlep.data.tiny_math import FAMILIES, LEVELS, generate
+from rlep.data.tiny_math_worked import evaluate, step_errors, styles_for, worked_solution
 
 CELLS = [(family, level) for family in FAMILIES for level in LEVELS]
 

@@ -19,12 +19,12 @@ import torch
 from pydantic import ValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import data.tiny_model as tiny_model
-import data.tiny_model.build as tiny_build
-import data.tiny_model.evaluate as tiny_evaluate
-from data.problem import render_prompt
-from data.tiny_math import answer_forms, generate
-from data.tiny_model import (
+import rlep.data.tiny_model as tiny_model
+import rlep.data.tiny_model.build as tiny_build
+import rlep.data.tiny_model.evaluate as tiny_evaluate
+from rlep.data.problem import render_prompt
+from rlep.data.tiny_math import answer_forms, generate
+from rlep.data.tiny_model import (
     MODEL_FILES,
     TinyModelConfig,
     build_tiny_model,
@@ -35,8 +35,8 @@ from data.tiny_model import (
     supervised_train,
     target_text,
 )
-from data.tiny_model.evaluate import greedy_accuracy
-from data.tokenizer import build_tokenizer
+from rlep.data.tiny_model.evaluate import greedy_accuracy
+from rlep.data.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 

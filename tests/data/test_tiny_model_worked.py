@@ -9,13 +9,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from data.problem import render_prompt
-from data.tiny_math import generate
-from data.tiny_math_worked import step_errors
-from data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info, training_stream
-from data.tiny_model.config import WORKED_MAX_NEW_TOKENS
-from data.tokenizer import build_tokenizer
-from verifiers import verify_batch
+from rlep.data.problem import render_prompt
+from rlep.data.tiny_math import generate
+from rlep.data.tiny_math_worked import step_errors
+from rlep.data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info, training_stream
+from rlep.data.tiny_model.config import WORKED_MAX_NEW_TOKENS
+from rlep.data.tokenizer import build_tokenizer
+from rlep.verifiers import verify_batch
 
 # Single-digit addition, 40 problems trained, 50 held out for the checks: stops at the first check at or
 # above 0.2 (about step 250 of 300 on a 2-core CPU, ~15 s); band 0.1-0.5.
@@ -52,8 +52,8 @@ def test_worked_config_gets_a_longer_answer_budget_and_its_own_cache():
     assert TinyModelConfig(solutions="worked", eval_max_new_tokens=64).answer_tokens == 64
     assert TinyModelConfig().answer_tokens == 32
     # as `rlep tiny-model --solutions worked` builds it (flags merged onto the defaults)
-    from flows.cli import build_parser
-    from flows.options import build_config, flag_overrides
+    from rlep.flows.cli import build_parser
+    from rlep.flows.options import build_config, flag_overrides
 
     args = build_parser().parse_args(["tiny-model", "--solutions", "worked"])
     config = build_config(TinyModelConfig, None, flag_overrides(args))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from data.problem import render_prompt
-from data.tiny_math import answer_forms, generate
-from data.tokenizer import CHARACTERS, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, build_tokenizer, save_tokenizer
+from rlep.data.problem import render_prompt
+from rlep.data.tiny_math import answer_forms, generate
+from rlep.data.tokenizer import CHARACTERS, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, build_tokenizer, save_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-import data.trajectory as trajectory
-from data.problem import Problem
-from data.trajectory import (
+import rlep.data.trajectory as trajectory
+from rlep.data.problem import Problem
+from rlep.data.trajectory import (
     COLUMNS,
     TRAJECTORY_SCHEMA,
     as_trajectory_table,
@@ -18,7 +18,7 @@ from data.trajectory import (
     to_table,
     trajectory_row,
 )
-from tasks.engines.base import Completion
+from rlep.tasks.engines.base import Completion
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEM = Problem(id="p7", problem="What is 1/2 + 1/4?", answer="3/4", data_source="tiny-math/frac", level=2)
@@ -142,7 +142,7 @@ def test_rows_share_one_timestamp_when_none_is_given():
 
 
 def test_real_verdict_class_fits():
-    verdict_module = pytest.importorskip("verifiers.verdict")
+    verdict_module = pytest.importorskip("rlep.verifiers.verdict")
     verdict = verdict_module.Verdict(correct=True, extracted="3/4", reason="equal", seconds=0.5)
     (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], [verdict], [1.0], run_id="r", policy_version=0,
                               model="m", sampling={}, created_at=WHEN)
@@ -195,7 +195,7 @@ def test_data_package_imports_nothing_above_it():
 def test_files_written_before_the_origin_column_read_as_fresh(tmp_path):
     import pyarrow.parquet as pq
 
-    from data.store import read_trajectory_files
+    from rlep.data.store import read_trajectory_files
 
     problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
     row = trajectory.trajectory_row(problem, "Q: 1+1", response="2", response_token_ids=[5], behaviour_logprobs=[-0.5],
@@ -211,7 +211,7 @@ def test_files_written_before_the_origin_column_read_as_fresh(tmp_path):
 
 
 def test_rollout_row_round_trip_keeps_every_field():
-    from data.rollout import Rollout
+    from rlep.data.rollout import Rollout
 
     problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
     rollout = Rollout(problem_id="p1", data_source="tiny-math/add", prompt="Q: 1+1", gold_answer="2", response="2",

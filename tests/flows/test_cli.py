@@ -7,11 +7,11 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from flows.cli import main
+from rlep.flows.cli import main
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "rlep.flows.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_help_lists_the_subcommands():
@@ -21,7 +21,7 @@ def test_help_lists_the_subcommands():
 
 
 def test_building_the_cli_imports_no_heavy_library():
-    code = "import sys, flows.cli; flows.cli.build_parser(); print(sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy') if m in sys.modules))"
+    code = "import sys, rlep.flows.cli as cli; cli.build_parser(); print(sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy') if m in sys.modules))"
     assert _run_code(code) == "[]"
 
 
@@ -90,8 +90,8 @@ def test_show_config_round_trips(tmp_path, capsys):
     path = tmp_path / "train.yaml"
     path.write_text(capsys.readouterr().out)
     assert main(["show-config", "pipeline"]) == 0
-    from flows.options import build_config
-    from tasks.training.config import TrainConfig
+    from rlep.flows.options import build_config
+    from rlep.tasks.training.config import TrainConfig
 
     assert build_config(TrainConfig, path) == TrainConfig()
 
@@ -104,7 +104,7 @@ def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
 
 
 def test_help_shows_the_defaults_that_apply_for_every_command():
-    from flows.cli import _config_commands, build_parser
+    from rlep.flows.cli import _config_commands, build_parser
 
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
     checked = 0
@@ -137,7 +137,7 @@ def test_a_run_shows_our_lines_and_keeps_library_output_in_its_log(fixture_model
     # --verbose shows the libraries' output again (here the weight-loading bar the quiet run switched off; an
     # in-process quiet run earlier in this session may have set the switch in our own environment).
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
-    loud = subprocess.run([sys.executable, "-m", "flows.cli", "--verbose", "collect", "--no-prefect", "--model", fixture_model,
+    loud = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "--verbose", "collect", "--no-prefect", "--model", fixture_model,
                            "--engine", "transformers", "--limit", "6", "--samples-per-prompt", "2", "--min-correct", "1",
                            "--shard-size", "3", "--max-tokens", "8", "--out", str(tmp_path / "loud")],
                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip

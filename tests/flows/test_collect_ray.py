@@ -7,10 +7,10 @@ import os
 import pandas as pd
 import pytest
 
-from data.store import read_trajectory_files
-from tasks.collect import CollectConfig, run_collection
-from tasks.engines.cache import release_engines
-from tasks.runner import RunnerConfig
+from rlep.data.store import read_trajectory_files
+from rlep.tasks.collect import CollectConfig, run_collection
+from rlep.tasks.engines.cache import release_engines
+from rlep.tasks.runner import RunnerConfig
 
 
 def _config(model, out):
@@ -30,7 +30,7 @@ def _rows(out):
 def test_shards_on_a_local_ray_match_a_collection_in_one_process(fixture_model, tmp_path):
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.collect import collect_flow
+    from rlep.flows.collect import collect_flow
 
     with prefect_test_harness(server_startup_timeout=120):
         result = collect_flow(_config(fixture_model, tmp_path / "ray"), RunnerConfig(kind="ray", max_parallel=2))

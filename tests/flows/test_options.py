@@ -6,7 +6,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.options import ConfigError, add_model_flags, build_config, dump_yaml, flag_overrides
+from rlep.flows.options import ConfigError, add_model_flags, build_config, dump_yaml, flag_overrides
 
 
 class Inner(BaseModel):
@@ -109,7 +109,7 @@ def test_none_switches_an_optional_setting_off():
 
 
 def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
-    from tasks.pipeline import PipelineConfig
+    from rlep.tasks.pipeline import PipelineConfig
 
     assert build_config(PipelineConfig, None, {"train.replay.kind": "fifo"}).train.replay.kind == "fifo"
     path = tmp_path / "p.yaml"
@@ -124,7 +124,7 @@ def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
 
 
 def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
-    from tasks.collect import CollectConfig
+    from rlep.tasks.collect import CollectConfig
 
     path = tmp_path / "collect.yaml"
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
@@ -140,7 +140,7 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
 def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     # `rlep show-config` output and a run's saved train_config.json (`--resume`) hold every field, defaults
     # included; those are not the user's choices, so settings that apply to another kind of source are not refused.
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.training.config import TrainConfig
 
     path = tmp_path / "train.json"
     path.write_text(TrainConfig().model_dump_json())

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from data.run_layout import TrainRunLayout
-from tasks.pipeline import PipelineConfig
+from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.pipeline import PipelineConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
 HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "test", "limit": 6}
@@ -31,7 +31,7 @@ def _config(model, out, replay, **extra):
 def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, gold_answers, monkeypatch):
     from prefect.client.orchestration import get_client
 
-    from flows.pipeline import pipeline_flow
+    from rlep.flows.pipeline import pipeline_flow
 
     # The fixture model gets nothing right: two right answers per problem, so the demo's pool rule (at least
     # 2 correct of the samples) keeps every problem; the third sample is the model's own.

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from flows.options import build_config
-from tasks.pipeline import PipelineConfig
+from rlep.flows.options import build_config
+from rlep.tasks.pipeline import PipelineConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

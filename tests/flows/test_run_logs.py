@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from data.run_layout import TrainRunLayout
-from tasks.training.config import TrainConfig
+from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(steps=2, prompts_per_step=2, samples_per_prompt=3, max_tokens=10, eval_every=1, save_every=0,
@@ -39,7 +39,7 @@ def _step_lines(logs) -> list[str]:
 
 @pytest.mark.slow
 def test_a_train_flow_logs_its_steps_to_its_run_and_writes_the_tracker(prefect_server, fixture_model, tmp_path):
-    from flows.train import train_flow
+    from rlep.flows.train import train_flow
 
     config = TrainConfig.model_validate({**SETTINGS, "model": fixture_model, "out": str(tmp_path / "run"), "tracker": "tensorboard"})
     state = train_flow(config, return_state=True)
@@ -65,7 +65,7 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
     flags = ["--model", fixture_model, "--out", str(out), "--steps", "2", "--prompts-per-step", "2", "--samples-per-prompt", "3",
              "--max-tokens", "10", "--eval-every", "1", "--save-every", "0", "--engine", "transformers", "--problems-limit", "6", "--problems-families", "decimal",
              "--eval-problems-limit", "4", "--tracker", "tensorboard"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "train", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "train", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     with get_client(sync_client=True) as client:
         (run,) = [r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(out)]
@@ -81,8 +81,8 @@ def test_a_study_run_on_a_ray_worker_logs_its_steps_to_its_task_run(prefect_serv
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
 
-    from flows.study import study_flow
-    from tasks.study import StudyConfig
+    from rlep.flows.study import study_flow
+    from rlep.tasks.study import StudyConfig
 
     out = tmp_path / "study"
     train = {**SETTINGS, "model": fixture_model, "tracker": "tensorboard"}

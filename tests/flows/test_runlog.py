@@ -6,7 +6,7 @@ import sys
 
 NOISY_RUN = r"""
 import os, subprocess, sys, warnings
-from flows.runlog import run_log
+from rlep.flows.runlog import run_log
 run_dir = sys.argv[1]
 with run_log(run_dir):
     os.makedirs(run_dir, exist_ok=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.study import StudyConfig, plan
+from rlep.tasks.study import StudyConfig, plan
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "flows" / "configs").glob("study-*.yaml"))
 

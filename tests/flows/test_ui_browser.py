@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flows import server
+from rlep.flows import server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -50,7 +50,7 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
     shots = Path(os.environ.get("RLEP_SCREENSHOT_DIR", "runs/ui-screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     env = server.server_env(HOST, port, home)
-    serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--pool-store", str(tmp_path / "pools")],
+    serve = subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "serve", "--pool-store", str(tmp_path / "pools")],
                              env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
                              start_new_session=True)  # fmt: skip
     try:

@@ -12,12 +12,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from data.pool import build_pool
-from data.store import ExperienceStore, StoreError
-from data.trajectory import COLUMNS, ROW_KEY
-from tasks.collect import CollectConfig, run_collection
-from tasks.engines.cache import release_engines
-from verifiers import verify_batch
+from rlep.data.pool import build_pool
+from rlep.data.store import ExperienceStore, StoreError
+from rlep.data.trajectory import COLUMNS, ROW_KEY
+from rlep.tasks.collect import CollectConfig, run_collection
+from rlep.tasks.engines.cache import release_engines
+from rlep.verifiers import verify_batch
 
 REQUIRED = ["run_id", "problem_id", "data_source", "prompt", "response", "response_token_ids", "behaviour_logprobs",
             "extracted_answer", "gold_answer", "correct", "verdict_reason", "reward", "policy_version", "model",
@@ -158,7 +158,7 @@ def test_rerun_reuses_shards_only_of_the_same_collection(collected, fixture_mode
 
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", *args], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
 
 
@@ -197,7 +197,7 @@ def test_cli_bad_input_exit_code_and_nothing_written(tmp_path):
 
 
 def test_missing_model_leaves_no_directory(tmp_path):
-    from tasks.models import ModelNotFound
+    from rlep.tasks.models import ModelNotFound
 
     with pytest.raises(ModelNotFound):
         run_collection(_config(str(tmp_path / "no-such-model"), tmp_path / "out"), progress=False)
@@ -227,7 +227,7 @@ def test_a_second_collection_into_one_directory_refuses_and_a_stale_lock_is_take
 def test_a_truncated_part_is_named_by_resume_and_inspect(collected, fixture_model, tmp_path, capsys):
     import shutil
 
-    from flows.cli import main
+    from rlep.flows.cli import main
 
     out = tmp_path / "run-a"  # the same run id as the original
     shutil.copytree(collected[0], out)
@@ -249,9 +249,9 @@ def test_a_truncated_part_is_named_by_resume_and_inspect(collected, fixture_mode
 def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture_model, tmp_path, monkeypatch):
     import errno
 
-    import data.fs
+    import rlep.data.fs as fs_module
 
-    real_write = data.fs.pq.write_table
+    real_write = fs_module.pq.write_table
 
     def disk_full(table, where, *args, **kwargs):  # fails inside the writer, after some bytes are out
         if "part-00001" in str(where) and "trajectories" in str(where):
@@ -261,12 +261,12 @@ def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture
         return real_write(table, where, *args, **kwargs)
 
     out = tmp_path / "run-a"
-    monkeypatch.setattr(data.fs.pq, "write_table", disk_full)
+    monkeypatch.setattr(fs_module.pq, "write_table", disk_full)
     try:
         with pytest.raises(StoreError, match=r"part-00001.parquet: not written \(No space left on device\); nothing partial"):
             run_collection(_config(fixture_model, out), progress=False)
         assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["part-00000.parquet"]
-        monkeypatch.setattr(data.fs.pq, "write_table", real_write)
+        monkeypatch.setattr(fs_module.pq, "write_table", real_write)
         again = run_collection(_config(fixture_model, out), progress=False)
     finally:
         release_engines()
@@ -277,9 +277,9 @@ def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture
 def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat_model, fixture_model, tmp_path):
     from transformers import AutoTokenizer
 
-    from data.problem import render_prompt
-    from data.prompting import PromptError
-    from data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.problem import render_prompt
+    from rlep.data.prompting import PromptError
+    from rlep.data.sources import ProblemSourceConfig, load_problems
 
     tokenizer = AutoTokenizer.from_pretrained(chat_model)
     problems = load_problems(ProblemSourceConfig(source="tiny-math", split="train", limit=3))
@@ -304,10 +304,10 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
 def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fixture_model, tmp_path):
     from transformers import AutoTokenizer
 
-    from data.problem import render_prompt
-    from data.prompt_length import PromptTooLongError
-    from data.sources import load_problems
-    from tasks.collect import plan_shards, preflight
+    from rlep.data.problem import render_prompt
+    from rlep.data.prompt_length import PromptTooLongError
+    from rlep.data.sources import load_problems
+    from rlep.tasks.collect import plan_shards, preflight
 
     config = _config(fixture_model, tmp_path / "refused")
     tokenizer = AutoTokenizer.from_pretrained(fixture_model)

@@ -4,10 +4,10 @@ that every metric has a known, non-zero value (a stub engine returns them; the v
 import pyarrow.parquet as pq
 import pytest
 
-from data.problem import Problem, render_prompt
-from tasks.engines.base import Completion
-from tasks.engines.config import SamplingConfig
-from tasks.evaluate import evaluate_with_engine, write_eval
+from rlep.data.problem import Problem, render_prompt
+from rlep.tasks.engines.base import Completion
+from rlep.tasks.engines.config import SamplingConfig
+from rlep.tasks.evaluate import evaluate_with_engine, write_eval
 
 # Per problem: its gold answer, its data source and the K = 4 answers the engine gives.
 ANSWERS = {
@@ -75,7 +75,7 @@ def test_written_tables_hold_the_same_values(result, tmp_path):
 
 
 def test_evaluation_renders_prompts_with_the_chat_template_it_is_given(chat_model):
-    from data.prompting import chat_tokenizer
+    from rlep.data.prompting import chat_tokenizer
 
     chat = chat_tokenizer(chat_model, "auto")
     problems = [Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source) for pid, (gold, source, _) in ANSWERS.items()]
@@ -88,11 +88,11 @@ def test_evaluation_renders_prompts_with_the_chat_template_it_is_given(chat_mode
 
 
 def test_eval_refuses_chat_template_on_for_a_model_without_one_before_starting_an_engine(fixture_model, monkeypatch):
-    import tasks.evaluate
-    from data.prompting import PromptError
-    from tasks.evaluate import EvalConfig, evaluate
+    import rlep.tasks.evaluate as evaluate_module
+    from rlep.data.prompting import PromptError
+    from rlep.tasks.evaluate import EvalConfig, evaluate
 
-    monkeypatch.setattr(tasks.evaluate, "make_engine", lambda *a, **k: pytest.fail("engine started"))
+    monkeypatch.setattr(evaluate_module, "make_engine", lambda *a, **k: pytest.fail("engine started"))
     with pytest.raises(PromptError, match="has no chat template"):
         evaluate(EvalConfig(model=fixture_model, chat_template="on"), progress=False)
     with pytest.raises(ValueError, match="chat_template"):

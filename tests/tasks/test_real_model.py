@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import tasks.real_model as real_model
-from flows.cli import main
-from tasks.models import REAL_MODEL_NAMES, ModelNotFound, resolve_model
-from tasks.real_model import (
+import rlep.tasks.real_model as real_model
+from rlep.flows.cli import main
+from rlep.tasks.models import REAL_MODEL_NAMES, ModelNotFound, resolve_model
+from rlep.tasks.real_model import (
     SMOLLM2,
     RealModelUnavailable,
     convert_gguf,

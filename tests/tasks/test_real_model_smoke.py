@@ -5,7 +5,7 @@ synced into the engine. Skips with its reason where the model is not in the cach
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.real_model import SMOLLM2, is_converted, model_dir
+from rlep.tasks.real_model import SMOLLM2, is_converted, model_dir
 
 SMOL = model_dir(SMOLLM2)
 pytestmark = [
@@ -18,10 +18,10 @@ ENGINE = {"backend": "vllm", "dtype": "float32", "max_model_len": 192, "max_num_
 
 
 def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_path):
-    from tasks.collect import CollectConfig, run_collection
-    from tasks.engines.cache import release_engines
-    from tasks.training.config import TrainConfig
-    from tasks.training.trainer import train
+    from rlep.tasks.collect import CollectConfig, run_collection
+    from rlep.tasks.engines.cache import release_engines
+    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.training.trainer import train
 
     collect = CollectConfig.model_validate({"model": "smollm2", "problems": TASK, "samples_per_prompt": 4, "max_tokens": 32,
                                             "temperature": 0.7, "min_correct": 1, "out": str(tmp_path / "collect"),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tasks.report import replay_overhead
+from rlep.tasks.report import replay_overhead
 
 
 def _arm(step, median, sequences, replay=0.0):

@@ -1,9 +1,9 @@
 """RLEP's phase order is decided once (tasks.rlep_order) and the pipeline and the study follow it alike."""
 
-from tasks.pipeline import PipelineConfig
-from tasks.rlep_order import rlep_order
-from tasks.study import StudyConfig, plan
-from tasks.training.config import TrainConfig
+from rlep.tasks.pipeline import PipelineConfig
+from rlep.tasks.rlep_order import rlep_order
+from rlep.tasks.study import StudyConfig, plan
+from rlep.tasks.training.config import TrainConfig
 
 RLEP = {"kind": "rlep"}
 

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from tasks.runner import limit_threads, worker_threads
+from rlep.tasks.runner import limit_threads, worker_threads
 
 
 def test_a_worker_runs_on_its_whole_cpus_and_at_least_one_thread():
@@ -30,7 +30,7 @@ def test_limit_threads_holds_torch_openmp_and_vllm_to_the_share(monkeypatch):
 def test_module_env_puts_the_project_first_on_the_path(monkeypatch):
     from pathlib import Path
 
-    from tasks.runner import module_env
+    from rlep.tasks.runner import module_env
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")

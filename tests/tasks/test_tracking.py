@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from data.run_layout import TrainRunLayout
-from tasks.tracking import (
+from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.tracking import (
     StepReport,
     TrackerUnavailable,
     check_tracker,
@@ -17,7 +17,7 @@ from tasks.tracking import (
     numeric_columns,
     step_line,
 )
-from tasks.training.config import TrainConfig
+from rlep.tasks.training.config import TrainConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6}
 
@@ -54,7 +54,7 @@ def _assert_events_match_parquet(out) -> None:
 
 @pytest.mark.slow
 def test_tensorboard_events_are_the_metrics_rows_and_survive_a_resume(fixture_model, tmp_path):
-    from tasks.training.trainer import train
+    from rlep.tasks.training.trainer import train
 
     straight = _config(fixture_model, tmp_path / "run")
     report = StepReport(straight.tracker, straight.out, straight.steps, "run", settings=straight.model_dump(mode="json"))
@@ -65,7 +65,7 @@ def test_tensorboard_events_are_the_metrics_rows_and_survive_a_resume(fixture_mo
     _assert_events_match_parquet(tmp_path / "run")
 
     # Resumed from the step-2 checkpoint: step 3 is computed again, and its first events are purged.
-    from tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.checkpoint import latest_checkpoint
 
     resumed = TrainRunLayout(tmp_path / "run")
     import shutil

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from verifiers import VerifierConfig, verify, verify_batch
+from rlep.verifiers import VerifierConfig, verify, verify_batch
 
 
 def test_options_reach_the_config():

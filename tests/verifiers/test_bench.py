@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from verifiers.bench import build_corpus, run_verify_bench
-from verifiers.config import VerifierConfig
-from verifiers.peer import PeerCase, load_peer_cases, math_verify_agreement, run_peer_cases
+from rlep.verifiers.bench import build_corpus, run_verify_bench
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.peer import PeerCase, load_peer_cases, math_verify_agreement, run_peer_cases
 
 
 def test_corpus_has_every_share_and_is_deterministic():
@@ -50,8 +50,8 @@ def test_report_is_written_and_no_worker_is_left(tmp_path):
 
 
 def test_error_counts_split_false_positives_from_false_negatives():
-    from verifiers.bench import error_counts
-    from verifiers.bench_corpus import BenchPair
+    from rlep.verifiers.bench import error_counts
+    from rlep.verifiers.bench_corpus import BenchPair
 
     pairs = [
         BenchPair("\\boxed{1}", "1", "integer", expected=True),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers import verify_batch
-from verifiers.fastpath import exact_structure, exact_value
-from verifiers.normalize import normalize_answer
+from rlep.verifiers import verify_batch
+from rlep.verifiers.fastpath import exact_structure, exact_value
+from rlep.verifiers.normalize import normalize_answer
 
 # Intervals and unions whose ends are not plain numbers: the fast path declines them (checked below), so
 # the symbolic path decides them.

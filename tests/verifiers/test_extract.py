@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers.extract import answer_in_solution, extract_answer, last_boxed
+from rlep.verifiers.extract import answer_in_solution, extract_answer, last_boxed
 
 CASES: list[tuple[str, str | None]] = [
     # Boxes: the last complete one counts; nested braces; \fbox; unbraced argument.

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from math_verify import parse, verify
 
-from verifiers import verify_batch
-from verifiers.config import VerifierConfig
-from verifiers.judge import judge
+from rlep.verifiers import verify_batch
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.judge import judge
 
 MATH_VERIFY = "huggingface/Math-Verify tests/test_all.py"
 OPEN_INSTRUCT = "allenai/open-instruct open_instruct/test_ground_truth_utils.py (GSM8K verifier)"

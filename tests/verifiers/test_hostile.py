@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import verifiers
-from verifiers import verify_batch
+import rlep.verifiers as verifiers
+from rlep.verifiers import verify_batch
 
 TIMEOUT = 1.0
 GRACE = 0.3
@@ -99,7 +99,7 @@ def test_no_code_path_hands_text_to_python_evaluation():
     assert len(scanned) >= 10
     for path in scanned:
         assert not calls.search(path.read_text()), path
-    importers = [path.name for path in scanned if "verifiers.peer" in path.read_text()]
+    importers = [path.name for path in scanned if "rlep.verifiers.peer" in path.read_text()]
     assert importers == ["bench.py"]
 
 

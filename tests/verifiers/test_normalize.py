@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from verifiers.fastpath import exact_structure, exact_value, structure_equal
-from verifiers.normalize import Answer, normalize_answer
+from rlep.verifiers.fastpath import exact_structure, exact_value, structure_equal
+from rlep.verifiers.normalize import Answer, normalize_answer
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers import RewardConfig, Verdict, reward, rewards
+from rlep.verifiers import RewardConfig, Verdict, reward, rewards
 
 RIGHT = Verdict(correct=True, extracted="3", reason="equal", seconds=0.0)
 WRONG = Verdict(correct=False, extracted="4", reason="not-equal", seconds=0.0)

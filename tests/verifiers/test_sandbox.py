@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from verifiers import VerifierConfig, verify, verify_batch
-from verifiers.sandbox import shared_pool
-from verifiers.worker import AnswerTimeout, _on_alarm, judge_with_limits
+from rlep.verifiers import VerifierConfig, verify, verify_batch
+from rlep.verifiers.sandbox import shared_pool
+from rlep.verifiers.worker import AnswerTimeout, _on_alarm, judge_with_limits
 
 # Slow for seconds to hours depending on the machine, in steps the soft timer can interrupt.
 SLOW_ANSWER = "\\boxed{10^{10^{9}}}"
@@ -155,13 +155,13 @@ def test_worker_turns_failures_into_verdicts(monkeypatch, alarm_handler, failure
     def fail(*args):
         raise failure
 
-    monkeypatch.setattr("verifiers.judge.decide", fail)
+    monkeypatch.setattr("rlep.verifiers.judge.decide", fail)
     correct, extracted, got, seconds = judge_with_limits("\\boxed{1}", "1", VerifierConfig())
     assert (correct, extracted, got) == (False, "1", reason)
 
 
 def test_worker_soft_timeout_interrupts_python_code(monkeypatch, alarm_handler):
-    monkeypatch.setattr("verifiers.judge.decide", lambda *args: time.sleep(5))
+    monkeypatch.setattr("rlep.verifiers.judge.decide", lambda *args: time.sleep(5))
     start = time.monotonic()
     result = judge_with_limits("\\boxed{1}", "1", VerifierConfig(timeout_seconds=0.1))
     assert result[2] == "timeout"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from math_verify import verify
 
-import verifiers.judge as judge_module
-from verifiers.config import VerifierConfig
-from verifiers.equivalence import expression_identity, parse_latex
+import rlep.verifiers.judge as judge_module
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.equivalence import expression_identity, parse_latex
 
 # (gold, pred, the quick decision: True / False, or None where it must leave the case to math-verify)
 IDENTITIES: list[tuple[str, str, bool | None]] = [

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers import verify_batch
-from verifiers.config import VerifierConfig
-from verifiers.judge import judge
-from verifiers.strict import verl_boxed_answer, verl_equivalent, verl_rewrite
+from rlep.verifiers import verify_batch
+from rlep.verifiers.config import VerifierConfig
+from rlep.verifiers.judge import judge
+from rlep.verifiers.strict import verl_boxed_answer, verl_equivalent, verl_rewrite
 
 STRICT = VerifierConfig(answer_format="boxed")
 

@@ -6,9 +6,9 @@ checked by `step_errors`, not by the verifier), and right steps under a wrong fi
 
 from __future__ import annotations
 
-from data.tiny_math import FAMILIES, LEVELS, generate
-from data.tiny_math_worked import step_errors, styles_for, worked_solution
-from verifiers import verify, verify_batch
+from rlep.data.tiny_math import FAMILIES, LEVELS, generate
+from rlep.data.tiny_math_worked import step_errors, styles_for, worked_solution
+from rlep.verifiers import verify, verify_batch
 
 
 def test_every_style_of_every_cell_scores_right():

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tasks.bench.async_train import AsyncBenchConfig, run_async_bench, summarize, summarize_run
-from tasks.training.config import TrainConfig
+from rlep.tasks.bench.async_train import AsyncBenchConfig, run_async_bench, summarize, summarize_run
+from rlep.tasks.training.config import TrainConfig
 
 
 def _rows(step_seconds, **columns):

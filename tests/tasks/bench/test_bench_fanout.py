@@ -1,7 +1,7 @@
 """`rlep bench fanout`: the two studies it times are the same runs, differing only in how they are executed."""
 
-from tasks.bench.fanout import FanoutBenchConfig
-from tasks.study import StudyConfig, plan
+from rlep.tasks.bench.fanout import FanoutBenchConfig
+from rlep.tasks.study import StudyConfig, plan
 
 
 def test_the_two_sides_run_the_same_runs_with_default_threads_locally(tmp_path):

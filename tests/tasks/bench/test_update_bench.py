@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tasks.bench.update import UpdateBenchConfig, bench_update, model_config, synthetic_batch
+from rlep.tasks.bench.update import UpdateBenchConfig, bench_update, model_config, synthetic_batch
 
 
 def test_synthetic_batch_is_groups_of_fixed_length_answers_with_grpo_advantages():

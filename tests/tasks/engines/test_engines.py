@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
-from tasks.training.logprobs import completion_logprobs
+from rlep.tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
+from rlep.tasks.training.logprobs import completion_logprobs
 
 PROMPTS = ["Q: 3+4=?\nPut the final answer in \\boxed{}.\nA: ", "Q: 12*3=?\nPut the final answer in \\boxed{}.\nA: "]
 # float32 on both sides; the remaining gap comes from different kernels (vLLM's CPU attention vs torch
@@ -13,14 +13,14 @@ LOGPROB_TOLERANCE = 1e-3
 
 
 def test_auto_falls_back_with_a_warning(monkeypatch, caplog):
-    monkeypatch.setattr("tasks.engines.vllm_installed", lambda: False)
+    monkeypatch.setattr("rlep.tasks.engines.vllm_installed", lambda: False)
     with caplog.at_level("WARNING"):
         assert resolve_backend("auto") == "transformers"
     assert "falling back to the transformers engine" in caplog.text
 
 
 def test_vllm_requested_but_missing_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr("tasks.engines.vllm_installed", lambda: False)
+    monkeypatch.setattr("rlep.tasks.engines.vllm_installed", lambda: False)
     with pytest.raises(EngineUnavailable, match=r"pip install -e \.\[cpu\]"):
         resolve_backend("vllm")
 
@@ -63,7 +63,7 @@ def test_vllm_engine_interface_and_seed(vllm_engine):
     again = vllm_engine.generate(PROMPTS, sampling)
     assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in again]
     # vLLM tokenizes prompts exactly as the tokenizer the model was trained with.
-    from data.tokenizer import build_tokenizer
+    from rlep.data.tokenizer import build_tokenizer
 
     assert [g[0].prompt_token_ids for g in groups] == [build_tokenizer()(p, add_special_tokens=False).input_ids for p in PROMPTS]
 
@@ -117,7 +117,7 @@ def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engin
 def test_a_resumed_run_samples_in_the_starting_models_precision(tmp_path):
     import json
 
-    from tasks.engines.vllm_engine import engine_for_weights
+    from rlep.tasks.engines.vllm_engine import engine_for_weights
 
     base, checkpoint = tmp_path / "base", tmp_path / "run" / "checkpoints" / "step-4"
     for path, dtype in ((base, "bfloat16"), (checkpoint, "float32")):  # checkpoints are saved in float32

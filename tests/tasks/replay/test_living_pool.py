@@ -7,13 +7,13 @@ import threading
 import pyarrow.parquet as pq
 import pytest
 
-from data.fs import write_parquet_atomic
-from data.pool import PoolError, PoolStore
-from data.problem import Problem
-from data.rollout import Group, Rollout
-from data.trajectory import to_table, trajectory_row
-from tasks.replay.config import RLEPReplayConfig
-from tasks.replay.factory import make_replay, pinned
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.pool import PoolError, PoolStore
+from rlep.data.problem import Problem
+from rlep.data.rollout import Group, Rollout
+from rlep.data.trajectory import to_table, trajectory_row
+from rlep.tasks.replay.config import RLEPReplayConfig
+from rlep.tasks.replay.factory import make_replay, pinned
 
 PROBLEMS = [Problem(id=str(i), problem=f"{i}: 0+1=?", answer="1", data_source="tiny-math/add") for i in range(4)]
 

@@ -5,8 +5,8 @@ from typing import get_args
 
 import pytest
 
-from data.rollout import Group, Rollout
-from tasks.replay import (
+from rlep.data.rollout import Group, Rollout
+from rlep.tasks.replay import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
@@ -16,7 +16,7 @@ from tasks.replay import (
     make_replay,
     needs,
 )
-from tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay, RLEPReplay
+from rlep.tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay, RLEPReplay
 
 
 def rollout(pid="p", version=0, reward=1.0, advantage=None, response="r", origin="fresh"):

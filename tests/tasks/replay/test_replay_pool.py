@@ -3,13 +3,13 @@ its coverage of the training problems reported, and pinned to one version of a p
 
 import pytest
 
-from data.fs import write_parquet_atomic
-from data.pool import PoolError, PoolStore
-from data.problem import Problem
-from data.trajectory import to_table, trajectory_row
-from tasks.replay.config import RLEPReplayConfig
-from tasks.replay.factory import make_replay, pinned
-from tasks.replay.pool_source import load_pool
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.pool import PoolError, PoolStore
+from rlep.data.problem import Problem
+from rlep.data.trajectory import to_table, trajectory_row
+from rlep.tasks.replay.config import RLEPReplayConfig
+from rlep.tasks.replay.factory import make_replay, pinned
+from rlep.tasks.replay.pool_source import load_pool
 
 
 def _problem(pid, source="tiny-math/add", text=None, answer="1"):

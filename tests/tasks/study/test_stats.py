@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.study.config import ClaimConfig, Run
-from tasks.study.stats import evaluate_claims, summarize, t_interval
+from rlep.tasks.study.config import ClaimConfig, Run
+from rlep.tasks.study.stats import evaluate_claims, summarize, t_interval
 
 
 def _table(arms):
@@ -84,7 +84,7 @@ def test_a_claim_needs_its_step_or_target():
 
 
 def test_dependencies_are_charged_in_full_once_each(monkeypatch):
-    import tasks.study.runs as runs
+    import rlep.tasks.study.runs as runs
 
     explore = Run("baseline/seed-0", "train", 0, "baseline", None)
     collect = Run("collect/seed-0", "collect", 0, None, None, needs=["baseline/seed-0"])

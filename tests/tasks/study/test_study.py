@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from flows.cli import main
-from tasks.study import StudyConfig, StudyError, plan, run_study
+from rlep.flows.cli import main
+from rlep.tasks.study import StudyConfig, StudyError, plan, run_study
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 HELD_OUT = {"source": "tiny-math", "split": "test", "limit": 4}
@@ -78,12 +78,12 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     for name in ("accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_charged_tokens.png", "accuracy_vs_wall.png"):
         assert paths[name].stat().st_size > 5_000
 
-    import tasks.training.trainer
+    import rlep.tasks.training.trainer as trainer_module
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was run again")
 
-    monkeypatch.setattr(tasks.training.trainer, "train", no_training)
+    monkeypatch.setattr(trainer_module, "train", no_training)
     again = run_study(config, progress=False)
     assert pd.read_parquet(again["study"]).equals(study)
     # The command resumes the same way, and keeps library output in the study's rlep.log, not the terminal.
@@ -97,7 +97,7 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
 def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.study import study_flow
+    from rlep.flows.study import study_flow
 
     settings = _settings(fixture_model, tmp_path / "ray", {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
                          runner={"kind": "ray", "max_parallel": 2})  # fmt: skip

@@ -19,12 +19,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data.fs import write_parquet_atomic
-from data.problem import Problem, render_prompt
-from data.sources import ProblemSourceConfig, load_problems
-from data.trajectory import to_table, trajectory_row
-from tasks.engines import Completion, EngineConfig, SamplingConfig
-from tasks.training.async_gen import (
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.problem import Problem, render_prompt
+from rlep.data.sources import ProblemSourceConfig, load_problems
+from rlep.data.trajectory import to_table, trajectory_row
+from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
+from rlep.tasks.training.async_gen import (
     CoreShare,
     GeneratorError,
     GeneratorProcess,
@@ -32,10 +32,10 @@ from tasks.training.async_gen import (
     generator_gpu_env,
     update_device,
 )
-from tasks.training.checkpoint import latest_checkpoint
-from tasks.training.config import TrainConfig
-from tasks.training.generator_worker import DELAY_ENV
-from tasks.training.trainer import Trainer
+from rlep.tasks.training.checkpoint import latest_checkpoint
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.generator_worker import DELAY_ENV
+from rlep.tasks.training.trainer import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 
@@ -115,7 +115,7 @@ def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path,
 
 def _slow_trainer(seconds):
     def spy(trainer):
-        import tasks.training.trainer as module
+        import rlep.tasks.training.trainer as module
 
         update = module.policy_update
 
@@ -135,7 +135,7 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
     monkeypatch.setenv(DELAY_ENV, "0.4")  # the generator sleeps before each request
     slow_generator = _run(_config(fixture_model, tmp_path / "slow-gen", **common))
     monkeypatch.delenv(DELAY_ENV)
-    import tasks.training.trainer as module
+    import rlep.tasks.training.trainer as module
 
     monkeypatch.setattr(module, "policy_update", module.policy_update)  # restored after the test
     slow_trainer = _run(_config(fixture_model, tmp_path / "slow-train", **common), spy=_slow_trainer(0.4))
@@ -149,7 +149,7 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
 
 @pytest.mark.slow
 def test_truncated_is_weights_apply_to_stale_fresh_rollouts(fixture_model, tmp_path, monkeypatch):
-    import tasks.training.update as update
+    import rlep.tasks.training.update as update
 
     weights, parts = [], []
     loss_fn = update.clipped_policy_loss
@@ -212,7 +212,7 @@ def restore_threads():
 
 
 def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkeypatch, restore_threads):
-    import tasks.training.async_gen as module
+    import rlep.tasks.training.async_gen as module
 
     monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     torch.set_num_threads(4)
@@ -277,7 +277,7 @@ def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_m
 
 @pytest.mark.slow
 def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch):
-    import tasks.training.trainer as module
+    import rlep.tasks.training.trainer as module
 
     update = module.policy_update
     calls = []
@@ -326,7 +326,7 @@ def _cmdline(pid):
 
 def _train_cli(args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", "train", "--no-prefect", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args], env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 

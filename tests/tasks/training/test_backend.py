@@ -6,12 +6,12 @@ import copy
 import torch
 from transformers import Qwen2Config
 
-from data.rollout import Rollout
-from tasks.training.backend import LocalBackend, PolicySpec, build_optimizer, load_policy, make_backend
-from tasks.training.backend_config import BackendConfig
-from tasks.training.batch import build_batch
-from tasks.training.config import LossConfig, OptimizerConfig
-from tasks.training.update import policy_update
+from rlep.data.rollout import Rollout
+from rlep.tasks.training.backend import LocalBackend, PolicySpec, build_optimizer, load_policy, make_backend
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.batch import build_batch
+from rlep.tasks.training.config import LossConfig, OptimizerConfig
+from rlep.tasks.training.update import policy_update
 
 TINY = Qwen2Config(
     hidden_size=64,
@@ -102,7 +102,7 @@ def test_activation_checkpointing_gives_the_same_update():
 def test_a_distributed_runs_optimizer_state_is_refused_by_one_process_with_the_nproc_to_use():
     import pytest
 
-    from tasks.training.checkpoint import CheckpointError
+    from rlep.tasks.training.checkpoint import CheckpointError
 
     backend = make_backend(_spec())
     state = {

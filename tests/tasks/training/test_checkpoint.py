@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.training.checkpoint import (
+from rlep.tasks.training.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -61,7 +61,7 @@ WRITER = """
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_checkpoint import _Model, _Tokenizer
-from tasks.training.checkpoint import save_checkpoint
+from rlep.tasks.training.checkpoint import save_checkpoint
 save_checkpoint({out!r}, 1, _Model(), _Tokenizer(), {{"step": 1}})
 save_checkpoint({out!r}, 2, _Model(pause=60), _Tokenizer(), {{"step": 2}})
 """
@@ -92,8 +92,8 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     # only at the end, so at the resumed step 1 eval.parquet holds no row to keep (an empty take once crashed).
     import transformers
 
-    from tasks.training.config import TrainConfig
-    from tasks.training.trainer import Trainer
+    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.training.trainer import Trainer
 
     out = tmp_path / "run"
     config = TrainConfig.model_validate(dict(

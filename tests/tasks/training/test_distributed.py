@@ -15,10 +15,10 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from tasks.bench.update import model_config, synthetic_batch
-from tasks.training.backend import LocalBackend, PolicySpec
-from tasks.training.backend_config import BackendConfig
-from tasks.training.config import LossConfig, OptimizerConfig
+from rlep.tasks.bench.update import model_config, synthetic_batch
+from rlep.tasks.training.backend import LocalBackend, PolicySpec
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.config import LossConfig, OptimizerConfig
 
 TINY = model_config("tiny")
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -67,7 +67,7 @@ def _rank(rank, world, port, scenario, args, out):
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    from tasks.training import distributed
+    from rlep.tasks.training import distributed
 
     distributed.init_distributed(BackendConfig(nproc=world, collective_timeout=15))
     assert (
@@ -110,7 +110,7 @@ def _spawn(scenario, *args, tmp_path):
 
 
 def _equal_steps(strategy, aggregations):
-    from tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.distributed import DistributedBackend
 
     results = {}
     for aggregation in aggregations:
@@ -127,7 +127,7 @@ def _equal_steps(strategy, aggregations):
 
 
 def _save_and_resume(strategy, directory):
-    from tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.distributed import DistributedBackend
 
     first = DistributedBackend.lead(_spec(strategy))
     _update(first, "token-mean", seed=0)
@@ -147,8 +147,8 @@ def _save_and_resume(strategy, directory):
 
 
 def _killed_rank(directory):
-    from tasks.training.checkpoint import save_checkpoint
-    from tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.checkpoint import save_checkpoint
+    from rlep.tasks.training.distributed import DistributedBackend
 
     backend = DistributedBackend.lead(_spec("fsdp2"))
     _update(backend, "token-mean")
@@ -239,7 +239,7 @@ def test_save_and_resume_are_bit_exact(tmp_path):
 
 def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
     results = _spawn(_killed_rank, tmp_path / "run", tmp_path=tmp_path)
-    from tasks.training.distributed import DistributedError
+    from rlep.tasks.training.distributed import DistributedError
 
     assert isinstance(results["error"], DistributedError), results["error"]
     assert "another training process stopped" in str(results["error"]) and "--resume" in str(results["error"])
@@ -256,7 +256,7 @@ TINY_INIT = LocalBackend(PolicySpec(TINY, OptimizerConfig(), init_seed=5)).full_
 
 
 def test_several_processes_need_the_engine_in_its_own_process():
-    from tasks.training.config import TrainConfig
+    from rlep.tasks.training.config import TrainConfig
 
     with pytest.raises(ValueError, match="needs mode async"):
         TrainConfig(backend={"nproc": 2})
@@ -280,10 +280,10 @@ def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
               "--max-tokens", "8", "--eval-every", "0", "--eval-problems-limit", "4", "--save-every", "1",
               "--overlong-buffer", "6", "--lr", "1e-3"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run([sys.executable, "-m", "flows.cli", *common, "--steps", "2", "--out", str(out)], env=env,
+    first = subprocess.run([sys.executable, "-m", "rlep.flows.cli", *common, "--steps", "2", "--out", str(out)], env=env,
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    resumed = subprocess.run([sys.executable, "-m", "flows.cli", "train", "--no-prefect", "--resume", str(out), "--steps", "3"],
+    resumed = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", "--resume", str(out), "--steps", "3"],
                              env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     metrics = pq.read_table(out / "metrics.parquet").to_pylist()

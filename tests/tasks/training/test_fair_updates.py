@@ -9,16 +9,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from data.rollout import Group, Rollout
-from tasks.replay import make_replay
-from tasks.replay.config import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
-from tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
-from tasks.training.advantages import fill_advantages
-from tasks.training.batch import build_batch, group_ids, mini_batches
-from tasks.training.config import LossConfig, TrainConfig
-from tasks.training.logprobs import token_logprobs
-from tasks.training.losses import aggregate
-from tasks.training.update import off_policy_terms, policy_update
+from rlep.data.rollout import Group, Rollout
+from rlep.tasks.replay import make_replay
+from rlep.tasks.replay.config import (
+    FIFOReplayConfig,
+    NoReplayConfig,
+    PrioritizedReplayConfig,
+    RLEPReplayConfig,
+)
+from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
+from rlep.tasks.training.advantages import fill_advantages
+from rlep.tasks.training.batch import build_batch, group_ids, mini_batches
+from rlep.tasks.training.config import LossConfig, TrainConfig
+from rlep.tasks.training.logprobs import token_logprobs
+from rlep.tasks.training.losses import aggregate
+from rlep.tasks.training.update import off_policy_terms, policy_update
 
 G, PROMPTS = 4, 8
 

@@ -4,11 +4,11 @@ evaluation check theirs: too long is one error, or with `overlong_prompts: filte
 import pytest
 from transformers import AutoTokenizer
 
-from data.problem import render_prompt
-from data.prompt_length import PromptTooLongError
-from data.sources import load_problems
-from tasks.training.config import TrainConfig
-from tasks.training.prompts import fitting
+from rlep.data.problem import render_prompt
+from rlep.data.prompt_length import PromptTooLongError
+from rlep.data.sources import load_problems
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.prompts import fitting
 
 
 def test_training_prompts_must_leave_room_for_an_answer(fixture_model):

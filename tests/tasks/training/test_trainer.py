@@ -19,15 +19,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data.fs import write_parquet_atomic
-from data.pool import PoolStore
-from data.problem import render_prompt
-from data.run_layout import TrainRunLayout
-from data.sources import ProblemSourceConfig, load_problems
-from data.trajectory import COLUMNS, to_table, trajectory_row
-from tasks.training.checkpoint import latest_checkpoint
-from tasks.training.config import TrainConfig
-from tasks.training.trainer import Trainer
+from rlep.data.fs import write_parquet_atomic
+from rlep.data.pool import PoolStore
+from rlep.data.problem import render_prompt
+from rlep.data.run_layout import TrainRunLayout
+from rlep.data.sources import ProblemSourceConfig, load_problems
+from rlep.data.trajectory import COLUMNS, to_table, trajectory_row
+from rlep.tasks.training.checkpoint import latest_checkpoint
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.trainer import Trainer
 
 METRIC_COLUMNS = ["step", "reward_mean", "accuracy", "zero_std_group_frac", "clip_frac_low", "clip_frac_high", "kl",
                   "entropy", "is_ratio_mean", "replay_share", "replay_age_mean", "grad_norm", "time_generate",
@@ -138,8 +138,8 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
 
 @pytest.mark.slow
 def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_pool, tmp_path, monkeypatch):
-    import tasks.training.backend as backend_module
-    from tasks.training.advantages import group_advantages
+    import rlep.tasks.training.backend as backend_module
+    from rlep.tasks.training.advantages import group_advantages
 
     # The batch each real step trains on (what `policy_update` receives) and the scored groups behind it.
     groups_seen, batches = [], []
@@ -181,7 +181,7 @@ def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_po
 
 @pytest.mark.slow
 def test_truncated_is_weights_apply_to_stale_rows_only(fixture_model, tmp_path, monkeypatch):
-    import tasks.training.update as update
+    import rlep.tasks.training.update as update
 
     weights, parts = [], []
     loss_fn, add = update.clipped_policy_loss, update._Accumulator.add
@@ -267,7 +267,7 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
 
 def _train_cli(args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", "train", "--no-prefect", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args], env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from data.rollout import Rollout
-from tasks.training.batch import build_batch
-from tasks.training.config import LossConfig
-from tasks.training.update import policy_update
+from rlep.data.rollout import Rollout
+from rlep.tasks.training.batch import build_batch
+from rlep.tasks.training.config import LossConfig
+from rlep.tasks.training.update import policy_update
 
 
 def _batch(n=7):
