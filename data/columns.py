@@ -61,7 +61,9 @@ def text_cell(value: Any, where: str) -> str | None:
         if math.isnan(value):
             return None
         return str(int(value)) if value.is_integer() else repr(value)
-    kind = "a list" if isinstance(value, (list, tuple)) else "a dict" if isinstance(value, dict) else type(value).__name__
+    kind = (
+        "a list" if isinstance(value, (list, tuple)) else "a dict" if isinstance(value, dict) else type(value).__name__
+    )
     raise CellError(f"{where}: expected text, got {kind}{_shape(value)}")
 
 
@@ -72,7 +74,11 @@ def chat_messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
         raise CellError(f"{where}: expected a non-empty list of chat messages {{role, content}}")
     messages = []
     for number, message in enumerate(value):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("role"), str)
+            or not isinstance(message.get("content"), str)
+        ):
             raise CellError(f"{where}: message {number} is not a {{role, content}} pair of strings")
         messages.append({"role": message["role"], "content": message["content"]})
     return tuple(messages)

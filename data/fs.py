@@ -109,7 +109,9 @@ def write_text_atomic(path: Path | str, text: str) -> Path:
     return Path(path)
 
 
-def write_parquet_atomic(path: Path | str, table: pa.Table | Sequence[dict[str, Any]], schema: pa.Schema | None = None) -> Path:
+def write_parquet_atomic(
+    path: Path | str, table: pa.Table | Sequence[dict[str, Any]], schema: pa.Schema | None = None
+) -> Path:
     """Write `table` (or rows, built with `schema`) to `path` atomically; returns `path`."""
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pylist(list(table), schema=schema)

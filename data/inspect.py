@@ -154,7 +154,9 @@ def render(summary: dict[str, Any]) -> Group:
         if stats is None:
             lengths.add_row(unit, "-", "-", "-", "-")
         else:
-            lengths.add_row(unit, f"{stats['mean']:.1f}", f"{stats['p50']:.1f}", f"{stats['p90']:.1f}", str(stats["max"]))
+            lengths.add_row(
+                unit, f"{stats['mean']:.1f}", f"{stats['p50']:.1f}", f"{stats['p90']:.1f}", str(stats["max"])
+            )
     parts.append(lengths)
 
     run = summary["run"]

@@ -156,8 +156,10 @@ class PoolStore:
         path = PoolVersionLayout(self.version_dir(version)).pool
         if not path.is_file():
             kept = ", ".join(f"v{v:04d}" for v in self.versions()) or "none"
-            raise PoolError(f"pool store {self.root}: version v{version:04d} is not there (pruned, or never published); "
-                            f"the store holds {kept}")  # fmt: skip
+            raise PoolError(
+                f"pool store {self.root}: version v{version:04d} is not there (pruned, or never published); "
+                f"the store holds {kept}"
+            )
         return path
 
     @contextmanager
@@ -201,9 +203,18 @@ class PoolStore:
         new = read_trajectory_files([Path(pool_file)])
         if latest is not None:
             old = read_trajectory_files([PoolVersionLayout(latest).pool])
-            seen = set(zip(old["data_source"].to_pylist(), old["problem_id"].to_pylist(),
-                           normalise_response(old["response"]).to_pylist()))  # fmt: skip
-            keys = zip(new["data_source"].to_pylist(), new["problem_id"].to_pylist(), normalise_response(new["response"]).to_pylist())
+            seen = set(
+                zip(
+                    old["data_source"].to_pylist(),
+                    old["problem_id"].to_pylist(),
+                    normalise_response(old["response"]).to_pylist(),
+                )
+            )
+            keys = zip(
+                new["data_source"].to_pylist(),
+                new["problem_id"].to_pylist(),
+                normalise_response(new["response"]).to_pylist(),
+            )
             fresh_mask = pa.array([key not in seen for key in keys])
             added = new.filter(fresh_mask)
             merged = pa.concat_tables([old, added])
@@ -216,7 +227,9 @@ class PoolStore:
             "parent": parent["version"],
             "created_at": datetime.now(timezone.utc).isoformat(),
             "rows": merged.num_rows,
-            "problems": len(pc.unique(pc.binary_join_element_wise(merged["data_source"], merged["problem_id"], "\x00"))),
+            "problems": len(
+                pc.unique(pc.binary_join_element_wise(merged["data_source"], merged["problem_id"], "\x00"))
+            ),
             "contributions": [*parent["contributions"], {**contribution, "rows_added": added.num_rows}],
         }
         final = self.version_dir(version)
@@ -236,11 +249,19 @@ def describe_versions(root: Path | str) -> list[dict[str, Any]]:
     for version in store.versions():
         lineage = store.lineage(version)
         last = lineage["contributions"][-1] if lineage["contributions"] else {}
-        rows.append({
-            "version": f"v{version:04d}", "rows": lineage["rows"], "problems": lineage["problems"],
-            "parent": lineage["parent"], "created_at": lineage["created_at"], "added_by": last.get("run_dir"),
-            "model": last.get("model"), "policy_version": last.get("policy_version"), "rows_added": last.get("rows_added"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "version": f"v{version:04d}",
+                "rows": lineage["rows"],
+                "problems": lineage["problems"],
+                "parent": lineage["parent"],
+                "created_at": lineage["created_at"],
+                "added_by": last.get("run_dir"),
+                "model": last.get("model"),
+                "policy_version": last.get("policy_version"),
+                "rows_added": last.get("rows_added"),
+            }
+        )
     return rows
 
 
@@ -258,10 +279,14 @@ def resolve_pool_file(path: Path | str) -> Path:
 def resolve_pool_path(path: Path | str | None) -> Path:
     """`resolve_pool_file`, checked: raises PoolError unless it names an existing file."""
     if path is None:
-        raise PoolError("replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool store)")
+        raise PoolError(
+            "replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool store)"
+        )
     file = resolve_pool_file(path)
     if not file.is_file():
-        raise PoolError(f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a pool store)")
+        raise PoolError(
+            f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a pool store)"
+        )
     return file
 
 

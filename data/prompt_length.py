@@ -122,7 +122,10 @@ def fitting_problems(
     if len(prompts) != len(problems):
         raise ValueError(f"{len(prompts)} prompts for {len(problems)} problems")
     check = check_prompt_lengths(
-        prompt_token_counts(prompts, tokenizer), max_model_len=max_model_len, max_new_tokens=max_new_tokens,
-        overlong=overlong, names=[str(getattr(p, "id", i)) for i, p in enumerate(problems)],
-    )  # fmt: skip
+        prompt_token_counts(prompts, tokenizer),
+        max_model_len=max_model_len,
+        max_new_tokens=max_new_tokens,
+        overlong=overlong,
+        names=[str(getattr(p, "id", i)) for i, p in enumerate(problems)],
+    )
     return [problems[i] for i in check.kept]

@@ -57,7 +57,9 @@ def chat_tokenizer(model: str | Path | Any, mode: ChatTemplateMode = "auto") -> 
     if has_chat_template(tokenizer):
         return tokenizer
     if mode == "on":
-        raise PromptError(f"chat_template: on, but the tokenizer of {_name(model)} has no chat template (use auto or off)")
+        raise PromptError(
+            f"chat_template: on, but the tokenizer of {_name(model)} has no chat template (use auto or off)"
+        )
     return None
 
 

@@ -76,10 +76,16 @@ REWARD_STYLE = "rule"
 BOXED_SCORERS = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 OTHER_SCORERS = (
     "openai/gsm8k",  # `#### N`
-    "math_dapo", "math", "math_dapo_reasoning",  # `Answer: ...` line (and data sources starting with `aime`)
-    "numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12",
+    "math_dapo",
+    "math",
+    "math_dapo_reasoning",  # `Answer: ...` line (and data sources starting with `aime`)
+    "numina_aops_forum",
+    "numina_synthetic_math",
+    "numina_amc_aime",
+    "numina_synthetic_amc",
+    "numina_cn_k12",
     "numina_olympiads",  # prime_math
-)  # fmt: skip
+)
 DEFAULT_SCORER = "lighteval/MATH"  # rlep's default prompt asks for \boxed{}, which this scorer reads
 
 RLEP_SCHEMA = pa.schema(
@@ -229,8 +235,10 @@ def export_pool(
     training file that cannot be used.
     """
     if data_source is not None and not known_scorer(data_source):
-        raise StoreError(f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
-                         f"(boxed answers: {', '.join(BOXED_SCORERS)})")  # fmt: skip
+        raise StoreError(
+            f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
+            f"(boxed answers: {', '.join(BOXED_SCORERS)})"
+        )
     problems = _pool_problems(resolve_pool_path(pool_path))
     if into is not None:
         return _export_into(problems, Path(into), Path(out_path), data_source, strict, verifier)
@@ -242,21 +250,37 @@ def export_pool(
     rows = []
     for key, entry in problems.items():
         content = entry["problem"] if prompt == "raw" else entry["prompt"]
-        rows.append({
-            "data_source": written[key],
-            "prompt": [{"role": "user", "content": content}],
-            "ability": ABILITY,
-            "reward_model": {"style": REWARD_STYLE, "ground_truth": entry["gold_answer"], "candidates": entry["candidates"]},
-            "extra_info": {"index": len(rows), "problem_id": entry["problem_id"], "problem": entry["problem"],
-                           "level": entry["level"], "rlep_data_source": entry["data_source"]},
-        })  # fmt: skip
+        rows.append(
+            {
+                "data_source": written[key],
+                "prompt": [{"role": "user", "content": content}],
+                "ability": ABILITY,
+                "reward_model": {
+                    "style": REWARD_STYLE,
+                    "ground_truth": entry["gold_answer"],
+                    "candidates": entry["candidates"],
+                },
+                "extra_info": {
+                    "index": len(rows),
+                    "problem_id": entry["problem_id"],
+                    "problem": entry["problem"],
+                    "level": entry["level"],
+                    "rlep_data_source": entry["data_source"],
+                },
+            }
+        )
     path = write_parquet_atomic(Path(out_path), pa.Table.from_pylist(rows, schema=RLEP_SCHEMA))
     return ExportReport(
-        path=path, rows=len(rows), rows_with_candidates=sum(bool(r["reward_model"]["candidates"]) for r in rows),
-        candidates=sum(len(r["reward_model"]["candidates"]) for r in rows), pool_problems=len(problems),
-        unmatched_pool_problems=0, strict_dropped=dropped[0], strict_other_format=dropped[1],
+        path=path,
+        rows=len(rows),
+        rows_with_candidates=sum(bool(r["reward_model"]["candidates"]) for r in rows),
+        candidates=sum(len(r["reward_model"]["candidates"]) for r in rows),
+        pool_problems=len(problems),
+        unmatched_pool_problems=0,
+        strict_dropped=dropped[0],
+        strict_other_format=dropped[1],
         data_sources={k[0]: v for k, v in written.items()},
-    )  # fmt: skip
+    )
 
 
 def _read_verl(path: Path) -> pa.Table:
@@ -298,12 +322,12 @@ class _Matcher:
         return None, None
 
 
-def _export_into(problems, into: Path, out_path: Path, data_source: str | None, strict: bool, verifier: Any) -> ExportReport:
+def _export_into(
+    problems, into: Path, out_path: Path, data_source: str | None, strict: bool, verifier: Any
+) -> ExportReport:
     table = _read_verl(into)
     records = table.to_pylist()
-    matcher = _Matcher([
-        (_index_text(r), _row_texts(r, into, n), n) for n, r in enumerate(records)
-    ])  # fmt: skip
+    matcher = _Matcher([(_index_text(r), _row_texts(r, into, n), n) for n, r in enumerate(records)])
     row_of: dict[tuple[str, str], int] = {}
     for key, entry in problems.items():
         texts = {t for t in map(_norm_text, (entry["problem"], entry["prompt"])) if t}
@@ -323,11 +347,16 @@ def _export_into(problems, into: Path, out_path: Path, data_source: str | None, 
     schema = _with_candidates(table.schema)
     path = write_parquet_atomic(out_path, pa.Table.from_pylist(records, schema=schema))
     return ExportReport(
-        path=path, rows=len(records), rows_with_candidates=sum(bool(c) for c in candidates.values()),
-        candidates=sum(map(len, candidates.values())), pool_problems=len(problems),
-        unmatched_pool_problems=len(problems) - len(row_of), strict_dropped=dropped[0], strict_other_format=dropped[1],
+        path=path,
+        rows=len(records),
+        rows_with_candidates=sum(bool(c) for c in candidates.values()),
+        candidates=sum(map(len, candidates.values())),
+        pool_problems=len(problems),
+        unmatched_pool_problems=len(problems) - len(row_of),
+        strict_dropped=dropped[0],
+        strict_other_format=dropped[1],
         data_sources={k[0]: v for k, v in scorer_of.items()},
-    )  # fmt: skip
+    )
 
 
 def _with_candidates(schema: pa.Schema) -> pa.Schema:
@@ -416,25 +445,40 @@ def import_pool(
         gold = _as_text(reward_model["ground_truth"])
         solved += 1
         if matcher is not None:
-            found, how = matcher.match(_index_text(record) if extra.get("problem_id") is None else problem_id,
-                                       _row_texts(record, path, number))  # fmt: skip
+            found, how = matcher.match(
+                _index_text(record) if extra.get("problem_id") is None else problem_id, _row_texts(record, path, number)
+            )
             counts[how] += 1
             if found is not None:
                 problem_id, data_source = found.id, found.data_source
                 gold_differs += found.answer != gold
         for index, candidate in enumerate(candidates):
-            rows.append({
-                **IMPORT_DEFAULTS, "run_id": run_id, "model": model, "problem_id": problem_id, "data_source": data_source,
-                "prompt": content, "problem": extra["problem"] if extra.get("problem") is not None else content,
-                "level": int(extra.get("level") or 0), "gold_answer": gold, "response": candidate,
-                "sample_index": index, "created_at": created_at,
-            })  # fmt: skip
+            rows.append(
+                {
+                    **IMPORT_DEFAULTS,
+                    "run_id": run_id,
+                    "model": model,
+                    "problem_id": problem_id,
+                    "data_source": data_source,
+                    "prompt": content,
+                    "problem": extra["problem"] if extra.get("problem") is not None else content,
+                    "level": int(extra.get("level") or 0),
+                    "gold_answer": gold,
+                    "response": candidate,
+                    "sample_index": index,
+                    "created_at": created_at,
+                }
+            )
     if not rows:
-        raise StoreError(f"{path}: none of its {table.num_rows} rows has reward_model.candidates, so there is no "
-                         "experience to import (a problem file: use it as --source instead)")  # fmt: skip
+        raise StoreError(
+            f"{path}: none of its {table.num_rows} rows has reward_model.candidates, so there is no "
+            "experience to import (a problem file: use it as --source instead)"
+        )
     if matcher is not None and counts[None] == solved:
-        raise StoreError(f"{path}: none of its {solved} problems with candidates is among the {len(problems)} "
-                         "training problems (matched by extra_info.index, then by problem text)")  # fmt: skip
+        raise StoreError(
+            f"{path}: none of its {solved} problems with candidates is among the {len(problems)} "
+            "training problems (matched by extra_info.index, then by problem text)"
+        )
     written = write_parquet_atomic(Path(out_path), to_table(rows), schema=TRAJECTORY_SCHEMA)
     report = ImportReport(path=written, rows=len(rows), problems=solved, skipped_rows=skipped)
     if matcher is not None:

@@ -54,29 +54,51 @@ class Rollout:
         """
         logprobs = row.get("behaviour_logprobs")
         return cls(
-            problem_id=row["problem_id"], data_source=row["data_source"], prompt=row["prompt"],
-            gold_answer=row["gold_answer"], response=row["response"],
-            response_token_ids=list(row.get("response_token_ids") or []), policy_version=int(row["policy_version"]),
-            origin=row.get("origin") or "fresh", prompt_token_ids=list(row.get("prompt_token_ids") or []),
-            behaviour_logprobs=list(logprobs) if logprobs else None, reward=row.get("reward"),
-            correct=row.get("correct"), extracted_answer=row.get("extracted_answer"),
-            verdict_reason=row.get("verdict_reason"), finish_reason=row.get("finish_reason") or "stop",
+            problem_id=row["problem_id"],
+            data_source=row["data_source"],
+            prompt=row["prompt"],
+            gold_answer=row["gold_answer"],
+            response=row["response"],
+            response_token_ids=list(row.get("response_token_ids") or []),
+            policy_version=int(row["policy_version"]),
+            origin=row.get("origin") or "fresh",
+            prompt_token_ids=list(row.get("prompt_token_ids") or []),
+            behaviour_logprobs=list(logprobs) if logprobs else None,
+            reward=row.get("reward"),
+            correct=row.get("correct"),
+            extracted_answer=row.get("extracted_answer"),
+            verdict_reason=row.get("verdict_reason"),
+            finish_reason=row.get("finish_reason") or "stop",
             sample_index=int(row.get("sample_index") or 0),
             sampling=json.loads(row["sampling"]) if row.get("sampling") else None,
-        )  # fmt: skip
+        )
 
     def to_row(self, problem: Problem, *, run_id: str, model: str) -> dict[str, Any]:
         """This rollout as a trajectory row of `problem`, written by run `run_id` (`model`: the weights it
         trains). Unknown log-probs are written empty; an unscored rollout cannot be written."""
         if self.reward is None or self.correct is None:
-            raise ValueError(f"rollout of problem {self.problem_id!r} sample {self.sample_index}: not scored, no row to write")
+            raise ValueError(
+                f"rollout of problem {self.problem_id!r} sample {self.sample_index}: not scored, no row to write"
+            )
         return trajectory_row(
-            problem, self.prompt, response=self.response, response_token_ids=self.response_token_ids,
-            behaviour_logprobs=self.behaviour_logprobs or [], finish_reason=self.finish_reason, correct=self.correct,
-            extracted_answer=self.extracted_answer, verdict_reason=self.verdict_reason or "", reward=float(self.reward),
-            run_id=run_id, policy_version=self.policy_version, model=model, sampling=self.sampling or {},
-            sample_index=self.sample_index, prompt_token_ids=self.prompt_token_ids, origin=self.origin,
-        )  # fmt: skip
+            problem,
+            self.prompt,
+            response=self.response,
+            response_token_ids=self.response_token_ids,
+            behaviour_logprobs=self.behaviour_logprobs or [],
+            finish_reason=self.finish_reason,
+            correct=self.correct,
+            extracted_answer=self.extracted_answer,
+            verdict_reason=self.verdict_reason or "",
+            reward=float(self.reward),
+            run_id=run_id,
+            policy_version=self.policy_version,
+            model=model,
+            sampling=self.sampling or {},
+            sample_index=self.sample_index,
+            prompt_token_ids=self.prompt_token_ids,
+            origin=self.origin,
+        )
 
     def age(self, step: int) -> int:
         """Policy updates between the weights that generated this rollout and those being trained at `step`

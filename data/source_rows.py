@@ -93,7 +93,9 @@ def hf_rows(name: str, subset: str | None, split: str) -> list[dict[str, Any]]:
         text = str(err)
         if "Config name is missing" in text:  # datasets' words when a dataset has several subsets
             choices = text.split("available configs:", 1)[-1].split("\n", 1)[0].strip()
-            raise ProblemSourceError(f"hf:{name}: the dataset has several subsets, choose one with subset (--subset): {choices}") from None
+            raise ProblemSourceError(
+                f"hf:{name}: the dataset has several subsets, choose one with subset (--subset): {choices}"
+            ) from None
         raise ProblemSourceError(
             f"hf:{name}: could not load {'subset ' + repr(subset) + ', ' if subset else ''}split {split!r} "
             f"({type(err).__name__}: {text.splitlines()[0] if text else ''}). "

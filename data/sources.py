@@ -53,6 +53,7 @@ from rlep.data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
 
 log = logging.getLogger(__name__)
 
+
 class ProblemSourceConfig(BaseModel):
     """Where problems come from and how to read them."""
 
@@ -153,10 +154,14 @@ class ProblemSourceConfig(BaseModel):
         """
         given = set(given)
         if self.source == "tiny-math":
-            return [f"{name}: applies to files and hf: datasets, not to tiny-math" for name in FILE_ONLY if name in given] + (
-                ["subset: applies to hf: datasets only, not to tiny-math"] if "subset" in given else []
-            )
-        refused = [f"{name}: applies to tiny-math only, not to source {self.source!r}" for name in TINY_MATH_ONLY if name in given]
+            return [
+                f"{name}: applies to files and hf: datasets, not to tiny-math" for name in FILE_ONLY if name in given
+            ] + (["subset: applies to hf: datasets only, not to tiny-math"] if "subset" in given else [])
+        refused = [
+            f"{name}: applies to tiny-math only, not to source {self.source!r}"
+            for name in TINY_MATH_ONLY
+            if name in given
+        ]
         if self.source.startswith(HF_PREFIX):
             return refused
         if "subset" in given:
@@ -173,9 +178,16 @@ class ProblemSourceConfig(BaseModel):
 
 TINY_MATH_ONLY = ("seed", "tiny_math_size", "families", "levels")
 FILE_ONLY = (
-    "layout", "problem_column", "answer_column", "answer_format", "id_column", "data_source_column",
-    "split_column", "invalid_rows", "no_answer_values",
-)  # fmt: skip
+    "layout",
+    "problem_column",
+    "answer_column",
+    "answer_format",
+    "id_column",
+    "data_source_column",
+    "split_column",
+    "invalid_rows",
+    "no_answer_values",
+)
 SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
 
 
@@ -223,7 +235,9 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
     if config.source == "tiny-math":
         size = config.limit if config.limit is not None else config.tiny_math_size
         try:
-            problems = tiny_math.generate(config.split, size, seed=config.seed, families=config.families, levels=config.levels)
+            problems = tiny_math.generate(
+                config.split, size, seed=config.seed, families=config.families, levels=config.levels
+            )
         except ValueError as err:
             raise ProblemSourceError(f"tiny-math: {err}") from None
         return SourceLoad(problems=problems, rows=len(problems), layout="tiny-math", split=config.split)
@@ -271,7 +285,9 @@ def _resolve_columns(first: dict[str, Any], origin: str, config: ProblemSourceCo
     def required(name: str) -> str:
         column = getattr(config, name) or defaults[name]
         if not has_column(first, column):
-            raise ProblemSourceError(f"{origin}: missing column {column!r} (set by {name}); columns found: {sorted(column_names(first))}")
+            raise ProblemSourceError(
+                f"{origin}: missing column {column!r} (set by {name}); columns found: {sorted(column_names(first))}"
+            )
         return column
 
     def optional(name: str, *fallbacks: str) -> str | None:
@@ -282,11 +298,19 @@ def _resolve_columns(first: dict[str, Any], origin: str, config: ProblemSourceCo
         return next((c for c in candidates if has_column(first, c)), None)
 
     split = optional("split_column", *SPLIT_COLUMNS) if local or config.split_column else None
-    return _Columns(layout, required("problem_column"), required("answer_column"), optional("id_column", "id"),
-                    optional("data_source_column", "data_source"), split)  # fmt: skip
+    return _Columns(
+        layout,
+        required("problem_column"),
+        required("answer_column"),
+        optional("id_column", "id"),
+        optional("data_source_column", "data_source"),
+        split,
+    )
 
 
-def _select_split(rows: list[dict[str, Any]], origin: str, split: str, column: str | None) -> list[tuple[int, dict[str, Any]]]:
+def _select_split(
+    rows: list[dict[str, Any]], origin: str, split: str, column: str | None
+) -> list[tuple[int, dict[str, Any]]]:
     """(row number, row) of the rows of `split`; all rows when there is no split column."""
     numbered = list(enumerate(rows))
     if column is None:
@@ -295,11 +319,15 @@ def _select_split(rows: list[dict[str, Any]], origin: str, split: str, column: s
     chosen = [(n, row) for n, row in numbered if cell(row, column) == split]
     if not chosen:
         found = sorted({str(cell(row, column)) for row in rows})
-        raise ProblemSourceError(f"{origin}: no rows of split {split!r} in column {column!r} (it holds: {', '.join(found)}); choose one with split (--split)")
+        raise ProblemSourceError(
+            f"{origin}: no rows of split {split!r} in column {column!r} (it holds: {', '.join(found)}); choose one with split (--split)"
+        )
     return chosen
 
 
-def _to_problems(rows: list[dict[str, Any]], origin: str, default_family: str, config: ProblemSourceConfig, local: bool) -> SourceLoad:
+def _to_problems(
+    rows: list[dict[str, Any]], origin: str, default_family: str, config: ProblemSourceConfig, local: bool
+) -> SourceLoad:
     columns = _resolve_columns(rows[0], origin, config, local)
     chosen = _select_split(rows, origin, config.split, columns.split)
     no_answer = {value.strip().lower() for value in config.no_answer_values}
@@ -335,8 +363,15 @@ class _Unusable:
     column: str
 
 
-def _problem(row: dict[str, Any], index: int, origin: str, default_family: str, columns: _Columns,
-             config: ProblemSourceConfig, no_answer: set[str]) -> Problem | _Unusable:  # fmt: skip
+def _problem(
+    row: dict[str, Any],
+    index: int,
+    origin: str,
+    default_family: str,
+    columns: _Columns,
+    config: ProblemSourceConfig,
+    no_answer: set[str],
+) -> Problem | _Unusable:
     """The row's Problem, or why the row has no usable problem or answer. A cell of the wrong kind (a list
     or dict where text belongs) raises `CellError`: that is a wrong column, not a bad row."""
 
@@ -375,8 +410,15 @@ def _problem(row: dict[str, Any], index: int, origin: str, default_family: str, 
         extra = verl_extra(row)
     else:
         extra = row.get("extra") if isinstance(row.get("extra"), dict) else None
-    return Problem(id=pid, problem=text, answer=answer.strip(), data_source=family or default_family,
-                   level=difficulty_level(row.get("level")), messages=messages, extra=extra)  # fmt: skip
+    return Problem(
+        id=pid,
+        problem=text,
+        answer=answer.strip(),
+        data_source=family or default_family,
+        level=difficulty_level(row.get("level")),
+        messages=messages,
+        extra=extra,
+    )
 
 
 def write_problems(problems: list[Problem], out: Path) -> Path:

@@ -198,8 +198,7 @@ def rows_for_problem(
     """
     if not len(completions) == len(verdicts) == len(rewards):
         raise ValueError(
-            f"problem {problem.id!r}: {len(completions)} completions, {len(verdicts)} verdicts, "
-            f"{len(rewards)} rewards"
+            f"problem {problem.id!r}: {len(completions)} completions, {len(verdicts)} verdicts, {len(rewards)} rewards"
         )
     created_at = created_at or datetime.now(timezone.utc)
     return [
@@ -276,5 +275,7 @@ def with_optional_columns(table: pa.Table) -> pa.Table:
     """`table` with every missing OPTIONAL_COLUMNS column added, holding its default on every row."""
     for name, value in OPTIONAL_COLUMNS.items():
         if name not in table.column_names:
-            table = table.append_column(TRAJECTORY_SCHEMA.field(name), pa.array([value] * table.num_rows, TRAJECTORY_SCHEMA.field(name).type))
+            table = table.append_column(
+                TRAJECTORY_SCHEMA.field(name), pa.array([value] * table.num_rows, TRAJECTORY_SCHEMA.field(name).type)
+            )
     return table

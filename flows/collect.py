@@ -44,10 +44,17 @@ log = logging.getLogger("rlep.collect")
 def publish_artifacts(run_dir: str) -> dict:
     """Per-data-source table, a sample of verified answers, and a markdown summary of the run."""
     summary = summarize(run_dir, sample_rows=5)
-    create_table_artifact(key="collect-accuracy-by-source", table=summary["accuracy"],
-                          description="mean@n and unbiased pass@k per data source")  # fmt: skip
+    create_table_artifact(
+        key="collect-accuracy-by-source",
+        table=summary["accuracy"],
+        description="mean@n and unbiased pass@k per data source",
+    )
     if summary.get("sample_rows"):
-        create_table_artifact(key="collect-sample-answers", table=summary["sample_rows"], description="a few trajectories (text truncated)")
+        create_table_artifact(
+            key="collect-sample-answers",
+            table=summary["sample_rows"],
+            description="a few trajectories (text truncated)",
+        )
     create_markdown_artifact(key="collect-summary", markdown=markdown_summary(summary, run_dir))
     return summary
 
@@ -69,7 +76,9 @@ def markdown_summary(summary: dict, run_dir: str) -> str:
 
 
 @task(name="collect-shard", task_run_name="collect-shard-{shard}")
-def shard_task(config: CollectConfig, model: str, shard: int, problems: list[Problem], threads: int | None = None) -> str:
+def shard_task(
+    config: CollectConfig, model: str, shard: int, problems: list[Problem], threads: int | None = None
+) -> str:
     """generate -> verify of one shard inside a worker, with that worker's own (cached) engine on `threads` threads."""
     if threads is not None:
         limit_threads(threads)
@@ -77,8 +86,14 @@ def shard_task(config: CollectConfig, model: str, shard: int, problems: list[Pro
 
 
 @flow(name="collect-shards")
-def shards_flow(config: CollectConfig, model: str, work: list[tuple[int, list[Problem]]], cpus: float, gpus: float,
-                artifact: str | None = None) -> list[str]:  # fmt: skip
+def shards_flow(
+    config: CollectConfig,
+    model: str,
+    work: list[tuple[int, list[Problem]]],
+    cpus: float,
+    gpus: float,
+    artifact: str | None = None,
+) -> list[str]:
     """Submit every shard with its resources; the progress artifact moves as each one is written."""
     from prefect_ray.context import remote_options
 
@@ -109,13 +124,21 @@ def collect_flow(config: CollectConfig = CollectConfig(), runner: RunnerConfig =
         )
 
     try:
-        result = run_collection(config, generate=generate_task, verify=verify_task, finish=finalize_task, on_shard=on_shard,
-                                run_shards=on_ray if runner.kind == "ray" else None)  # fmt: skip
+        result = run_collection(
+            config,
+            generate=generate_task,
+            verify=verify_task,
+            finish=finalize_task,
+            on_shard=on_shard,
+            run_shards=on_ray if runner.kind == "ray" else None,
+        )
     finally:
         release_engines()
     update_progress_artifact(artifact_id=artifact, progress=100.0)
     pool = result["pool"]
-    log.info(f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers; "
-             + ", ".join(f"{k} {v:.1f} s" for k, v in result["timings"].items()))  # fmt: skip
+    log.info(
+        f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in result["timings"].items())
+    )
     publish_artifacts(result["run_dir"])
     return result

@@ -62,19 +62,28 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from rlep.data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
 
     config = build_config(TinyModelConfig, args.config, flag_overrides(args))
-    out = build_tiny_model(Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads)
+    out = build_tiny_model(
+        Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads
+    )
     info = read_build_info(out) or {}
     print(f"tiny model: {out}")
     if info:
         overall = (info.get("greedy_accuracy") or {}).get("overall", float("nan"))
-        print(f"  build {info.get('build_seconds', float('nan')):.1f} s, greedy accuracy on tiny-math test: {overall:.3f}")
+        print(
+            f"  build {info.get('build_seconds', float('nan')):.1f} s, greedy accuracy on tiny-math test: {overall:.3f}"
+        )
         target, stop = info.get("target_cell"), info.get("stop") or {}
         if target:
             low, high = target["band"]
-            print(f"  {target['cell']} (first {target['n']} test problems): {target['accuracy']:.3f}, band {low}-{high}; "
-                  f"stopped at step {stop.get('stopped_at_step')} ({stop.get('reason')})")  # fmt: skip
+            print(
+                f"  {target['cell']} (first {target['n']} test problems): {target['accuracy']:.3f}, band {low}-{high}; "
+                f"stopped at step {stop.get('stopped_at_step')} ({stop.get('reason')})"
+            )
             if not target["in_band"]:
-                print(f"  warning: {target['cell']} accuracy {target['accuracy']:.3f} is outside the band {low}-{high}", file=sys.stderr)
+                print(
+                    f"  warning: {target['cell']} accuracy {target['accuracy']:.3f} is outside the band {low}-{high}",
+                    file=sys.stderr,
+                )
     return 0
 
 
@@ -87,7 +96,9 @@ def _cmd_real_model(args: argparse.Namespace) -> int:
     out = ensure_real_model(args.name, force=args.force, progress=not args.quiet)
     info = read_info(out) or {}
     print(f"{args.name}: {out}")
-    print(f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from {info.get('source')}")
+    print(
+        f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from {info.get('source')}"
+    )
     print(f"  use it with --model {args.name} (e.g. rlep eval --model {args.name})")
     return 0
 
@@ -117,11 +128,17 @@ def _print_eval(rows: list[dict], config) -> None:
     from rich.table import Table
 
     print(f"model: {config.model}")
-    table = Table(title=f"K={config.samples} answers per problem, {config.problems.source} split {config.problems.split}")
+    table = Table(
+        title=f"K={config.samples} answers per problem, {config.problems.source} split {config.problems.split}"
+    )
     for column in ("data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k"):
         table.add_column(column, justify="left" if column == "data_source" else "right")
     for row in rows:
-        table.add_row(row["data_source"], str(row["n_problems"]), *(f"{row[c]:.3f}" for c in ("avg_at_k", "pass_at_k", "maj_at_k")))
+        table.add_row(
+            row["data_source"],
+            str(row["n_problems"]),
+            *(f"{row[c]:.3f}" for c in ("avg_at_k", "pass_at_k", "maj_at_k")),
+        )
     Console().print(table)
     if config.out:
         layout = EvalRunLayout(Path(config.out))
@@ -153,8 +170,10 @@ def _run_collect(args: argparse.Namespace) -> int:
             release_engines()
     pool, timings = result["pool"], result["timings"]
     print(f"run directory: {result['run_dir']} ({result['shards']} shards, {result['skipped_shards']} already done)")
-    print(f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers for "
-          f"{pool['pool_problems']} problems (min_correct={pool['min_correct']})")  # fmt: skip
+    print(
+        f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers for "
+        f"{pool['pool_problems']} problems (min_correct={pool['min_correct']})"
+    )
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     print(f"inspect it with: rlep inspect {result['run_dir']}")
     return 0
@@ -169,7 +188,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if store.versions():  # a pool store: its versions, then the latest version's pool
         versions = describe_versions(args.path)
         if args.json:
-            print(json.dumps({"versions": versions, "latest": summarize(store.latest() / POOL_FILE, sample_rows=args.rows)}, indent=2))
+            print(
+                json.dumps(
+                    {"versions": versions, "latest": summarize(store.latest() / POOL_FILE, sample_rows=args.rows)},
+                    indent=2,
+                )
+            )
             return 0
         from rich.console import Console
         from rich.table import Table
@@ -201,17 +225,26 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
     from rlep.data.rlep_format import export_pool
 
     try:
-        report = export_pool(args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict)
+        report = export_pool(
+            args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict
+        )
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     into = f" merged into the rows of {args.into}" if args.into else ""
-    print(f"wrote {report.path} (RLEP/verl layout{into}): {report.rows} rows, {report.candidates} answers on "
-          f"{report.rows_with_candidates} of them; data_source {report.data_sources}")  # fmt: skip
+    print(
+        f"wrote {report.path} (RLEP/verl layout{into}): {report.rows} rows, {report.candidates} answers on "
+        f"{report.rows_with_candidates} of them; data_source {report.data_sources}"
+    )
     if args.strict:
-        print(f"strict re-check: dropped {report.strict_dropped} answers verl's boxed scorer would score 0, and "
-              f"{report.strict_other_format} whose row's scorer reads another answer format")  # fmt: skip
+        print(
+            f"strict re-check: dropped {report.strict_dropped} answers verl's boxed scorer would score 0, and "
+            f"{report.strict_other_format} whose row's scorer reads another answer format"
+        )
     if report.unmatched_pool_problems:
-        print(f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of {args.into}", file=sys.stderr)
+        print(
+            f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of {args.into}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -227,12 +260,16 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
         report = import_pool(args.path, args.out, run_id=args.run_id, problems=problems)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
-    print(f"wrote {report.path} (rlep trajectory schema): {report.rows} answers to {report.problems} problems "
-          f"({report.skipped_rows} rows without candidates skipped)")  # fmt: skip
+    print(
+        f"wrote {report.path} (rlep trajectory schema): {report.rows} answers to {report.problems} problems "
+        f"({report.skipped_rows} rows without candidates skipped)"
+    )
     if report.match_rate is not None:
-        print(f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to {args.problems} "
-              f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by problem text; "
-              f"{report.gold_differs} with another gold answer)")  # fmt: skip
+        print(
+            f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to {args.problems} "
+            f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by problem text; "
+            f"{report.gold_differs} with another gold answer)"
+        )
     return 0
 
 
@@ -278,7 +315,9 @@ def _print_train(result) -> None:
     if ev is not None and len(ev):
         overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
         first, last = overall.iloc[0], overall.iloc[-1]
-        print(f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}")
+        print(
+            f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}"
+        )
     print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
 
 
@@ -326,7 +365,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
         config = StudyConfig.model_validate(settings)
         plan(config)  # every arm's settings checked before anything runs
     except ValidationError as err:
-        raise UserError(f"{args.config}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+        raise UserError(
+            f"{args.config}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        ) from None
     except StudyError as err:
         raise UserError(f"{args.config}: {err}") from None
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
@@ -351,10 +392,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from rlep.flows.deployments import DEFAULT_RECOLLECT_CRON, serve_deployments
 
     if not os.environ.get("PREFECT_API_URL"):
-        print("note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
-              "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).", file=sys.stderr)  # fmt: skip
+        print(
+            "note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
+            "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).",
+            file=sys.stderr,
+        )
     cron = None if args.no_schedule else (args.recollect_cron or DEFAULT_RECOLLECT_CRON)
-    print(f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {cron}); Ctrl-C stops", flush=True)
+    print(
+        f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {cron}); Ctrl-C stops",
+        flush=True,
+    )
     serve_deployments(recollect_cron=cron, train_dir=args.train_dir, pool_store=args.pool_store)
     return 0
 

@@ -16,8 +16,11 @@ from rlep.tasks.recollect import RecollectConfig
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 
 
-def build_deployments(recollect_cron: str | None = DEFAULT_RECOLLECT_CRON, train_dir: Path | None = None,
-                      pool_store: Path = Path("runs/pools")) -> list:  # fmt: skip
+def build_deployments(
+    recollect_cron: str | None = DEFAULT_RECOLLECT_CRON,
+    train_dir: Path | None = None,
+    pool_store: Path = Path("runs/pools"),
+) -> list:
     """RunnerDeployments for collect, train, evaluate, pipeline, study and (on `recollect_cron`) recollect."""
     recollect = RecollectConfig(train_dir=train_dir, pool_store=pool_store)
     tags = ["rlep"]
@@ -25,10 +28,19 @@ def build_deployments(recollect_cron: str | None = DEFAULT_RECOLLECT_CRON, train
         collect_flow.to_deployment(name="collect", tags=tags, description="Phase I: verified experience pool."),
         train_flow.to_deployment(name="train", tags=tags, description="Phase II: GRPO with replay."),
         evaluate_flow.to_deployment(name="evaluate", tags=tags, description="avg@K / pass@K / maj@K of a checkpoint."),
-        pipeline_flow.to_deployment(name="pipeline", tags=tags, description="(explore ->) collect -> train (+ baseline) -> evaluate -> report."),
-        study_flow.to_deployment(name="study", tags=tags, description="Replay designs compared over seeds: paired t intervals, claims fixed in the config, compute charged in full."),
+        pipeline_flow.to_deployment(
+            name="pipeline", tags=tags, description="(explore ->) collect -> train (+ baseline) -> evaluate -> report."
+        ),
+        study_flow.to_deployment(
+            name="study",
+            tags=tags,
+            description="Replay designs compared over seeds: paired t intervals, claims fixed in the config, compute charged in full.",
+        ),
         recollect_flow.to_deployment(
-            name="recollect", tags=tags, cron=recollect_cron, parameters={"config": recollect.model_dump(mode="json")},
+            name="recollect",
+            tags=tags,
+            cron=recollect_cron,
+            parameters={"config": recollect.model_dump(mode="json")},
             description="Scheduled: collect from the latest checkpoint, publish a new pool version.",
         ),
     ]

@@ -26,8 +26,10 @@ def evaluate_flow(config: EvalConfig = EvalConfig()) -> EvalResult:
     send_logs_to_prefect()
     result = evaluate_task(config, progress=True)
     for row in result.rows:
-        log.info(f"{row['data_source']}: avg@{config.samples} {row['avg_at_k']:.3f}, pass@{config.samples} {row['pass_at_k']:.3f}, "
-                 f"maj@{config.samples} {row['maj_at_k']:.3f} over {row['n_problems']} problems")  # fmt: skip
+        log.info(
+            f"{row['data_source']}: avg@{config.samples} {row['avg_at_k']:.3f}, pass@{config.samples} {row['pass_at_k']:.3f}, "
+            f"maj@{config.samples} {row['maj_at_k']:.3f} over {row['n_problems']} problems"
+        )
     table = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in result.rows]
     create_table_artifact(key="eval-by-data-source", table=table, description=f"Evaluation of {config.model}")
     overall = result.overall()
@@ -39,7 +41,11 @@ def evaluate_flow(config: EvalConfig = EvalConfig()) -> EvalResult:
             f"- K = {config.samples}: avg@K **{overall['avg_at_k']:.3f}**, pass@K {overall['pass_at_k']:.3f}, "
             f"maj@K {overall['maj_at_k']:.3f}\n"
             f"- wall time: {result.seconds:.1f} s\n"
-            + (f"- tables: `{EvalRunLayout(config.out).eval}`, `{EvalRunLayout(config.out).samples}`\n" if config.out else "")
+            + (
+                f"- tables: `{EvalRunLayout(config.out).eval}`, `{EvalRunLayout(config.out).samples}`\n"
+                if config.out
+                else ""
+            )
         ),
     )
     return result

@@ -76,7 +76,10 @@ def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], tuple[str, Any,
             name = "-".join([*path[:-2], name]) if name != path[-1] else "-".join(path)
         names[path] = ("--" + name.replace("_", "-"), field, choices)
     if len({flag for flag, _, _ in names.values()}) < len(names):  # still ambiguous: full paths
-        names = {path: ("--" + "-".join(path).replace("_", "-"), field, choices) for path, (_, field, choices) in names.items()}
+        names = {
+            path: ("--" + "-".join(path).replace("_", "-"), field, choices)
+            for path, (_, field, choices) in names.items()
+        }
     return names
 
 
@@ -99,7 +102,11 @@ def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], ski
             continue
         default = _effective_default(defaults, path, field)
         help_text = f"{field.description or ''} [default: {default!r}]".replace("%", "%%")
-        kwargs: dict[str, Any] = {"dest": _DEST_PREFIX + ".".join(path), "default": argparse.SUPPRESS, "help": help_text}
+        kwargs: dict[str, Any] = {
+            "dest": _DEST_PREFIX + ".".join(path),
+            "default": argparse.SUPPRESS,
+            "help": help_text,
+        }
         if field.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif _is_list(field.annotation):
@@ -182,7 +189,11 @@ def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
     fifo) replaces the default section instead of merging with it: the old variant's settings do not apply."""
     for key, value in update.items():
         current = base.get(key)
-        if isinstance(value, dict) and isinstance(current, dict) and value.get("kind", current.get("kind")) == current.get("kind"):
+        if (
+            isinstance(value, dict)
+            and isinstance(current, dict)
+            and value.get("kind", current.get("kind")) == current.get("kind")
+        ):
             _deep_merge(current, value)
         else:
             base[key] = value

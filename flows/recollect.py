@@ -28,10 +28,18 @@ def publish_version(pool_store: str, pool_file: str, contribution: dict) -> str:
 def pool_artifacts(version_dir: str) -> None:
     version = PoolVersionLayout(version_dir)
     pool = pq.read_table(version.pool, columns=["data_source", "problem_id"]).to_pandas()
-    per_source = pool.groupby("data_source").agg(answers=("problem_id", "size"), problems=("problem_id", "nunique")).reset_index()
-    create_table_artifact(key="pool-by-data-source", table=per_source.to_dict("records"), description=f"pool {version.root.name}")
+    per_source = (
+        pool.groupby("data_source")
+        .agg(answers=("problem_id", "size"), problems=("problem_id", "nunique"))
+        .reset_index()
+    )
+    create_table_artifact(
+        key="pool-by-data-source", table=per_source.to_dict("records"), description=f"pool {version.root.name}"
+    )
     lineage = version.lineage.read_text()
-    create_markdown_artifact(key="pool-lineage", markdown=f"# Pool {version.root.name}\n\n`{version.pool}`\n\n```json\n{lineage}\n```\n")
+    create_markdown_artifact(
+        key="pool-lineage", markdown=f"# Pool {version.root.name}\n\n`{version.pool}`\n\n```json\n{lineage}\n```\n"
+    )
 
 
 @flow(name="recollect", log_prints=True)
@@ -52,5 +60,7 @@ def recollect_flow(config: RecollectConfig = RecollectConfig()) -> str:
     if config.keep_versions is not None:
         removed = PoolStore(config.pool_store).prune(config.keep_versions)
         if removed:
-            print(f"pruned pool versions {', '.join(f'v{v:04d}' for v in removed)} (keep_versions {config.keep_versions})")
+            print(
+                f"pruned pool versions {', '.join(f'v{v:04d}' for v in removed)} (keep_versions {config.keep_versions})"
+            )
     return version

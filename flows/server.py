@@ -25,20 +25,30 @@ def free_port(host: str = "127.0.0.1") -> int:
 def server_env(host: str, port: int, home: Path | None = None) -> dict[str, str]:
     """Environment for a server on host:port and for the clients that talk to it."""
     api = f"http://{host}:{port}/api"
-    env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_UI_API_URL": api, "DO_NOT_TRACK": "1",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api,
+        "PREFECT_UI_API_URL": api,
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     if home is not None:
         env["PREFECT_HOME"] = str(home)
     return env
 
 
-def start_server(host: str = "127.0.0.1", port: int = 4200, home: Path | None = None, log: Path | None = None) -> subprocess.Popen:
+def start_server(
+    host: str = "127.0.0.1", port: int = 4200, home: Path | None = None, log: Path | None = None
+) -> subprocess.Popen:
     """`prefect server start` in its own process group (so it can be stopped with all its children)."""
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - owned by the child process
     return subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
-        env=server_env(host, port, home), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        env=server_env(host, port, home),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def wait_healthy(host: str, port: int, timeout: float = 120.0, process: subprocess.Popen | None = None) -> None:

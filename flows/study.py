@@ -57,8 +57,11 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     paths = write_study_outputs(config, study, final, command)
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
     summary = pd.read_parquet(paths["summary"]).round(4)
-    create_table_artifact(key="study-summary", table=summary.astype(object).where(summary.notna(), None).to_dict("records"),
-                          description="held-out accuracy per arm and step: mean, 95% interval, paired difference to the baseline")  # fmt: skip
+    create_table_artifact(
+        key="study-summary",
+        table=summary.astype(object).where(summary.notna(), None).to_dict("records"),
+        description="held-out accuracy per arm and step: mean, 95% interval, paired difference to the baseline",
+    )
     create_markdown_artifact(key="study-report", markdown=paths["report"].read_text())
     print(f"report: {paths['report']}")
     return str(paths["report"])

@@ -24,8 +24,19 @@ from rlep.flows.runlog import send_logs_to_prefect
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.trainer import TrainResult, train
 
-METRIC_COLUMNS = ("step", "reward_mean", "accuracy", "zero_std_group_frac", "replay_share", "replay_pool_version", "optimizer_updates",
-                  "clip_frac_high", "entropy", "grad_norm", "time_step")  # fmt: skip
+METRIC_COLUMNS = (
+    "step",
+    "reward_mean",
+    "accuracy",
+    "zero_std_group_frac",
+    "replay_share",
+    "replay_pool_version",
+    "optimizer_updates",
+    "clip_frac_high",
+    "entropy",
+    "grad_norm",
+    "time_step",
+)
 
 
 def _rounded(row: dict) -> dict:
@@ -45,11 +56,17 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
             artifact = create_progress_artifact(progress=0.0, description=f"training {config.resolved_run_id()}")
         update_progress_artifact(artifact_id=artifact, progress=100.0 * row["step"] / config.steps)
         if eval_rows:
-            create_table_artifact(key="train-eval", table=[_rounded(r) for r in eval_rows],
-                                  description=f"held-out evaluation at step {row['step']}")  # fmt: skip
+            create_table_artifact(
+                key="train-eval",
+                table=[_rounded(r) for r in eval_rows],
+                description=f"held-out evaluation at step {row['step']}",
+            )
         if row["step"] and row.get("reward_mean") is not None:
-            create_table_artifact(key="train-metrics", table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
-                                  description=f"metrics of step {row['step']}")  # fmt: skip
+            create_table_artifact(
+                key="train-metrics",
+                table=[_rounded({k: row[k] for k in METRIC_COLUMNS if k in row})],
+                description=f"metrics of step {row['step']}",
+            )
 
     return train(config, resume=resume, progress=progress, on_step=on_step)
 

@@ -53,7 +53,11 @@ class CollectConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("tiny", min_length=1, description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's tiny model.")
+    model: str = Field(
+        "tiny",
+        min_length=1,
+        description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's tiny model.",
+    )
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("train", limit=200), description="Problems to collect answers for."
     )
@@ -63,19 +67,27 @@ class CollectConfig(BaseModel):
     top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass.")
     max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
     seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
-    min_correct: int = Field(2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2).")
+    min_correct: int = Field(
+        2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2)."
+    )
     prompt_length: PromptLengthConfig = Field(
-        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
+        default_factory=PromptLengthConfig,
+        description="Prompts with less than max_tokens of room in the engine's max_model_len.",
     )
     dedupe: bool = Field(
-        False, description="Keep each distinct verified answer once per problem; off (RLEP's pool) keeps every verified "
-        "answer, repeats included, so M replayed answers are drawn from all of them."
+        False,
+        description="Keep each distinct verified answer once per problem; off (RLEP's pool) keeps every verified "
+        "answer, repeats included, so M replayed answers are drawn from all of them.",
     )
-    shard_size: int = Field(64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume).")
+    shard_size: int = Field(
+        64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume)."
+    )
     out: Path = Field(Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json).")
     run_id: str | None = Field(None, description="Run id stored in every row; default: the out directory's name.")
     policy_version: int | None = Field(
-        None, ge=0, description="Training step of the model's weights; default: N for a `step-N` checkpoint directory, else 0."
+        None,
+        ge=0,
+        description="Training step of the model's weights; default: N for a `step-N` checkpoint directory, else 0.",
     )
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
     chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
@@ -103,9 +115,12 @@ class CollectConfig(BaseModel):
 
     def sampling(self, shard: int) -> SamplingConfig:
         return SamplingConfig(
-            n=self.samples_per_prompt, temperature=self.temperature, top_p=self.top_p,
-            max_tokens=self.max_tokens, seed=self.seed * 1_000_003 + shard,
-        )  # fmt: skip
+            n=self.samples_per_prompt,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed * 1_000_003 + shard,
+        )
 
 
 def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
@@ -116,9 +131,14 @@ def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
     problems = load_problems(config.problems)
     chat = chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
-    problems = fitting_problems(problems, prompts, chat or AutoTokenizer.from_pretrained(str(model)),
-                                max_model_len=config.engine.max_model_len, max_new_tokens=config.max_tokens,
-                                overlong=config.prompt_length.overlong_prompts)  # fmt: skip
+    problems = fitting_problems(
+        problems,
+        prompts,
+        chat or AutoTokenizer.from_pretrained(str(model)),
+        max_model_len=config.engine.max_model_len,
+        max_new_tokens=config.max_tokens,
+        overlong=config.prompt_length.overlong_prompts,
+    )
     return [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
 
 
@@ -189,8 +209,12 @@ def release_lock(root: Path) -> None:
 def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
     """The settings that decide what the shards contain (not where they go or how the pool is cut)."""
     settings = config.model_dump(mode="json", exclude={"out", "min_correct", "dedupe"})
-    return {**settings, "model": str(Path(model).resolve()) if Path(model).exists() else model,
-            "run_id": config.resolved_run_id(), "policy_version": config.resolved_policy_version()}  # fmt: skip
+    return {
+        **settings,
+        "model": str(Path(model).resolve()) if Path(model).exists() else model,
+        "run_id": config.resolved_run_id(),
+        "policy_version": config.resolved_policy_version(),
+    }
 
 
 def _check_same_collection(config: CollectConfig, model: str, store: ExperienceStore) -> None:
@@ -232,17 +256,30 @@ def generate_shard(config: CollectConfig, model: str, shard: int, problems: list
     rows = []
     for problem, prompt, group in zip(problems, prompts, completions):
         rows += rows_for_problem(
-            problem, prompt, group, [unverified] * len(group), [0.0] * len(group),
-            run_id=store.run_id, policy_version=config.resolved_policy_version(), model=config.model,
+            problem,
+            prompt,
+            group,
+            [unverified] * len(group),
+            [0.0] * len(group),
+            run_id=store.run_id,
+            policy_version=config.resolved_policy_version(),
+            model=config.model,
             sampling=sampling.model_dump(),
-        )  # fmt: skip
+        )
     with _writing(staging):
         write_parquet_atomic(staging, to_table(rows))
     tokens = sum(len(c.token_ids) for group in completions for c in group)
     import torch  # loaded with the engine already
 
-    _log_timing(store, shard, "generate", time.perf_counter() - start, tokens=tokens, problems=len(problems),
-                threads=torch.get_num_threads())  # fmt: skip
+    _log_timing(
+        store,
+        shard,
+        "generate",
+        time.perf_counter() - start,
+        tokens=tokens,
+        problems=len(problems),
+        threads=torch.get_num_threads(),
+    )
     return staging
 
 
@@ -275,8 +312,13 @@ def verify_shard(config: CollectConfig, shard: int, staging: Path) -> Path:
     values = rewards(verdicts, config.reward)
     rows = table.to_pylist()
     for row, verdict, value in zip(rows, verdicts, values):
-        row.update(correct=verdict.correct, extracted_answer=verdict.extracted, verdict_reason=verdict.reason,
-                   reward=value, verify_seconds=verdict.seconds)  # fmt: skip
+        row.update(
+            correct=verdict.correct,
+            extracted_answer=verdict.extracted,
+            verdict_reason=verdict.reason,
+            reward=value,
+            verify_seconds=verdict.seconds,
+        )
     with _writing(store.shard_path(shard)):
         path = store.write_shard(shard, rows)
     staging.unlink(missing_ok=True)
@@ -296,9 +338,12 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
     # A resumed run: this invocation's wall time, but never less than the work on disk it stands for.
     timings["total"] = max(time.perf_counter() - started, sum(timings.values()))
     store.write_manifest(
-        parameters=config.model_dump(mode="json"), model=config.model,
-        model_dir=model if Path(model).is_dir() else None, timings=timings, pool_stats=stats.to_dict(),
-    )  # fmt: skip
+        parameters=config.model_dump(mode="json"),
+        model=config.model,
+        model_dir=model if Path(model).is_dir() else None,
+        timings=timings,
+        pool_stats=stats.to_dict(),
+    )
     return {"pool": stats.to_dict(), "timings": timings, "run_dir": str(store.root)}
 
 

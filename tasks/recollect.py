@@ -21,13 +21,19 @@ class RecollectConfig(BaseModel):
     train_dir: Path | None = Field(
         None, description="Training run whose latest checkpoint is sampled; empty: `collect.model` is sampled."
     )
-    pool_store: Path = Field(Path("runs/pools"), description="Pool store: versions v0001, v0002, ... and the collection runs behind them.")
-    collect: CollectConfig = Field(default_factory=CollectConfig, description="Collection settings (model and out are set per run).")
+    pool_store: Path = Field(
+        Path("runs/pools"), description="Pool store: versions v0001, v0002, ... and the collection runs behind them."
+    )
+    collect: CollectConfig = Field(
+        default_factory=CollectConfig, description="Collection settings (model and out are set per run)."
+    )
     keep_versions: int | None = Field(
-        None, ge=1, le=1_000_000,
+        None,
+        ge=1,
+        le=1_000_000,
         description="After publishing, keep only this many newest pool versions (null: keep all). A training run that "
         "pinned, or is resuming with, a removed version stops with an error naming it; one following the store moves on.",
-    )  # fmt: skip
+    )
 
     def collection(self, now: datetime | None = None) -> CollectConfig:
         """This run's collection settings: the newest checkpoint, a fresh run directory under the store."""
@@ -38,4 +44,6 @@ class RecollectConfig(BaseModel):
                 raise CheckpointError(f"train_dir {self.train_dir}: no checkpoint to collect from yet")
             model = str(checkpoint)
         stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-        return self.collect.model_copy(update={"model": model, "out": self.pool_store / "runs" / stamp, "run_id": f"recollect-{stamp}"})
+        return self.collect.model_copy(
+            update={"model": model, "out": self.pool_store / "runs" / stamp, "run_id": f"recollect-{stamp}"}
+        )

@@ -16,7 +16,10 @@ PHASE_COLUMNS = ["time_generate", "time_verify", "time_replay", "time_advantage"
 
 def _table(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
     header = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-    rows = ["| " + " | ".join(floats.format(v) if isinstance(v, float) else str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    rows = [
+        "| " + " | ".join(floats.format(v) if isinstance(v, float) else str(v) for v in row) + " |"
+        for row in df.itertuples(index=False)
+    ]
     return header + "\n".join(rows) + "\n"
 
 
@@ -65,7 +68,11 @@ def replay_overhead(replay_arm: dict, baseline: dict) -> dict[str, float]:
 
 
 def write_report(
-    out: Path, arms: dict[str, Path], evaluations: dict[str, Path], collect_dir: Path | None = None, pool_source: dict | None = None
+    out: Path,
+    arms: dict[str, Path],
+    evaluations: dict[str, Path],
+    collect_dir: Path | None = None,
+    pool_source: dict | None = None,
 ) -> Path:
     """Write OUT/report.md, OUT/report.json and OUT/heldout_accuracy.png; returns the markdown path.
 
@@ -100,17 +107,32 @@ def write_report(
         ]
     lines += ["## Phase II: training (held-out accuracy during training)", ""]
     table = pd.DataFrame(
-        [{"arm": name, "steps": s["steps"], f"start avg@{s['k']}": s["accuracy_start"], "final": s["accuracy_final"],
-          "best": s["accuracy_best"], "train reward first 5": s["train_reward_first"], "last 5": s["train_reward_last"],
-          "replay share": s["replay_share"], "s/step": s["step_seconds"]} for name, s in summaries.items()]  # fmt: skip
+        [
+            {
+                "arm": name,
+                "steps": s["steps"],
+                f"start avg@{s['k']}": s["accuracy_start"],
+                "final": s["accuracy_final"],
+                "best": s["accuracy_best"],
+                "train reward first 5": s["train_reward_first"],
+                "last 5": s["train_reward_last"],
+                "replay share": s["replay_share"],
+                "s/step": s["step_seconds"],
+            }
+            for name, s in summaries.items()
+        ]
     )
     lines += [_table(table), f"![held-out accuracy]({png.name})", ""]
     lines += ["## Held-out evaluation: the starting model (`base`) and each arm's last checkpoint", ""]
     for name, eval_dir in evaluations.items():
-        ev = pd.read_parquet(EvalRunLayout(Path(eval_dir)).eval)[["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]]
+        ev = pd.read_parquet(EvalRunLayout(Path(eval_dir)).eval)[
+            ["data_source", "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "k"]
+        ]
         lines += [f"### {name}", "", _table(ev)]
     lines += ["## Time per step (seconds, mean)", ""]
-    phases = pd.DataFrame([{"arm": name, **{k: v for k, v in s["phase_seconds"].items()}} for name, s in summaries.items()])
+    phases = pd.DataFrame(
+        [{"arm": name, **{k: v for k, v in s["phase_seconds"].items()}} for name, s in summaries.items()]
+    )
     lines += [_table(phases)]
     if "baseline" in summaries and len(summaries) > 1:
         other = next(n for n in summaries if n != "baseline")

@@ -17,11 +17,17 @@ class RunnerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["local", "ray"] = Field("local", description="`local`: one after another in this process; `ray`: "
-                                          "in parallel through Prefect's Ray task runner.")  # fmt: skip
-    address: str | None = Field(None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray.")
+    kind: Literal["local", "ray"] = Field(
+        "local",
+        description="`local`: one after another in this process; `ray`: in parallel through Prefect's Ray task runner.",
+    )
+    address: str | None = Field(
+        None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray."
+    )
     cpus_per_run: float = Field(1.0, gt=0, description="CPUs of one run or shard (also its torch and OpenMP threads).")
-    gpus_per_run: float = Field(0.0, ge=0, description="GPUs of one run or shard (vLLM's tensor parallelism goes in the engine settings).")
+    gpus_per_run: float = Field(
+        0.0, ge=0, description="GPUs of one run or shard (vLLM's tensor parallelism goes in the engine settings)."
+    )
     max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
 
 

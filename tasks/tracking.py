@@ -93,7 +93,9 @@ def eval_line(step: int, rows: list[dict]) -> str:
     """`held-out at step 10: avg@1 0.450 over 300 problems (tiny-math/decimal 0.500, ...)`."""
     overall = next((r for r in rows if r["data_source"] == "all"), rows[-1])
     sources = ", ".join(f"{r['data_source']} {r['avg_at_k']:.3f}" for r in rows if r is not overall)
-    line = f"held-out at step {step}: avg@{overall['k']} {overall['avg_at_k']:.3f} over {overall['n_problems']} problems"
+    line = (
+        f"held-out at step {step}: avg@{overall['k']} {overall['avg_at_k']:.3f} over {overall['n_problems']} problems"
+    )
     return line + (f" ({sources})" if sources else "")
 
 
@@ -142,7 +144,10 @@ class MLflowWriter:
         experiment = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(MLFLOW_EXPERIMENT)
         earlier = self.client.search_runs(
-            [experiment_id], filter_string=f"tags.`mlflow.runName` = '{run_name}'", order_by=["attributes.start_time DESC"], max_results=1
+            [experiment_id],
+            filter_string=f"tags.`mlflow.runName` = '{run_name}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
         )
         if resumed and earlier:
             self.run_id = earlier[0].info.run_id
@@ -163,7 +168,9 @@ class MLflowWriter:
         self.client.set_terminated(self.run_id)
 
 
-def open_writer(kind: Tracker, out: Path, run_name: str, first_step: int, settings: dict | None = None) -> ScalarWriter | None:
+def open_writer(
+    kind: Tracker, out: Path, run_name: str, first_step: int, settings: dict | None = None
+) -> ScalarWriter | None:
     """The writer of `kind` for the run in `out` (None for `none`). `first_step` <= 1: a fresh run."""
     check_tracker(kind)
     fresh = first_step <= 1
@@ -193,8 +200,15 @@ class StepReport:
     """An `on_step(row, eval_rows)` callback: the tracker's scalars and a log line per step and evaluation,
     then `then(row, eval_rows)` (e.g. the Prefect flow's artifacts)."""
 
-    def __init__(self, kind: Tracker, out: Path, steps: int, run_name: str, settings: dict | None = None,
-                 then: OnStep | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: Tracker,
+        out: Path,
+        steps: int,
+        run_name: str,
+        settings: dict | None = None,
+        then: OnStep | None = None,
+    ) -> None:
         check_tracker(kind)
         self.kind, self.out, self.steps, self.run_name = kind, Path(out), steps, run_name
         self.settings, self.then = settings, then
@@ -224,8 +238,14 @@ class StepReport:
 @contextmanager
 def step_report(config: TrainConfig, then: OnStep | None = None) -> Iterator[StepReport]:
     """The `StepReport` of a training run's settings, closed (event files flushed) when the block ends."""
-    report = StepReport(config.tracker, Path(config.out), config.steps, config.resolved_run_id(),
-                        settings=config.model_dump(mode="json"), then=then)  # fmt: skip
+    report = StepReport(
+        config.tracker,
+        Path(config.out),
+        config.steps,
+        config.resolved_run_id(),
+        settings=config.model_dump(mode="json"),
+        then=then,
+    )
     try:
         yield report
     finally:

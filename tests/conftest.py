@@ -73,7 +73,12 @@ def answer_with_gold(monkeypatch, answers=boxed_gold) -> list[str]:
 
     # The tiny-math problems a test can ask for (a source's first problems, over all cells or one), by prompt.
     cells = [{}] + [{"families": [f], "levels": [lv]} for f in FAMILIES for lv in LEVELS]
-    gold = {render_prompt(p): p.answer for split in ("train", "test") for cell in cells for p in generate(split, 300, **cell)}
+    gold = {
+        render_prompt(p): p.answer
+        for split in ("train", "test")
+        for cell in cells
+        for p in generate(split, 300, **cell)
+    }
     real = collect_module.shared_engine
     models = []
 

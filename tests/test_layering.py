@@ -51,13 +51,18 @@ def test_package_imports_nothing_above_it(package):
 
 def test_the_check_sees_lazy_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from rlep.flows.cli import main\n    import prefect.artifacts\n    import tasks.x\n")
+    module.write_text(
+        "def f():\n    from rlep.flows.cli import main\n    import prefect.artifacts\n    import tasks.x\n"
+    )
     assert imported_packages(module) == {"flows", "prefect", "bare:tasks"}
 
 
 def test_every_module_imports_the_project_under_its_namespace():
-    bare = {str(path.relative_to(REPO)): sorted(n for n in imported_packages(path) if n.startswith("bare:"))
-            for folder in (*PROJECT, "tests") for path in sorted((REPO / folder).rglob("*.py"))}  # fmt: skip
+    bare = {
+        str(path.relative_to(REPO)): sorted(n for n in imported_packages(path) if n.startswith("bare:"))
+        for folder in (*PROJECT, "tests")
+        for path in sorted((REPO / folder).rglob("*.py"))
+    }
     assert {k: v for k, v in bare.items() if v} == {}
 
 
@@ -65,5 +70,9 @@ def test_every_package_folder_is_installed():
     import tomllib
 
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    folders = {"rlep." + ".".join(p.parent.relative_to(REPO).parts) for top in PROJECT for p in (REPO / top).rglob("__init__.py")}
+    folders = {
+        "rlep." + ".".join(p.parent.relative_to(REPO).parts)
+        for top in PROJECT
+        for p in (REPO / top).rglob("__init__.py")
+    }
     assert listed == folders

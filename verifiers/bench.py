@@ -286,8 +286,7 @@ def _print_summary(console: Console, report: dict) -> None:
     console.print(table)
     if not report["math_verify_skipped"]:
         console.print(
-            f"speed-up (benign) {report['speedup_benign']:.1f}x, "
-            f"agreement (benign) {report['agreement_benign']:.2%}"
+            f"speed-up (benign) {report['speedup_benign']:.1f}x, agreement (benign) {report['agreement_benign']:.2%}"
         )
     for name, errors in report["errors"].items():
         if errors is not None:
@@ -299,9 +298,7 @@ def _print_summary(console: Console, report: dict) -> None:
         f"hostile share {report['hostile_share']:.0%}, hostile reasons {report['ours']['hostile_reasons']}, "
         f"hostile max {report['ours']['hostile_max_seconds']:.2f} s, kills {report['ours']['kills']}"
     )
-    console.print(
-        f"benign run: reasons {report['ours_benign']['reasons']}, kills {report['ours_benign']['kills']}"
-    )
+    console.print(f"benign run: reasons {report['ours_benign']['reasons']}, kills {report['ours_benign']['kills']}")
     console.print(
         f"peak RSS: caller {report['caller_peak_rss_mb']:.0f} MiB, worker {report['worker_peak_rss_mb']:.0f} MiB; "
         f"workers left after close: {len(report['workers_left_after_close'])}"
@@ -340,7 +337,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
         "huggingface/Math-Verify at DIR and print the agreement.",
     )
-    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="Directory for the JSON result [default: bench/results].")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/results"),
+        help="Directory for the JSON result [default: bench/results].",
+    )
 
 
 def run_from_arguments(args: argparse.Namespace) -> dict:

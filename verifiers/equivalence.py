@@ -32,9 +32,7 @@ _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 
 def parse_latex(text: str) -> list:
     """math-verify's reading of a normalised answer: a list of sympy objects, empty if unreadable."""
-    return parse(
-        f"${text}$", extraction_config=list(_LATEX_ONLY), fallback_mode="no_fallback", parsing_timeout=None
-    )
+    return parse(f"${text}$", extraction_config=list(_LATEX_ONLY), fallback_mode="no_fallback", parsing_timeout=None)
 
 
 @lru_cache(maxsize=8192)
@@ -105,9 +103,7 @@ def symbolic_equal(gold: Answer, pred: Answer, float_rounding: int) -> bool | No
         decided = expression_identity(gold_parsed[0], pred_parsed[0])
         if decided is not None:
             return decided
-    return bool(
-        verify(list(gold_parsed), list(pred_parsed), float_rounding=float_rounding, timeout_seconds=None)
-    )
+    return bool(verify(list(gold_parsed), list(pred_parsed), float_rounding=float_rounding, timeout_seconds=None))
 
 
 # Distinct rationals at which a difference of two expressions is evaluated (one per free symbol); a

@@ -113,7 +113,9 @@ def compare(gold: Answer, pred: Answer, float_rounding: int) -> tuple[bool, Reas
         if gold_structure and pred_structure:
             return _decided(structure_equal(gold_structure, pred_structure))
         # A list of two or more different numbers (set, tuple, interval) is never one number.
-        if (_several(gold_structure) and pred_value is not None) or (_several(pred_structure) and gold_value is not None):
+        if (_several(gold_structure) and pred_value is not None) or (
+            _several(pred_structure) and gold_value is not None
+        ):
             return False, "not-equal"
     if pred == gold:
         return True, "equal"

@@ -100,9 +100,7 @@ _TUPLE_LHS = re.compile(r"^\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])+\s*\)\s*=(?!=)")
 _LETTERS_LHS = re.compile(r"^[^=\d]*[A-Za-z][^=\d]*=(?!=)")
 _SUBSCRIPT = re.compile(r"_\{?[A-Za-z0-9]+\}?")
 _DISPLAYSTYLE = re.compile(r"\\(?:displaystyle|textstyle)(?![A-Za-z])")
-_DEGREES = re.compile(
-    r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![A-Za-z])|°|\\degree(?![A-Za-z])|\\text\{\s*degrees?\s*\}"
-)
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![A-Za-z])|°|\\degree(?![A-Za-z])|\\text\{\s*degrees?\s*\}")
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro(?![A-Za-z])|\\pounds(?![A-Za-z])")
 _PERCENT = re.compile(r"\\%|%|\s*\\text\{\s*percent\s*\}|\s+percent\b")
 _UNIT_POWER = r"(?:\^\{?[23]\}?)?"  # cm^2, m^{3}

@@ -96,9 +96,7 @@ class _Worker:
             str(os.getpid()),
             str(memory_limit_mb),
         ]
-        self.process = subprocess.Popen(
-            command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
-        )
+        self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())
         self.started_at = time.monotonic()
@@ -146,9 +144,7 @@ class WorkerPool:
         job = _Job(results=[None] * len(pairs), remaining=len(pairs))
         size = max(1, min(config.chunk_size, math.ceil(len(pairs) / (self.size * _CHUNKS_PER_WORKER))))
         chunks = [
-            _Chunk(
-                job, config, list(range(start, min(start + size, len(pairs)))), pairs[start : start + size]
-            )
+            _Chunk(job, config, list(range(start, min(start + size, len(pairs)))), pairs[start : start + size])
             for start in range(0, len(pairs), size)
         ]
         with self._lock:

@@ -142,8 +142,13 @@ def target_cell_accuracy(model, tokenizer, config: TinyModelConfig) -> dict | No
     problems = generate("test", TARGET_CELL_TEST_PROBLEMS, seed=0, families=[family], levels=[level])
     accuracy = cell_accuracy(model, tokenizer, problems, config.answer_tokens)
     low, high = config.stop_band
-    return {"cell": config.stop_cell, "n": len(problems), "accuracy": accuracy, "band": [low, high],
-            "in_band": low <= accuracy <= high}  # fmt: skip
+    return {
+        "cell": config.stop_cell,
+        "n": len(problems),
+        "accuracy": accuracy,
+        "band": [low, high],
+        "in_band": low <= accuracy <= high,
+    }
 
 
 def read_build_info(model_dir: Path) -> dict | None:

@@ -63,21 +63,15 @@ class TinyModelConfig(BaseModel):
     min_lr_ratio: float = Field(
         0.1, ge=0, le=1, description="Final learning rate as a share of the peak (cosine decay)."
     )
-    warmup_steps: int = Field(
-        100, ge=0, le=10_000, description="Steps of linear warm-up from 0 to the peak rate."
-    )
-    weight_decay: float = Field(
-        0.1, ge=0, le=1, description="AdamW decoupled weight decay (not on norms or biases)."
-    )
+    warmup_steps: int = Field(100, ge=0, le=10_000, description="Steps of linear warm-up from 0 to the peak rate.")
+    weight_decay: float = Field(0.1, ge=0, le=1, description="AdamW decoupled weight decay (not on norms or biases).")
     grad_clip: float = Field(1.0, gt=0, le=100, description="Clip the global gradient norm to this value.")
     bf16_autocast: bool = Field(
         False,
         description="Run training matmuls in bfloat16 (weights, optimizer and saved model stay float32). Faster "
         "on CPUs with AVX512-BF16 or AMX, but bfloat16 kernels round differently from one CPU to another.",
     )
-    seed: int = Field(
-        0, ge=0, description="Seed of the initial weights, the training problems and their order."
-    )
+    seed: int = Field(0, ge=0, description="Seed of the initial weights, the training problems and their order.")
     train_problems: int = Field(
         20_000,
         ge=10,
@@ -131,9 +125,7 @@ class TinyModelConfig(BaseModel):
         description="Stop at the first check whose accuracy on `stop_cell` reaches this value (a check more than "
         "half-way from it to the band's upper edge rewinds to the previous check and checks every step).",
     )
-    check_every: int = Field(
-        25, ge=1, le=10_000, description="Steps between two accuracy checks on `stop_cell`."
-    )
+    check_every: int = Field(25, ge=1, le=10_000, description="Steps between two accuracy checks on `stop_cell`.")
     check_problems: int = Field(
         300,
         ge=50,
@@ -156,9 +148,7 @@ class TinyModelConfig(BaseModel):
 
     @field_validator("mix")
     @classmethod
-    def _known_cells(
-        cls, mix: dict[str, tuple[float, float, float]]
-    ) -> dict[str, tuple[float, float, float]]:
+    def _known_cells(cls, mix: dict[str, tuple[float, float, float]]) -> dict[str, tuple[float, float, float]]:
         for family, weights in mix.items():
             if family not in FAMILIES:
                 raise ValueError(f"unknown tiny-math family {family!r}; expected one of {FAMILIES}")
@@ -174,15 +164,11 @@ class TinyModelConfig(BaseModel):
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be < steps ({self.steps})")
         low, high = self.stop_band
         if not 0 <= low < self.stop_aim < high <= 1:
-            raise ValueError(
-                f"stop_band {self.stop_band} must hold stop_aim ({self.stop_aim}) strictly inside"
-            )
+            raise ValueError(f"stop_band {self.stop_band} must hold stop_aim ({self.stop_aim}) strictly inside")
         if self.stop_cell is not None:
             cell = self.stop_target()
             if cell not in self.cell_weights():
-                raise ValueError(
-                    f"stop_cell {self.stop_cell!r} is not trained on (no positive weight in mix)"
-                )
+                raise ValueError(f"stop_cell {self.stop_cell!r} is not trained on (no positive weight in mix)")
         return self
 
     def stop_target(self) -> tuple[str, int] | None:
@@ -219,9 +205,7 @@ class TinyModelConfig(BaseModel):
 
     def fingerprint(self) -> str:
         """A short hash of everything that determines the built model (this config and BUILD_VERSION)."""
-        payload = json.dumps(
-            {"build_version": BUILD_VERSION, "config": self.model_dump(mode="json")}, sort_keys=True
-        )
+        payload = json.dumps({"build_version": BUILD_VERSION, "config": self.model_dump(mode="json")}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     @classmethod

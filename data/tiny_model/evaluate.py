@@ -19,9 +19,7 @@ def greedy_responses(
     with torch.inference_mode():
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
-            enc = tokenizer(
-                [render_prompt(p) for p in chunk], return_tensors="pt", padding=True, padding_side="left"
-            )
+            enc = tokenizer([render_prompt(p) for p in chunk], return_tensors="pt", padding=True, padding_side="left")
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
             responses += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train(was_training)
@@ -42,9 +40,7 @@ def _score(responses: list[str], problems: list[Problem]) -> list[bool]:
     return [v.correct for v in verify_batch(responses, [p.answer for p in problems])]
 
 
-def greedy_accuracy(
-    model, tokenizer, problems: list[Problem], max_new_tokens: int = 32, batch_size: int = 256
-) -> dict:
+def greedy_accuracy(model, tokenizer, problems: list[Problem], max_new_tokens: int = 32, batch_size: int = 256) -> dict:
     """Greedy accuracy of `model` on `problems`: overall, per data_source and per data_source/level.
 
     Answers are scored by the project's verifier, as in RL.
@@ -67,7 +63,6 @@ def greedy_accuracy(
         "by_data_source": table(by_source),
         "by_data_source_level": table(by_level),
         "examples": [
-            {"problem": p.problem, "answer": p.answer, "response": r}
-            for p, r in list(zip(problems, responses))[:8]
+            {"problem": p.problem, "answer": p.answer, "response": r} for p, r in list(zip(problems, responses))[:8]
         ],
     }

@@ -33,8 +33,13 @@ class StopRecord:
     rewinds: int = 0
 
     def to_dict(self) -> dict:
-        return {"cell": self.cell, "stopped_at_step": self.stopped_at, "reason": self.reason,
-                "rewinds": self.rewinds, "checks": [[s, round(a, 4)] for s, a in self.checks]}  # fmt: skip
+        return {
+            "cell": self.cell,
+            "stopped_at_step": self.stopped_at,
+            "reason": self.reason,
+            "rewinds": self.rewinds,
+            "checks": [[s, round(a, 4)] for s, a in self.checks],
+        }
 
 
 def new_model(config: TinyModelConfig, tokenizer):

@@ -46,9 +46,14 @@ PHASES_ASYNC = ("time_train", "time_wait_generate", "time_generator_busy", "time
 def _bench_train_config() -> TrainConfig:
     return TrainConfig(
         problems=default_task("train", limit=800),
-        replay=FIFOReplayConfig(), steps=12, prompts_per_step=32, samples_per_prompt=8, eval_every=0, save_every=0,
+        replay=FIFOReplayConfig(),
+        steps=12,
+        prompts_per_step=32,
+        samples_per_prompt=8,
+        eval_every=0,
+        save_every=0,
         out=Path("runs/bench-async"),
-    )  # fmt: skip
+    )
 
 
 class AsyncBenchConfig(BaseModel):
@@ -61,14 +66,18 @@ class AsyncBenchConfig(BaseModel):
         description="The training run, as `rlep train` takes it (`mode` is set by the benchmark); runs go to OUT/pair-K-MODE.",
     )
     pairs: int = Field(2, ge=1, le=100, description="Sync/async pairs, alternated.")
-    skip_steps: int = Field(2, ge=0, le=1000, description="First steps left out of the medians (engine and allocator warm-up).")
+    skip_steps: int = Field(
+        2, ge=0, le=1000, description="First steps left out of the medians (engine and allocator warm-up)."
+    )
     results: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
 
     @model_validator(mode="after")
     def _steady_steps(self) -> AsyncBenchConfig:
         if self.train.steps < self.skip_steps + 2:
-            raise ValueError(f"train.steps ({self.train.steps}) must be at least skip_steps + 2 ({self.skip_steps + 2}): "
-                             "the medians leave out the first skip_steps steps and the last one")  # fmt: skip
+            raise ValueError(
+                f"train.steps ({self.train.steps}) must be at least skip_steps + 2 ({self.skip_steps + 2}): "
+                "the medians leave out the first skip_steps steps and the last one"
+            )
         return self
 
 
@@ -113,9 +122,13 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     config.out.mkdir(parents=True, exist_ok=True)
     settings, result = config.out / "bench-config.json", config.out / "bench-result.json"
     settings.write_text(config.model_dump_json())
-    done = subprocess.run([sys.executable, "-m", "rlep.tasks.bench.async_train", str(settings), str(result)], env=module_env())
+    done = subprocess.run(
+        [sys.executable, "-m", "rlep.tasks.bench.async_train", str(settings), str(result)], env=module_env()
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log")
+        raise RuntimeError(
+            f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log"
+        )
     run = json.loads(result.read_text())
     run["cpu"] = {int(step): tuple(v) for step, v in run["cpu"].items()}
     return run
@@ -176,13 +189,17 @@ def run_async_bench(config: AsyncBenchConfig, progress: bool = True) -> dict[str
                 start = time.perf_counter()
                 pair[mode] = summarize_run(_run(run_config), mode, config.skip_steps, cores)
                 pair[mode]["run_seconds"] = time.perf_counter() - start
-                line = (f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, {pair[mode]['cpu_seconds_per_step']:.2f} "
-                        f"CPU s/step ({pair[mode]['cores_busy']:.0%} of {cores} cores busy)")  # fmt: skip
+                line = (
+                    f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, {pair[mode]['cpu_seconds_per_step']:.2f} "
+                    f"CPU s/step ({pair[mode]['cores_busy']:.0%} of {cores} cores busy)"
+                )
                 print(line)
                 advance(line)
             pairs.append(pair)
     summary = summarize(pairs, cores)
-    path = write_bench_report("async", config.results, config=config.model_dump(mode="json"), pairs=pairs, summary=summary)
+    path = write_bench_report(
+        "async", config.results, config=config.model_dump(mode="json"), pairs=pairs, summary=summary
+    )
     return {"summary": summary, "pairs": pairs, "path": str(path)}
 
 

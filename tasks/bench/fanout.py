@@ -40,14 +40,22 @@ class FanoutBenchConfig(BaseModel):
         """The study settings for `runner` (`local` or `ray`)."""
         task = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "limit": 200}
         return {
-            "out": str(self.out / runner), "seeds": [0],
-            "train": {"model": self.model, "problems": {**task, "split": "train"}, "steps": self.steps,
-                      "eval_problems": {**task, "split": "test", "limit": 50}, "prompts_per_step": self.prompts_per_step,
-                      "samples_per_prompt": 8, "eval_every": 0, "save_every": self.steps},
+            "out": str(self.out / runner),
+            "seeds": [0],
+            "train": {
+                "model": self.model,
+                "problems": {**task, "split": "train"},
+                "steps": self.steps,
+                "eval_problems": {**task, "split": "test", "limit": 50},
+                "prompts_per_step": self.prompts_per_step,
+                "samples_per_prompt": 8,
+                "eval_every": 0,
+                "save_every": self.steps,
+            },
             "evaluate": {"samples": 1, "problems": {**task, "split": "test", "limit": 50}},
             "arms": {"baseline": {"replay": {"kind": "none"}}, "twin": {"replay": {"kind": "none"}}},
             "runner": {"kind": runner, "cpus_per_run": self.cpus_per_run, "max_parallel": 2},
-        }  # fmt: skip
+        }
 
 
 def _timed_study(settings: dict[str, Any]) -> float:
@@ -63,7 +71,9 @@ def _timed_study(settings: dict[str, Any]) -> float:
     done = subprocess.run(command, env=module_env(), stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"bench fanout: the {settings['runner']['kind']} study failed (exit {done.returncode}); see {out}/rlep.log")
+        raise RuntimeError(
+            f"bench fanout: the {settings['runner']['kind']} study failed (exit {done.returncode}); see {out}/rlep.log"
+        )
     return seconds
 
 
@@ -78,7 +88,12 @@ def run_fanout_bench(config: FanoutBenchConfig) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     sequential = _timed_study(config.study("local"))
     parallel = _timed_study(config.study("ray"))
-    summary = {"one_after_another_seconds": sequential, "two_at_once_on_ray_seconds": parallel,
-               "speedup": sequential / parallel, "load_before": load_before, "load_after": os.getloadavg()[0]}  # fmt: skip
+    summary = {
+        "one_after_another_seconds": sequential,
+        "two_at_once_on_ray_seconds": parallel,
+        "speedup": sequential / parallel,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
     path = write_bench_report("fanout", config.results, config=config.model_dump(mode="json"), summary=summary)
     return {"summary": summary, "path": str(path)}

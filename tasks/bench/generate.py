@@ -56,7 +56,9 @@ def run_generate_bench(config: GenerateBenchConfig) -> dict:
     sampling = SamplingConfig(n=config.samples, temperature=config.temperature, max_tokens=config.max_tokens, seed=0)
     results = {}
     for backend in config.engines:
-        engine_config = EngineConfig(backend=backend, max_num_seqs=config.max_num_seqs, hf_batch_size=config.hf_batch_size)
+        engine_config = EngineConfig(
+            backend=backend, max_num_seqs=config.max_num_seqs, hf_batch_size=config.hf_batch_size
+        )
         start = time.perf_counter()
         engine = make_engine(model, engine_config)
         init_seconds = time.perf_counter() - start
@@ -64,12 +66,21 @@ def run_generate_bench(config: GenerateBenchConfig) -> dict:
             results[backend] = {"init_seconds": init_seconds, **_measure(engine, prompts, sampling, config.repeats)}
         finally:
             engine.close()
-        print(f"{backend}: {results[backend]['tokens_per_second']:.0f} tokens/s "
-              f"({results[backend]['generated_tokens']} tokens in {results[backend]['seconds']:.2f} s)")
+        print(
+            f"{backend}: {results[backend]['tokens_per_second']:.0f} tokens/s "
+            f"({results[backend]['generated_tokens']} tokens in {results[backend]['seconds']:.2f} s)"
+        )
     summary = {name: round(r["tokens_per_second"], 1) for name, r in results.items()}
     if "vllm" in results and "transformers" in results:
-        summary["vllm_over_transformers"] = round(results["vllm"]["tokens_per_second"] / results["transformers"]["tokens_per_second"], 3)
+        summary["vllm_over_transformers"] = round(
+            results["vllm"]["tokens_per_second"] / results["transformers"]["tokens_per_second"], 3
+        )
     path = write_bench_report(
-        "generate", config.out, config=config.model_dump(mode="json"), model_path=model, results=results, summary=summary
+        "generate",
+        config.out,
+        config=config.model_dump(mode="json"),
+        model_path=model,
+        results=results,
+        summary=summary,
     )
     return {"summary": summary, "path": str(path)}

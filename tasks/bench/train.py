@@ -22,16 +22,32 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
     result = run_pipeline(config, local_stages(progress=progress))
     arms = {name: arm_summary(run_dir) for name, run_dir in result.arms.items()}
     for name, a in arms.items():
-        print(f"{name}: held-out avg@{a['k']} {a['accuracy_start']:.3f} -> {a['accuracy_final']:.3f}, {a['step_seconds']:.2f} s/step")
-    summary = {name: {"accuracy_start": a["accuracy_start"], "accuracy_final": a["accuracy_final"], "step_seconds": a["step_seconds"],
-                      "sync_share": a["phase_seconds"].get("sync", 0.0) / a["step_seconds"]} for name, a in arms.items()}  # fmt: skip
+        print(
+            f"{name}: held-out avg@{a['k']} {a['accuracy_start']:.3f} -> {a['accuracy_final']:.3f}, {a['step_seconds']:.2f} s/step"
+        )
+    summary = {
+        name: {
+            "accuracy_start": a["accuracy_start"],
+            "accuracy_final": a["accuracy_final"],
+            "step_seconds": a["step_seconds"],
+            "sync_share": a["phase_seconds"].get("sync", 0.0) / a["step_seconds"],
+        }
+        for name, a in arms.items()
+    }
     replay_arms = [n for n in arms if n != "baseline"]
     if "baseline" in arms and replay_arms:
         summary["replay_overhead"] = replay_overhead(arms[replay_arms[0]], arms["baseline"])
     manifest = json.loads(CollectRunLayout(result.collect_dir).manifest.read_text()) if result.collect_dir else {}
     path = write_bench_report(
-        "train", out_dir, config=config.model_dump(mode="json"),
-        collect={"counts": manifest.get("counts"), "timings": manifest.get("timings"), "pool_source": result.pool_source},
-        arms=arms, summary=summary,
-    )  # fmt: skip
+        "train",
+        out_dir,
+        config=config.model_dump(mode="json"),
+        collect={
+            "counts": manifest.get("counts"),
+            "timings": manifest.get("timings"),
+            "pool_source": result.pool_source,
+        },
+        arms=arms,
+        summary=summary,
+    )
     return {"summary": summary, "path": str(path)}

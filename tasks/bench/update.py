@@ -36,18 +36,58 @@ if TYPE_CHECKING:
 
 # Shapes of public models (their config.json), built with random weights.
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
-    "tiny": dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=256, tie_word_embeddings=True),
-    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
-                         rope_theta=100000.0),
-    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
-}  # fmt: skip
+    "tiny": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        tie_word_embeddings=True,
+    ),
+    "smollm2-135m": dict(
+        model_type="llama",
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+    ),
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2",
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": dict(
+        model_type="qwen2",
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": dict(
+        model_type="qwen2",
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
+}
 
 # Dense peak tensor FLOP/s by precision (vendor data sheets), matched against torch.cuda.get_device_name().
 PEAK_TFLOPS = {
@@ -66,24 +106,16 @@ class UpdateBenchConfig(BaseModel):
 
     model: str = Field("tiny", description=f"Model shape, random weights: one of {sorted(MODEL_CONFIGS)}.")
     nproc: int = Field(1, ge=1, le=1024, description="Processes (torchrun standalone); 1 = one process.")
-    strategy: Literal["ddp", "fsdp2"] = Field(
-        "fsdp2", description="nproc > 1: ddp (replicas) or fsdp2 (shards)."
-    )
+    strategy: Literal["ddp", "fsdp2"] = Field("fsdp2", description="nproc > 1: ddp (replicas) or fsdp2 (shards).")
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16: bf16 compute, fp32 master weights.")
-    activation_checkpointing: bool = Field(
-        False, description="Recompute decoder layers' activations in the backward."
-    )
+    activation_checkpointing: bool = Field(False, description="Recompute decoder layers' activations in the backward.")
     device: Literal["cpu", "cuda"] = Field("cpu", description="cuda: one GPU per rank (LOCAL_RANK).")
     prompts: int = Field(8, ge=1, le=100_000, description="Prompts per step (groups).")
     group_size: int = Field(8, ge=1, le=4096, description="Answers per prompt.")
     prompt_tokens: int = Field(64, ge=1, le=1_000_000, description="Tokens of every prompt.")
     response_tokens: int = Field(128, ge=1, le=1_000_000, description="Tokens of every answer.")
-    updates_per_epoch: int = Field(
-        1, ge=1, le=10_000, description="Optimizer updates (mini-batches) per step."
-    )
-    micro_batch_size: int = Field(
-        8, ge=1, le=100_000, description="Sequences per forward/backward on a rank."
-    )
+    updates_per_epoch: int = Field(1, ge=1, le=10_000, description="Optimizer updates (mini-batches) per step.")
+    micro_batch_size: int = Field(8, ge=1, le=100_000, description="Sequences per forward/backward on a rank.")
     warmup: int = Field(1, ge=0, le=1000, description="Untimed steps first.")
     steps: int = Field(3, ge=1, le=10_000, description="Timed steps.")
     peak_tflops: float | None = Field(
@@ -105,8 +137,9 @@ def model_config(name: str):
     return AutoConfig.for_model(shape.pop("model_type"), **shape)
 
 
-def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int,
-                    varied: bool = False):  # fmt: skip
+def synthetic_batch(
+    prompts: int, group_size: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int, varied: bool = False
+):
     """A step's batch without generation: per prompt, `group_size` random answers with 0/1 rewards and
     group-normalised (GRPO) advantages; behaviour log-probs random. `varied`: answer lengths 1..response_tokens
     (tests), else all `response_tokens` long."""
@@ -120,17 +153,22 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
     for p in range(prompts):
         prompt = torch.randint(1, vocab, (prompt_tokens,), generator=g).tolist()
         rewards = (torch.rand(group_size, generator=g) < 0.5).float()
-        advantages = (
-            (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6) if group_size > 1 else rewards
-        )
+        advantages = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6) if group_size > 1 else rewards
         for i in range(group_size):
-            length = (
-                int(torch.randint(1, response_tokens + 1, (), generator=g)) if varied else response_tokens
-            )
+            length = int(torch.randint(1, response_tokens + 1, (), generator=g)) if varied else response_tokens
             response = torch.randint(1, vocab, (length,), generator=g).tolist()
-            rollout = Rollout(problem_id=str(p), data_source="synthetic", prompt="", gold_answer="", response="",
-                              response_token_ids=response, policy_version=0, prompt_token_ids=prompt,
-                              behaviour_logprobs=(-3 * torch.rand(length, generator=g)).tolist(), sample_index=i)  # fmt: skip
+            rollout = Rollout(
+                problem_id=str(p),
+                data_source="synthetic",
+                prompt="",
+                gold_answer="",
+                response="",
+                response_token_ids=response,
+                policy_version=0,
+                prompt_token_ids=prompt,
+                behaviour_logprobs=(-3 * torch.rand(length, generator=g)).tolist(),
+                sample_index=i,
+            )
             rollout.reward, rollout.advantage = float(rewards[i]), float(advantages[i])
             rollouts.append(rollout)
             groups.append(p)
@@ -139,6 +177,7 @@ def synthetic_batch(prompts: int, group_size: int, prompt_tokens: int, response_
 
 def peak_flops(config: UpdateBenchConfig) -> float | None:
     import torch  # here, not at module level: `rlep --help` must not load torch
+
     if config.peak_tflops:
         return config.peak_tflops * 1e12
     if config.device == "cuda" and torch.cuda.is_available():
@@ -171,8 +210,12 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     from rlep.tasks.training.config import LossConfig, OptimizerConfig
 
     hf = config.hf_config()
-    backend_config = BackendConfig(nproc=config.nproc, strategy=config.strategy, precision=config.precision,
-                                   activation_checkpointing=config.activation_checkpointing)  # fmt: skip
+    backend_config = BackendConfig(
+        nproc=config.nproc,
+        strategy=config.strategy,
+        precision=config.precision,
+        activation_checkpointing=config.activation_checkpointing,
+    )
     spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, device=config.device)
     backend = make_backend(spec)
     device = getattr(backend, "device", torch.device(config.device))
@@ -180,12 +223,24 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(0)
     try:
         for step in range(config.warmup + config.steps):
-            batch = synthetic_batch(config.prompts, config.group_size, config.prompt_tokens, config.response_tokens,
-                                    hf.vocab_size, seed=step)  # fmt: skip
+            batch = synthetic_batch(
+                config.prompts,
+                config.group_size,
+                config.prompt_tokens,
+                config.response_tokens,
+                hf.vocab_size,
+                seed=step,
+            )
             _sync(device)
             start = time.perf_counter()
-            backend.update(batch, LossConfig(), 1.0, updates_per_epoch=config.updates_per_epoch,
-                           micro_batch_size=config.micro_batch_size, generator=generator)  # fmt: skip
+            backend.update(
+                batch,
+                LossConfig(),
+                1.0,
+                updates_per_epoch=config.updates_per_epoch,
+                micro_batch_size=config.micro_batch_size,
+                generator=generator,
+            )
             _sync(device)
             if step >= config.warmup:
                 times.append(time.perf_counter() - start)
@@ -214,7 +269,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name() if config.device == "cuda" else platform.processor(),
-        },  # fmt: skip
+        },
     }
     report["parameters"] = report["parameters"] or sum(p.numel() for p in _meta_model(hf).parameters())
     return report
@@ -236,6 +291,7 @@ def _local_memory(backend, device) -> dict[str, float]:
 
 def _sync(device: torch.device) -> None:
     import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -249,15 +305,15 @@ def summary(report: dict[str, Any]) -> str:
         + f", {config['precision']}, {config['device']}",
         f"  step {report['step_seconds_median']:.3f} s (median of {len(report['step_seconds'])}), "
         f"{report['tokens_per_step']} tokens/step, {report['tokens_per_second']:.0f} tokens/s, "
-        + (
-            f"MFU {100 * report['mfu']:.1f}%" if report["mfu"] is not None else "MFU n/a (pass --peak-tflops)"
-        ),
+        + (f"MFU {100 * report['mfu']:.1f}%" if report["mfu"] is not None else "MFU n/a (pass --peak-tflops)"),
     ]
     for rank, m in enumerate(report["ranks"]):
         state = m["param_bytes"] + m["optimizer_bytes"]
         peak = m.get("peak_cuda_bytes", m["peak_rss_bytes"])
-        lines.append(f"  rank {rank}: parameters + optimizer {state / mib:.1f} MiB (grads {m['grad_bytes'] / mib:.1f} MiB), "
-                     f"peak {'CUDA' if 'peak_cuda_bytes' in m else 'RSS'} {peak / mib:.0f} MiB")  # fmt: skip
+        lines.append(
+            f"  rank {rank}: parameters + optimizer {state / mib:.1f} MiB (grads {m['grad_bytes'] / mib:.1f} MiB), "
+            f"peak {'CUDA' if 'peak_cuda_bytes' in m else 'RSS'} {peak / mib:.0f} MiB"
+        )
     return "\n".join(lines)
 
 
@@ -301,13 +357,9 @@ def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tasks.bench.update", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m tasks.bench.update", description=__doc__.split("\n\n")[0])
     arguments(parser)
-    parser.add_argument(
-        "--request", type=Path, default=None, help=argparse.SUPPRESS
-    )  # one rank of a launched run
+    parser.add_argument("--request", type=Path, default=None, help=argparse.SUPPRESS)  # one rank of a launched run
     args = parser.parse_args(argv)
     if args.request is not None:
         return _rank(UpdateBenchConfig.model_validate_json(args.request.read_text()))

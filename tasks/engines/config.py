@@ -26,10 +26,16 @@ class EngineConfig(BaseModel):
         256, ge=1, le=65_536, description="vLLM: most sequences decoded together (the batch size of a step)."
     )
     kv_cache_gib: int = Field(
-        1, ge=1, le=1024, description="vllm-cpu: KV-cache size in whole GiB (sets VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer)."
+        1,
+        ge=1,
+        le=1024,
+        description="vllm-cpu: KV-cache size in whole GiB (sets VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer).",
     )
     gpu_memory_utilization: float = Field(
-        0.5, gt=0, le=1, description="vLLM on CUDA: share of GPU memory for weights and KV cache (the trainer needs the rest)."
+        0.5,
+        gt=0,
+        le=1,
+        description="vLLM on CUDA: share of GPU memory for weights and KV cache (the trainer needs the rest).",
     )
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="vLLM: GPUs one model is split over.")
     enforce_eager: bool = Field(
@@ -53,7 +59,9 @@ class SamplingConfig(BaseModel):
     seed: int | None = Field(
         None, ge=0, description="Re-seeds the sampler before this request, so the same request gives the same answers."
     )
-    stop: list[str] = Field(default_factory=list, description="Extra stop strings (the end-of-sequence token always stops).")
+    stop: list[str] = Field(
+        default_factory=list, description="Extra stop strings (the end-of-sequence token always stops)."
+    )
 
     @model_validator(mode="after")
     def _greedy_is_single(self) -> SamplingConfig:

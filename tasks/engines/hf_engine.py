@@ -83,7 +83,9 @@ class TransformersEngine:
             results.append(completions)
         return results
 
-    def _completion(self, ids: list[int], logprobs: list[float], sampling: SamplingConfig, prompt_ids: list[int]) -> Completion:
+    def _completion(
+        self, ids: list[int], logprobs: list[float], sampling: SamplingConfig, prompt_ids: list[int]
+    ) -> Completion:
         eos = self.tokenizer.eos_token_id
         finish = "length"
         if eos in ids:
@@ -97,7 +99,9 @@ class TransformersEngine:
                 if hits:
                     ids, logprobs, text, finish = ids[:k], logprobs[:k], prefix[: min(hits)], "stop"
                     break
-        return Completion(text=text, token_ids=ids, logprobs=logprobs, finish_reason=finish, prompt_token_ids=prompt_ids)
+        return Completion(
+            text=text, token_ids=ids, logprobs=logprobs, finish_reason=finish, prompt_token_ids=prompt_ids
+        )
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         result = self.model.load_state_dict(dict(state_dict), strict=False)

@@ -35,20 +35,27 @@ class RLEPReplayConfig(_GroupedBatch):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["rlep"] = Field("rlep", description="Replay strategy.", json_schema_extra=_KIND)
     pool: Path | None = Field(
-        None, description="pool.parquet from `rlep collect`, a run directory holding one, a pool version directory, "
-        "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just collected)."
+        None,
+        description="pool.parquet from `rlep collect`, a run directory holding one, a pool version directory, "
+        "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just collected).",
     )
     replay_per_group: int = Field(
-        2, ge=1, le=1024, description="M: replayed answers per group (paper: 2 with G=16), drawn uniformly without replacement."
+        2,
+        ge=1,
+        le=1024,
+        description="M: replayed answers per group (paper: 2 with G=16), drawn uniformly without replacement.",
     )
     rescore: bool = Field(True, description="Re-check replayed answers with the current verifier (paper: yes).")
     follow: bool = Field(
-        False, description="`pool` is a pool store: between steps, take its newest version (published by a scheduled "
+        False,
+        description="`pool` is a pool store: between steps, take its newest version (published by a scheduled "
         "re-collection while this run trains) instead of pinning the version found at the start. Every step records the "
         "version it replayed from (replay_pool_version); --resume continues with the version its checkpoint recorded. "
         "Beyond RLEP's paper, whose pool is collected once.",
     )
-    refresh_every: int = Field(1, ge=1, le=1_000_000, description="follow: look for a newer version at most every this many steps.")
+    refresh_every: int = Field(
+        1, ge=1, le=1_000_000, description="follow: look for a newer version at most every this many steps."
+    )
 
 
 class FIFOReplayConfig(BaseModel):
@@ -58,27 +65,40 @@ class FIFOReplayConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["fifo"] = Field("fifo", description="Replay strategy.", json_schema_extra=_KIND)
-    buffer_size: int = Field(1024, ge=1, le=10_000_000, description="N: rollouts the buffer holds; the oldest leave first.")
+    buffer_size: int = Field(
+        1024, ge=1, le=10_000_000, description="N: rollouts the buffer holds; the oldest leave first."
+    )
     replay_ratio: float = Field(
-        0.25, ge=0, lt=1,
+        0.25,
+        ge=0,
+        lt=1,
         description="1 - fresh / batch: the training batch is (rollouts generated this step) / (1 - replay_ratio) "
         "rollouts drawn from the buffer. Ignored when batch_size is set.",
-    )  # fmt: skip
+    )
     batch_size: int | None = Field(
-        None, ge=1, le=10_000_000,
+        None,
+        ge=1,
+        le=10_000_000,
         description="Rollouts trained per step, drawn from the buffer (e.g. the baseline's batch for a compute-matched "
         "comparison with fewer prompts_per_step); null = from replay_ratio.",
-    )  # fmt: skip
+    )
     fresh_anchored: bool = Field(
-        False, description="Keep every rollout generated this step in the batch and draw only the rest from older ones "
-        "(the prioritized paper's design); off = the paper's uniform draw over the whole buffer."
+        False,
+        description="Keep every rollout generated this step in the batch and draw only the rest from older ones "
+        "(the prioritized paper's design); off = the paper's uniform draw over the whole buffer.",
     )
     positive_share: float = Field(
-        0.0, ge=0, le=1, description="Share of the draws reserved for correct rollouts (the paper's bias toward positive "
-        "trajectories); 0 = unbiased."
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of the draws reserved for correct rollouts (the paper's bias toward positive "
+        "trajectories); 0 = unbiased.",
     )
     max_age: int | None = Field(
-        None, ge=0, le=1_000_000, description="Rollouts more than this many policy versions old leave the buffer; null = only FIFO order."
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Rollouts more than this many policy versions old leave the buffer; null = only FIFO order.",
     )
 
     batch_from_buffer: ClassVar[bool] = True
@@ -100,15 +120,25 @@ class PrioritizedReplayConfig(_GroupedBatch):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["prioritized"] = Field("prioritized", description="Replay strategy.", json_schema_extra=_KIND)
     buffer_size: int = Field(
-        1024, ge=1, le=10_000_000, description="N: most rollouts kept; after age eviction, the lowest priority leaves first."
+        1024,
+        ge=1,
+        le=10_000_000,
+        description="N: most rollouts kept; after age eviction, the lowest priority leaves first.",
     )
     max_age: int = Field(4, ge=1, le=1_000_000, description="tau_max: rollouts older than this many steps are evicted.")
-    priority_alpha: float = Field(1.0, ge=0, le=10, description="alpha: sampling probability ~ (|advantage| + eps)^alpha; 0 = uniform.")
+    priority_alpha: float = Field(
+        1.0, ge=0, le=10, description="alpha: sampling probability ~ (|advantage| + eps)^alpha; 0 = uniform."
+    )
     priority_eps: float = Field(1e-3, gt=0, le=1, description="eps: keeps every stored rollout sampleable.")
     replay_fraction: float = Field(
-        0.25, ge=0, le=10, description="Replayed rollouts added on top of the fresh ones, as a fraction of the fresh count."
+        0.25,
+        ge=0,
+        le=10,
+        description="Replayed rollouts added on top of the fresh ones, as a fraction of the fresh count.",
     )
-    replay_warmup_steps: int = Field(0, ge=0, le=1_000_000, description="Steps with no replay at the start (the buffer still fills).")
+    replay_warmup_steps: int = Field(
+        0, ge=0, le=1_000_000, description="Steps with no replay at the start (the buffer still fills)."
+    )
 
 
 ReplayConfig = Annotated[

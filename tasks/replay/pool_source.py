@@ -36,9 +36,13 @@ def load_pool(path: Path | None, problems: dict[PoolKey, Problem] | None = None)
 def _check_same_problem(path: Path, row: dict, problem: Problem) -> None:
     where = f"replay.pool: {path}: problem ({row['data_source']!r}, {row['problem_id']!r})"
     if row["gold_answer"] != problem.answer:
-        raise PoolError(f"{where} has gold answer {row['gold_answer']!r} in the pool but {problem.answer!r} in training")
+        raise PoolError(
+            f"{where} has gold answer {row['gold_answer']!r} in the pool but {problem.answer!r} in training"
+        )
     if row["problem"] != problem.problem:
-        raise PoolError(f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs {problem.problem[:60]!r}")
+        raise PoolError(
+            f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs {problem.problem[:60]!r}"
+        )
 
 
 class PoolSource:
@@ -50,8 +54,10 @@ class PoolSource:
         self.store = PoolStore(self.root)
         self.problems = problems
         if not self.store.versions():
-            raise PoolError(f"replay.pool: {self.root}: replay.follow needs a pool store (directories v0001, v0002, ... "
-                            "published by `rlep recollect` or the recollect deployment); none is there")  # fmt: skip
+            raise PoolError(
+                f"replay.pool: {self.root}: replay.follow needs a pool store (directories v0001, v0002, ... "
+                "published by `rlep recollect` or the recollect deployment); none is there"
+            )
 
     def latest(self) -> int:
         return self.store.versions()[-1]

@@ -79,8 +79,13 @@ class RLEPReplay:
     name: ClassVar[str] = "rlep"
     needs: ClassVar[ReplayNeeds] = ReplayNeeds(pool=True)
 
-    def __init__(self, config: RLEPReplayConfig, pool: dict[PoolKey, list[Rollout]], seed: int = 0,
-                 source: PoolSource | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: RLEPReplayConfig,
+        pool: dict[PoolKey, list[Rollout]],
+        seed: int = 0,
+        source: PoolSource | None = None,
+    ) -> None:
         self.config = config
         self.pool = pool
         self.rng = random.Random(seed)
@@ -128,8 +133,12 @@ class RLEPReplay:
         return _flatten(groups)  # the pool is fixed (collected in phase 1)
 
     def stats(self) -> dict[str, float]:
-        return {"pool_problems": len(self.pool), "pool_answers": sum(len(v) for v in self.pool.values()),
-                "pool_coverage": self.coverage, "pool_version": float("nan") if self.version is None else self.version}  # fmt: skip
+        return {
+            "pool_problems": len(self.pool),
+            "pool_answers": sum(len(v) for v in self.pool.values()),
+            "pool_coverage": self.coverage,
+            "pool_version": float("nan") if self.version is None else self.version,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.getstate(), "pool_version": self.version}

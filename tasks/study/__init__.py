@@ -17,7 +17,17 @@ from rlep.tasks.study.config import Run, StudyConfig, StudyError, plan, with_mod
 from rlep.tasks.study.report import write_study_outputs
 from rlep.tasks.study.runs import execute_run, gather
 
-__all__ = ["Run", "StudyConfig", "StudyError", "execute_run", "gather", "plan", "run_study", "with_models_resolved", "write_study_outputs"]
+__all__ = [
+    "Run",
+    "StudyConfig",
+    "StudyError",
+    "execute_run",
+    "gather",
+    "plan",
+    "run_study",
+    "with_models_resolved",
+    "write_study_outputs",
+]
 
 
 def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:

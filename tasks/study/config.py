@@ -43,7 +43,8 @@ class ClaimConfig(BaseModel):
     arm: str = Field(..., min_length=1, description="The arm the claim is about.")
     against: str | None = Field(None, description="The arm it is compared with; default the study's baseline_arm.")
     kind: Literal["accuracy_diff", "steps_to_target", "charged_tokens_to_target"] = Field(
-        ..., description="`accuracy_diff`: held-out accuracy at `step`, arm minus against (higher is better). "
+        ...,
+        description="`accuracy_diff`: held-out accuracy at `step`, arm minus against (higher is better). "
         "`steps_to_target`: per seed, the first evaluation step with accuracy >= `target` (lower is better). "
         "`charged_tokens_to_target`: the same in generated tokens charged to the arm, the runs it depends on included.",
     )
@@ -64,18 +65,31 @@ class StudyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path = Field(Path("runs/study"), description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.")
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Training seeds; every arm runs each.")
-    collect: dict[str, Any] = Field(default_factory=dict, description="Collection settings for rlep pools (see `rlep show-config collect`).")
-    train: dict[str, Any] = Field(default_factory=dict, description="Base training settings of every arm (see `rlep show-config train`).")
-    evaluate: dict[str, Any] = Field(default_factory=lambda: {"samples": 4}, description="Final evaluation of every run (pass@k at the end).")
+    out: Path = Field(
+        Path("runs/study"),
+        description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.",
+    )
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2], min_length=1, description="Training seeds; every arm runs each."
+    )
+    collect: dict[str, Any] = Field(
+        default_factory=dict, description="Collection settings for rlep pools (see `rlep show-config collect`)."
+    )
+    train: dict[str, Any] = Field(
+        default_factory=dict, description="Base training settings of every arm (see `rlep show-config train`)."
+    )
+    evaluate: dict[str, Any] = Field(
+        default_factory=lambda: {"samples": 4}, description="Final evaluation of every run (pass@k at the end)."
+    )
     arms: dict[str, dict[str, Any]] = Field(
         default_factory=lambda: {"baseline": {"replay": {"kind": "none"}}, "rlep": {"replay": {"kind": "rlep"}}},
         min_length=1,
         description="Arm name -> overrides of the training settings.",
     )
     baseline_arm: str = Field("baseline", description="The reference arm of the paired differences.")
-    explore_steps: int | None = Field(None, ge=1, description="Steps of RLEP's exploration run (default: the baseline's, so its run is reused).")
+    explore_steps: int | None = Field(
+        None, ge=1, description="Steps of RLEP's exploration run (default: the baseline's, so its run is reused)."
+    )
     claims: list[ClaimConfig] = Field(
         default_factory=list,
         description="The claims the study tests, fixed before it runs; the report's claims table measures these only.",
@@ -155,7 +169,11 @@ def plan(config: StudyConfig) -> list[Run]:
         if order.pooled:
             explore_key = _explore_run(config, arms, order, seed, runs)
             first = [explore_key] if order.explore_arm is not None else []
-            collect = _validated(CollectConfig, {**config.collect, "seed": seed, "out": str(StudyLayout(config.out).collect(seed).root)}, "collect")
+            collect = _validated(
+                CollectConfig,
+                {**config.collect, "seed": seed, "out": str(StudyLayout(config.out).collect(seed).root)},
+                "collect",
+            )
             runs.append(Run(collect_key, "collect", seed, None, collect, needs=[explore_key]))
         for arm, train_config in arms.items():
             key = f"{arm}/seed-{seed}"
@@ -163,13 +181,26 @@ def plan(config: StudyConfig) -> list[Run]:
                 continue
             if arm in order.pooled:
                 pool = StudyLayout(config.out).collect(seed).pool
-                train_config = train_config.model_copy(update={"replay": train_config.replay.model_copy(update={"pool": pool})})
-            runs.append(Run(key, "train", seed, arm, train_config, _evaluation(config, train_config, arm),
-                            needs=[collect_key] if arm in order.pooled else []))  # fmt: skip
+                train_config = train_config.model_copy(
+                    update={"replay": train_config.replay.model_copy(update={"pool": pool})}
+                )
+            runs.append(
+                Run(
+                    key,
+                    "train",
+                    seed,
+                    arm,
+                    train_config,
+                    _evaluation(config, train_config, arm),
+                    needs=[collect_key] if arm in order.pooled else [],
+                )
+            )
     return runs
 
 
-def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], order: RLEPOrder, seed: int, runs: list[Run]) -> str:
+def _explore_run(
+    config: StudyConfig, arms: dict[str, TrainConfig], order: RLEPOrder, seed: int, runs: list[Run]
+) -> str:
     """Add the exploration run of `seed` (`order`: the baseline arm's own run, or a separate one) and return its key."""
     if order.explore_arm is not None:
         key = f"{order.explore_arm}/seed-{seed}"
@@ -184,7 +215,12 @@ def _explore_run(config: StudyConfig, arms: dict[str, TrainConfig], order: RLEPO
 
 
 def _evaluation(config: StudyConfig, train_config: TrainConfig, arm: str) -> EvalConfig:
-    settings = {"problems": train_config.eval_problems.model_dump(), "max_tokens": train_config.max_tokens,
-                "engine": train_config.engine.model_dump(), **config.evaluate, "seed": train_config.seed,
-                "out": str(TrainRunLayout(train_config.out).final_eval.root)}  # fmt: skip
+    settings = {
+        "problems": train_config.eval_problems.model_dump(),
+        "max_tokens": train_config.max_tokens,
+        "engine": train_config.engine.model_dump(),
+        **config.evaluate,
+        "seed": train_config.seed,
+        "out": str(TrainRunLayout(train_config.out).final_eval.root),
+    }
     return _validated(EvalConfig, settings, f"evaluate (arm {arm})")

@@ -12,11 +12,17 @@ from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
-PLOTS = {"step": "accuracy_vs_step.png", "tokens_generated": "accuracy_vs_tokens.png",
-         "tokens_charged": "accuracy_vs_charged_tokens.png", "wall_seconds": "accuracy_vs_wall.png"}
+PLOTS = {
+    "step": "accuracy_vs_step.png",
+    "tokens_generated": "accuracy_vs_tokens.png",
+    "tokens_charged": "accuracy_vs_charged_tokens.png",
+    "wall_seconds": "accuracy_vs_wall.png",
+}
 
 
-def write_study_outputs(config: StudyConfig, study: pd.DataFrame, final: pd.DataFrame, command: str | None = None) -> dict[str, Path]:
+def write_study_outputs(
+    config: StudyConfig, study: pd.DataFrame, final: pd.DataFrame, command: str | None = None
+) -> dict[str, Path]:
     """Write every output file of the study under `config.out`; returns their paths by name."""
     import pyarrow as pa
 
@@ -26,7 +32,13 @@ def write_study_outputs(config: StudyConfig, study: pd.DataFrame, final: pd.Data
     table = evaluate_claims(study, config.claims, config.baseline_arm)
     ends = endpoints(study, final, config.baseline_arm)
     paths = {name: out / f"{name}.parquet" for name in ("study", "final", "summary", "claims", "endpoints")}
-    for name, frame in (("study", study), ("final", final), ("summary", summary), ("claims", table), ("endpoints", ends)):
+    for name, frame in (
+        ("study", study),
+        ("final", final),
+        ("summary", summary),
+        ("claims", table),
+        ("endpoints", ends),
+    ):
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
     for x, name in PLOTS.items():
         paths[name] = _plot(summary, x, out / name)
@@ -47,8 +59,10 @@ def claims_markdown(table: pd.DataFrame) -> str:
     the interval supports, and every seed's value."""
     if table.empty:
         return "No claims were named in the study's configuration (`claims:`), so none is tested.\n"
-    lines = ["| claim | arm vs against | metric | seeds paired | arm | against | difference [95% CI] | verdict |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| claim | arm vs against | metric | seeds paired | arm | against | difference [95% CI] | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in table.itertuples(index=False):
         if row.kind == "accuracy_diff":
             metric, fmt, dfmt = f"accuracy at step {int(row.step)}", "{:.3f}", "{:+.3f}"
@@ -57,29 +71,40 @@ def claims_markdown(table: pd.DataFrame) -> str:
         else:
             metric, fmt, dfmt = f"charged tokens to {row.target:.3f}", "{:,.0f}", "{:+,.0f}"
         reached = "" if row.kind == "accuracy_diff" else f" (reached: {row.arm_reached} / {row.against_reached} seeds)"
-        lines.append(f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired} | "
-                     f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | {_interval(row.against_mean, math.nan, math.nan, fmt)} | "
-                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |")  # fmt: skip
+        lines.append(
+            f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired} | "
+            f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | {_interval(row.against_mean, math.nan, math.nan, fmt)} | "
+            f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |"
+        )
     lines += ["", "Per seed:", ""]
-    lines += [f"- {row.claim}: {row.arm} {row.arm_per_seed}; {row.against} {row.against_per_seed}" for row in table.itertuples(index=False)]
+    lines += [
+        f"- {row.claim}: {row.arm} {row.arm_per_seed}; {row.against} {row.against_per_seed}"
+        for row in table.itertuples(index=False)
+    ]
     return "\n".join(lines) + "\n"
 
 
 def endpoints_markdown(ends: pd.DataFrame) -> str:
     """Descriptive end-of-run figures per arm, with the cost of the run and of the runs it depends on."""
     k = int(ends.k.max()) if len(ends) else 0
-    lines = [f"| arm | seeds | last step | accuracy | diff vs baseline | pass@{k} | updates | tokens generated | tokens charged | "
-             "seconds | seconds charged |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| arm | seeds | last step | accuracy | diff vs baseline | pass@{k} | updates | tokens generated | tokens charged | "
+        "seconds | seconds charged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in ends.itertuples(index=False):
-        lines.append(f"| {row.arm} | {row.n_seeds} | {row.final_step} | {_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
-                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | "
-                     f"{_interval(row.pass_at_k, row.pass_ci_low, row.pass_ci_high)} | {row.optimizer_updates:,.0f} | "
-                     f"{row.tokens_generated:,.0f} | {row.tokens_charged:,.0f} | {row.wall_seconds:,.0f} | {row.seconds_charged:,.0f} |")  # fmt: skip
+        lines.append(
+            f"| {row.arm} | {row.n_seeds} | {row.final_step} | {_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
+            f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | "
+            f"{_interval(row.pass_at_k, row.pass_ci_low, row.pass_ci_high)} | {row.optimizer_updates:,.0f} | "
+            f"{row.tokens_generated:,.0f} | {row.tokens_charged:,.0f} | {row.wall_seconds:,.0f} | {row.seconds_charged:,.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def report_markdown(config: StudyConfig, summary: pd.DataFrame, table: pd.DataFrame, ends: pd.DataFrame,
-                    command: str | None = None) -> str:  # fmt: skip
+def report_markdown(
+    config: StudyConfig, summary: pd.DataFrame, table: pd.DataFrame, ends: pd.DataFrame, command: str | None = None
+) -> str:
     lines = [
         "# rlep study",
         "",
@@ -96,12 +121,16 @@ def report_markdown(config: StudyConfig, summary: pd.DataFrame, table: pd.DataFr
     lines += ["## Claims (fixed in the configuration before the run)", "", claims_markdown(table), ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     lines += ["## Held-out accuracy per evaluation step (mean [95% t interval]; paired difference to the baseline)", ""]
-    lines += ["| arm | step | seeds | accuracy | diff vs baseline | per seed | tokens charged | training seconds |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "| arm | step | seeds | accuracy | diff vs baseline | per seed | tokens charged | training seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in summary.itertuples(index=False):
-        lines.append(f"| {row.arm} | {row.step} | {row.n_seeds} | {_interval(row.mean, row.ci_low, row.ci_high)} | "
-                     f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | {row.per_seed} | "
-                     f"{row.tokens_charged:,.0f} | {row.wall_seconds:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {row.arm} | {row.step} | {row.n_seeds} | {_interval(row.mean, row.ci_low, row.ci_high)} | "
+            f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | {row.per_seed} | "
+            f"{row.tokens_charged:,.0f} | {row.wall_seconds:.1f} |"
+        )
     lines += ["", *(f"![{name}]({name})" for name in PLOTS.values()), ""]
     return "\n".join(lines)
 
@@ -112,8 +141,12 @@ def _plot(summary: pd.DataFrame, x: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"step": "training step", "tokens_generated": "tokens generated by the run",
-              "tokens_charged": "tokens generated, charged (dependencies included)", "wall_seconds": "training seconds"}
+    labels = {
+        "step": "training step",
+        "tokens_generated": "tokens generated by the run",
+        "tokens_charged": "tokens generated, charged (dependencies included)",
+        "wall_seconds": "training seconds",
+    }
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for arm, group in summary.groupby("arm"):
         group = group.sort_values("step")

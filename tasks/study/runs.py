@@ -39,7 +39,12 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
     from rlep.tasks.training.trainer import train
 
     trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress)  # tracker + step lines
-    record = {"key": run.key, "out": str(out), "final_checkpoint": str(trained.final_checkpoint), "start_weights": start}
+    record = {
+        "key": run.key,
+        "out": str(out),
+        "final_checkpoint": str(trained.final_checkpoint),
+        "start_weights": start,
+    }
     if run.evaluate is not None:
         try:
             evaluate(run.evaluate.model_copy(update={"model": str(trained.final_checkpoint)}), progress=progress)
@@ -121,12 +126,17 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         ev = ev[ev.data_source == ALL_SOURCES][["step", "avg_at_k"]]
         metrics = pd.read_parquet(layout.metrics).sort_values("step")
         charged = dependency_cost(run, by_key)
-        progress = pd.DataFrame({
-            "step": [0, *metrics.step], "tokens_generated": [0, *metrics.tokens_generated_total],
-            "wall_seconds": [0.0, *metrics.time_step.cumsum()],
-            "optimizer_updates": [0, *metrics.optimizer_updates.cumsum()] if "optimizer_updates" in metrics else math.nan,
-            "tokens_trained": [0, *metrics.tokens_trained.cumsum()] if "tokens_trained" in metrics else math.nan,
-        })  # fmt: skip
+        progress = pd.DataFrame(
+            {
+                "step": [0, *metrics.step],
+                "tokens_generated": [0, *metrics.tokens_generated_total],
+                "wall_seconds": [0.0, *metrics.time_step.cumsum()],
+                "optimizer_updates": [0, *metrics.optimizer_updates.cumsum()]
+                if "optimizer_updates" in metrics
+                else math.nan,
+                "tokens_trained": [0, *metrics.tokens_trained.cumsum()] if "tokens_trained" in metrics else math.nan,
+            }
+        )
         progress["tokens_charged"] = progress.tokens_generated + charged["tokens_generated"]
         progress["seconds_charged"] = progress.wall_seconds + charged["seconds"]
         rows = ev.merge(progress, on="step", how="left").rename(columns={"avg_at_k": "accuracy"})
@@ -136,8 +146,22 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
             fe = pd.read_parquet(final)
             fe = fe[fe.data_source == ALL_SOURCES][["k", "avg_at_k", "pass_at_k", "maj_at_k"]]
             finals.append(fe.assign(arm=run.arm, seed=run.seed))
-    columns = ["arm", "seed", "step", "accuracy", "tokens_generated", "tokens_charged", "wall_seconds", "seconds_charged",
-               "optimizer_updates", "tokens_trained"]  # fmt: skip
+    columns = [
+        "arm",
+        "seed",
+        "step",
+        "accuracy",
+        "tokens_generated",
+        "tokens_charged",
+        "wall_seconds",
+        "seconds_charged",
+        "optimizer_updates",
+        "tokens_trained",
+    ]
     study = pd.concat(steps, ignore_index=True)[columns]
-    final = pd.concat(finals, ignore_index=True) if finals else pd.DataFrame(columns=["arm", "seed", "k", "avg_at_k", "pass_at_k", "maj_at_k"])
+    final = (
+        pd.concat(finals, ignore_index=True)
+        if finals
+        else pd.DataFrame(columns=["arm", "seed", "k", "avg_at_k", "pass_at_k", "maj_at_k"])
+    )
     return study.sort_values(["arm", "seed", "step"], ignore_index=True), final

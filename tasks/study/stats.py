@@ -50,9 +50,21 @@ def summarize(study: pd.DataFrame, baseline: str) -> pd.DataFrame:
         mean, low, high = t_interval(by_seed)
         paired = (by_seed - reference.xs(step, level="step").reindex(by_seed.index)).dropna()
         diff, diff_low, diff_high = t_interval(paired) if len(paired) else (math.nan,) * 3
-        rows.append({"arm": arm, "step": int(step), "n_seeds": len(group), "mean": mean, "ci_low": low, "ci_high": high,
-                     "diff_mean": diff, "diff_ci_low": diff_low, "diff_ci_high": diff_high, "per_seed": _seed_list(by_seed),
-                     **{column: float(group[column].mean()) for column in COST_COLUMNS if column in group}})  # fmt: skip
+        rows.append(
+            {
+                "arm": arm,
+                "step": int(step),
+                "n_seeds": len(group),
+                "mean": mean,
+                "ci_low": low,
+                "ci_high": high,
+                "diff_mean": diff,
+                "diff_ci_low": diff_low,
+                "diff_ci_high": diff_high,
+                "per_seed": _seed_list(by_seed),
+                **{column: float(group[column].mean()) for column in COST_COLUMNS if column in group},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -91,7 +103,11 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 values[arm] = at.set_index("seed").accuracy.sort_index()
             else:
                 x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
-                values[arm] = table.groupby("seed").apply(lambda c, x=x, target=claim.target: first_step_at(c, target, x), include_groups=False).sort_index()
+                values[arm] = (
+                    table.groupby("seed")
+                    .apply(lambda c, x=x, target=claim.target: first_step_at(c, target, x), include_groups=False)
+                    .sort_index()
+                )
         mine, theirs = values[claim.arm], values[against].reindex(values[claim.arm].index)
         both = mine.notna() & theirs.notna() & np.isfinite(mine) & np.isfinite(theirs)
         diff = (mine - theirs)[both]
@@ -105,14 +121,32 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
             verdict = "arm worse"
         else:
             verdict = "no difference shown"
-        fmt = "{:,.0f}" if claim.kind == "charged_tokens_to_target" else ("{:.0f}" if claim.kind == "steps_to_target" else "{:.3f}")
-        rows.append({"claim": claim.name, "kind": claim.kind, "arm": claim.arm, "against": against,
-                     "step": claim.step, "target": claim.target, "n_paired": int(both.sum()),
-                     "arm_reached": int(np.isfinite(mine).sum()), "against_reached": int(np.isfinite(theirs).sum()),
-                     "arm_mean": float(mine[np.isfinite(mine)].mean()) if np.isfinite(mine).any() else math.nan,
-                     "against_mean": float(theirs[np.isfinite(theirs)].mean()) if np.isfinite(theirs).any() else math.nan,
-                     "diff_mean": mean, "diff_ci_low": low, "diff_ci_high": high, "verdict": verdict,
-                     "arm_per_seed": _seed_list(mine, fmt), "against_per_seed": _seed_list(theirs, fmt)})  # fmt: skip
+        fmt = (
+            "{:,.0f}"
+            if claim.kind == "charged_tokens_to_target"
+            else ("{:.0f}" if claim.kind == "steps_to_target" else "{:.3f}")
+        )
+        rows.append(
+            {
+                "claim": claim.name,
+                "kind": claim.kind,
+                "arm": claim.arm,
+                "against": against,
+                "step": claim.step,
+                "target": claim.target,
+                "n_paired": int(both.sum()),
+                "arm_reached": int(np.isfinite(mine).sum()),
+                "against_reached": int(np.isfinite(theirs).sum()),
+                "arm_mean": float(mine[np.isfinite(mine)].mean()) if np.isfinite(mine).any() else math.nan,
+                "against_mean": float(theirs[np.isfinite(theirs)].mean()) if np.isfinite(theirs).any() else math.nan,
+                "diff_mean": mean,
+                "diff_ci_low": low,
+                "diff_ci_high": high,
+                "verdict": verdict,
+                "arm_per_seed": _seed_list(mine, fmt),
+                "against_per_seed": _seed_list(theirs, fmt),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -129,6 +163,11 @@ def endpoints(study: pd.DataFrame, final: pd.DataFrame, baseline: str) -> pd.Dat
                 row[f"final_{name}" if name in ("mean", "ci_low", "ci_high") else name] = last.loc[arm, name]
         ends = final[final.arm == arm]
         row["k"] = int(ends.k.iloc[0]) if len(ends) else 0
-        row.update(zip(("pass_at_k", "pass_ci_low", "pass_ci_high"), t_interval(ends.pass_at_k) if len(ends) else (math.nan,) * 3))
+        row.update(
+            zip(
+                ("pass_at_k", "pass_ci_low", "pass_ci_high"),
+                t_interval(ends.pass_at_k) if len(ends) else (math.nan,) * 3,
+            )
+        )
         rows.append(row)
     return pd.DataFrame(rows)

@@ -38,7 +38,9 @@ def group_advantages(
     return advantages, zero_var
 
 
-def asymre_advantages(rewards: torch.Tensor, group_ids: Sequence[int] | torch.Tensor, delta_v: float = -0.1) -> torch.Tensor:
+def asymre_advantages(
+    rewards: torch.Tensor, group_ids: Sequence[int] | torch.Tensor, delta_v: float = -0.1
+) -> torch.Tensor:
     """AsymRE advantages [N] = r - V with V = (mean reward of the answer's group) + delta_v.
 
     The group mean estimates the expected reward of the sampling policy on that prompt (V^mu); the paper

@@ -61,7 +61,9 @@ def generator_gpu_env(gpus: Sequence[int], visible: str | None) -> str:
     trainer's own CUDA_VISIBLE_DEVICES (`visible`) when it has one."""
     ids = [d.strip() for d in visible.split(",")] if visible else None
     if ids is not None and max(gpus) >= len(ids):
-        raise ValueError(f"generator_gpus {list(gpus)}: this process sees {len(ids)} GPUs (CUDA_VISIBLE_DEVICES={visible})")
+        raise ValueError(
+            f"generator_gpus {list(gpus)}: this process sees {len(ids)} GPUs (CUDA_VISIBLE_DEVICES={visible})"
+        )
     return ",".join(ids[g] if ids is not None else str(g) for g in gpus)
 
 
@@ -100,16 +102,26 @@ class GeneratorProcess:
 
     name = "generator-process"
 
-    def __init__(self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (),
-                 gpus: Sequence[int] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (), gpus: Sequence[int] = ()
+    ) -> None:
         ours, theirs = socket.socketpair()
         env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
         if cores:
             env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = generator_gpu_env(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        args = [sys.executable, "-m", "rlep.tasks.training.generator_worker", str(theirs.fileno()), str(os.getpid()),
-                str(model), str(version), config.model_dump_json(), json.dumps(list(cores))]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "rlep.tasks.training.generator_worker",
+            str(theirs.fileno()),
+            str(os.getpid()),
+            str(model),
+            str(version),
+            config.model_dump_json(),
+            json.dumps(list(cores)),
+        ]
         self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env)
         theirs.close()
         from multiprocessing.connection import Connection
@@ -141,7 +153,9 @@ class GeneratorProcess:
 
     def _send(self, message: tuple) -> None:
         if self.send_error is not None:
-            raise GeneratorError(f"generator process {self.pid} cannot be reached: {self.send_error}") from self.send_error
+            raise GeneratorError(
+                f"generator process {self.pid} cannot be reached: {self.send_error}"
+            ) from self.send_error
         self.outbox.put(message)
 
     def _next_message(self) -> tuple:
@@ -189,7 +203,9 @@ class GeneratorProcess:
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, buffer)
         self._send(("weights", version, buffer.getvalue()))
 
-    def generate(self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False) -> list[list[Completion]]:
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
+    ) -> list[list[Completion]]:
         self._eval_count += 1
         tag = ("now", self._eval_count)
         self.submit(tag, prompts, sampling)
@@ -230,9 +246,18 @@ class Arrival:
 class RolloutFeed:
     """Supplies each step's fresh answers in either mode; `publish` hands the engine the new weights."""
 
-    def __init__(self, engine: GenerationEngine | GeneratorProcess, mode: str, max_staleness: int, last_step: int,
-                 draw: Callable[[], list[Problem]], sampling_for: Callable[[int], SamplingConfig], template: str,
-                 version: int, chat: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: GenerationEngine | GeneratorProcess,
+        mode: str,
+        max_staleness: int,
+        last_step: int,
+        draw: Callable[[], list[Problem]],
+        sampling_for: Callable[[int], SamplingConfig],
+        template: str,
+        version: int,
+        chat: Any = None,
+    ) -> None:
         self.engine, self.mode, self.lookahead, self.last_step = engine, mode, max_staleness, last_step
         self.draw, self.sampling_for, self.template = draw, sampling_for, template
         self.chat = chat  # prompts are render_prompt(problem, template, chat), as everywhere (data.prompting)
@@ -306,8 +331,12 @@ class RolloutFeed:
             if step in self.ready or self.submitted_at.get(step, self.version) < self.version:
                 arrival = self.ready.get(step) or self._receive(step)
                 self.ready[step] = arrival
-                answers[step] = {"problems": arrival.problems, "completions": arrival.completions, "version": arrival.version,
-                                 "sampling": arrival.sampling.model_dump()}  # fmt: skip
+                answers[step] = {
+                    "problems": arrival.problems,
+                    "completions": arrival.completions,
+                    "version": arrival.version,
+                    "sampling": arrival.sampling.model_dump(),
+                }
             else:
                 prompts[step] = self.prompts[step]
         return {"requested": self.requested, "answers": answers, "prompts": prompts}
@@ -317,7 +346,9 @@ class RolloutFeed:
         self.prompts = dict(state["prompts"])
         for step, a in state["answers"].items():
             self.prompts[step] = a["problems"]
-            self.ready[step] = Arrival(a["problems"], a["completions"], SamplingConfig(**a["sampling"]), a["version"], 0.0)
+            self.ready[step] = Arrival(
+                a["problems"], a["completions"], SamplingConfig(**a["sampling"]), a["version"], 0.0
+            )
 
     def close(self) -> None:
         self.engine.close()

@@ -73,9 +73,7 @@ def make_backend(spec: PolicySpec) -> TrainingBackend:
     return DistributedBackend.lead(spec)
 
 
-def load_policy(
-    weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0
-) -> torch.nn.Module:
+def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0) -> torch.nn.Module:
     """The policy in float32 on `device` (master weights even under bf16), in eval mode. `weights`: a
     directory or hub name, or an HF config (random weights drawn on the CPU from `init_seed`: identical on
     every rank, nothing read from disk; benchmarks and tests)."""
@@ -114,9 +112,7 @@ def build_optimizer(params, config: OptimizerConfig):
         params, lr=config.lr, betas=(config.beta1, config.beta2), weight_decay=config.weight_decay
     )
     warmup = config.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0)
     return optimizer, scheduler
 
 
@@ -129,8 +125,12 @@ def seed_process(seed: int) -> None:
 
 def process_rng_state() -> dict[str, Any]:
     """This process's random streams (python, numpy, torch and, with GPUs, CUDA's: dropout draws from them)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}  # fmt: skip
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def set_process_rng_state(state: dict[str, Any]) -> None:
@@ -174,8 +174,10 @@ class LocalBackend:
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         if "world_size" in state:  # a torch.distributed run's: its optimizer state is keyed by parameter name
-            raise CheckpointError(f"this checkpoint was written by {state['world_size']} training processes "
-                             f"({state['strategy']}); resume it with --nproc {state['world_size']}")  # fmt: skip
+            raise CheckpointError(
+                f"this checkpoint was written by {state['world_size']} training processes "
+                f"({state['strategy']}); resume it with --nproc {state['world_size']}"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 

@@ -17,11 +17,13 @@ class BackendConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nproc: int = Field(
-        1, ge=1, le=1024,
+        1,
+        ge=1,
+        le=1024,
         description="Training processes on this node (`torchrun --standalone`, one per GPU). 1 = one process without "
         "torch.distributed (the default). With more, rank 0 generates, verifies, writes files and syncs the engine; "
         "every rank trains on its share of each mini-batch's groups.",
-    )  # fmt: skip
+    )
     strategy: Literal["ddp", "fsdp2"] = Field(
         "fsdp2",
         description="nproc > 1: `ddp` keeps a full copy of the weights and optimizer on every rank (gradients averaged); "
@@ -38,12 +40,16 @@ class BackendConfig(BaseModel):
         description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute.",
     )
     collective_timeout: float = Field(
-        300.0, ge=1, le=86_400,
+        300.0,
+        ge=1,
+        le=86_400,
         description="Seconds a collective of the update (gradient reduction, weight gathering) waits for a missing rank "
         "before the run stops with an error.",
-    )  # fmt: skip
+    )
     command_timeout: float = Field(
-        7200.0, ge=1, le=604_800,
+        7200.0,
+        ge=1,
+        le=604_800,
         description="Seconds ranks > 0 wait for rank 0's next request; it covers rank 0's generation, verification and "
         "evaluation between two updates.",
-    )  # fmt: skip
+    )

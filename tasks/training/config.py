@@ -29,7 +29,10 @@ class LossConfig(BaseModel):
         "(arXiv 2506.20520), advantage r - (group mean + asymre_delta_v), no ratio or clip (the FIFO paper's off-policy loss).",
     )
     asymre_delta_v: float = Field(
-        -0.1, ge=-1, le=1, description="AsymRE: shift of the baseline V from the group's mean reward; below 0 favours positives."
+        -0.1,
+        ge=-1,
+        le=1,
+        description="AsymRE: shift of the baseline V from the group's mean reward; below 0 favours positives.",
     )
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
     clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
@@ -39,7 +42,9 @@ class LossConfig(BaseModel):
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How token losses become one number (RLEP/DAPO: token-mean)."
     )
-    kl_coef: float = Field(0.0, ge=0, le=100, description="Weight of KL to the frozen initial policy; 0 loads no reference model.")
+    kl_coef: float = Field(
+        0.0, ge=0, le=100, description="Weight of KL to the frozen initial policy; 0 loads no reference model."
+    )
     kl_estimator: Literal["k1", "k3"] = Field("k3", description="KL estimator (Schulman 2020).")
     is_correction: Literal["none", "truncate", "behaviour"] = Field(
         "none",
@@ -50,7 +55,10 @@ class LossConfig(BaseModel):
     )
     is_cap: float = Field(2.0, ge=1, le=100, description="Cap of truncated importance weights.")
     overlong_buffer: int = Field(
-        0, ge=0, le=1_000_000, description="DAPO soft overlong penalty: length band before max_tokens where reward falls to -overlong_factor; 0 = off."
+        0,
+        ge=0,
+        le=1_000_000,
+        description="DAPO soft overlong penalty: length band before max_tokens where reward falls to -overlong_factor; 0 = off.",
     )
     overlong_factor: float = Field(1.0, ge=0, le=10, description="Largest overlong penalty.")
     scale_advantages_by_std: bool = Field(True, description="GRPO's division by the group std (off = Dr. GRPO).")
@@ -67,7 +75,9 @@ class OptimizerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(2e-4, gt=0, le=1, description="Peak learning rate (the tiny model's choice is explained in docs/training.md).")
+    lr: float = Field(
+        2e-4, gt=0, le=1, description="Peak learning rate (the tiny model's choice is explained in docs/training.md)."
+    )
     warmup_steps: int = Field(0, ge=0, le=1_000_000, description="Optimizer steps of linear warm-up.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW decoupled weight decay.")
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
@@ -80,7 +90,11 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("tiny", min_length=1, description="Starting policy: HF-format directory or name; `tiny` = the project's tiny model.")
+    model: str = Field(
+        "tiny",
+        min_length=1,
+        description="Starting policy: HF-format directory or name; `tiny` = the project's tiny model.",
+    )
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("train", tiny_math_size=2000),
         description="Training prompts.",
@@ -90,7 +104,9 @@ class TrainConfig(BaseModel):
         description="Held-out problems for evaluation during training.",
     )
     replay: ReplayConfig = Field(default_factory=NoReplayConfig, description="Replay strategy and its knobs.")
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine for rollouts and evaluation.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="Generation engine for rollouts and evaluation."
+    )
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward from verdicts.")
     loss: LossConfig = Field(default_factory=LossConfig, description="Loss and policy constraints.")
@@ -100,7 +116,9 @@ class TrainConfig(BaseModel):
         description="Processes of the update (nproc: torchrun on this node), ddp | fsdp2, precision (docs/distributed.md).",
     )
 
-    steps: int = Field(40, ge=1, le=1_000_000, description="Training steps (each: generate, verify, replay, update, sync).")
+    steps: int = Field(
+        40, ge=1, le=1_000_000, description="Training steps (each: generate, verify, replay, update, sync)."
+    )
     prompts_per_step: int = Field(32, ge=1, le=100_000, description="Prompts per step.")
     samples_per_prompt: int = Field(8, ge=2, le=4096, description="G: fresh answers per prompt (RLEP paper: 16).")
     temperature: float = Field(1.0, gt=0, le=10, description="Rollout sampling temperature.")
@@ -113,7 +131,9 @@ class TrainConfig(BaseModel):
         "`max_staleness` policy versions behind the one trained (docs/async.md).",
     )
     max_staleness: int = Field(
-        1, ge=0, le=1000,
+        1,
+        ge=0,
+        le=1000,
         description="async: most policy updates between the weights that generated a fresh answer and those that train on "
         "it; older answers are dropped and regenerated (counted in dropped_stale). 0 = no overlap.",
     )
@@ -124,7 +144,9 @@ class TrainConfig(BaseModel):
     )
     ppo_epochs: int = Field(1, ge=1, le=100, description="Passes over each step's batch.")
     mini_batch_prompts: int | None = Field(
-        8, ge=1, le=1_000_000,
+        8,
+        ge=1,
+        le=1_000_000,
         description="Prompts per optimizer update, as verl's ppo_mini_batch_size: each epoch splits the step's batch into "
         "prompts_per_step / mini_batch_prompts mini-batches of whole groups (fresh and replayed answers of a prompt "
         "together), one update each, all against the log-probs fixed before the first (so the clip acts from the second "
@@ -133,22 +155,34 @@ class TrainConfig(BaseModel):
         "prompts_per_step (a value >= prompts_per_step means one mini-batch). null = the whole batch (one update per epoch, ratio 1, the clip never acts).",
     )
     micro_batch_size: int | None = Field(
-        64, ge=1, le=1_000_000,
+        64,
+        ge=1,
+        le=1_000_000,
         description="Sequences per forward/backward pass; gradients are accumulated over the mini-batch, so the update is "
         "the same for any value (bounds activation memory; regular shapes are faster on a CPU). null = the whole mini-batch.",
     )
-    eval_every: int = Field(10, ge=0, le=1_000_000, description="Evaluate every this many steps (and at 0 and the end); 0 = only at the end.")
+    eval_every: int = Field(
+        10,
+        ge=0,
+        le=1_000_000,
+        description="Evaluate every this many steps (and at 0 and the end); 0 = only at the end.",
+    )
     eval_samples: int = Field(1, ge=1, le=1024, description="K answers per held-out problem; 1 = greedy.")
-    save_every: int = Field(20, ge=0, le=1_000_000, description="Checkpoint every this many steps (and at the end); 0 = only at the end.")
+    save_every: int = Field(
+        20, ge=0, le=1_000_000, description="Checkpoint every this many steps (and at the end); 0 = only at the end."
+    )
     keep_checkpoints: int = Field(2, ge=1, le=1000, description="Most recent checkpoints kept on disk.")
     seed: int = Field(0, ge=0, description="Seed of prompt order, sampling, replay draws and torch.")
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
     chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
     prompt_length: PromptLengthConfig = Field(
-        default_factory=PromptLengthConfig, description="Prompts with less than max_tokens of room in the engine's max_model_len."
+        default_factory=PromptLengthConfig,
+        description="Prompts with less than max_tokens of room in the engine's max_model_len.",
     )
     out: Path = Field(Path("runs/train"), description="Run directory (metrics, eval, checkpoints, fresh rollouts).")
-    run_id: str | None = Field(None, description="Run id written into every rollout row; default: the out directory's name.")
+    run_id: str | None = Field(
+        None, description="Run id written into every rollout row; default: the out directory's name."
+    )
     tracker: Literal["none", "tensorboard", "mlflow"] = Field(
         "none",
         description="Also write every step's metrics and each evaluation for a tracker (tasks/tracking.py): TensorBoard event "
@@ -169,19 +203,27 @@ class TrainConfig(BaseModel):
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
         if self.generator_gpus:
             if self.mode != "async":
-                raise ValueError(f"generator_gpus {self.generator_gpus}: applies to mode async only (mode is {self.mode!r})")
+                raise ValueError(
+                    f"generator_gpus {self.generator_gpus}: applies to mode async only (mode is {self.mode!r})"
+                )
             if len(set(self.generator_gpus)) != len(self.generator_gpus) or min(self.generator_gpus) < 0:
                 raise ValueError(f"generator_gpus {self.generator_gpus}: GPU numbers must be distinct and >= 0")
             if self.engine.tensor_parallel_size > len(self.generator_gpus):
-                raise ValueError(f"engine.tensor_parallel_size ({self.engine.tensor_parallel_size}) > the generator's GPUs "
-                                 f"({len(self.generator_gpus)}: {self.generator_gpus})")  # fmt: skip
+                raise ValueError(
+                    f"engine.tensor_parallel_size ({self.engine.tensor_parallel_size}) > the generator's GPUs "
+                    f"({len(self.generator_gpus)}: {self.generator_gpus})"
+                )
         if self.backend.nproc > 1:  # an in-process vLLM engine would join the trainer ranks' process group and hang
             if self.mode != "async":
-                raise ValueError(f"backend.nproc {self.backend.nproc}: needs mode async (the engine in its own process); "
-                                 "max_staleness 0 keeps sync's on-policy steps")  # fmt: skip
+                raise ValueError(
+                    f"backend.nproc {self.backend.nproc}: needs mode async (the engine in its own process); "
+                    "max_staleness 0 keeps sync's on-policy steps"
+                )
             if self.generator_gpus and min(self.generator_gpus) < self.backend.nproc:
-                raise ValueError(f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
-                                 f"give the generator GPUs from {self.backend.nproc} on")  # fmt: skip
+                raise ValueError(
+                    f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
+                    f"give the generator GPUs from {self.backend.nproc} on"
+                )
         if self.mini_batch_prompts is not None and not self.replay.batch_from_buffer:
             if self.mini_batch_prompts < self.prompts_per_step and self.prompts_per_step % self.mini_batch_prompts:
                 raise ValueError(

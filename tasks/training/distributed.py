@@ -49,10 +49,24 @@ from rlep.tasks.training.update import policy_update
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
 TORCHRUN_VARIABLES = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-    "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-)  # fmt: skip
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
 
 
 class DistributedError(RuntimeError):
@@ -74,12 +88,12 @@ def init_distributed(config: BackendConfig) -> int:
 
     The world size must be `config.nproc`. Afterwards torchrun's variables are gone from `os.environ`.
     """
-    missing = [
-        name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ
-    ]
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
-        raise DistributedError(f"nproc {config.nproc}: {', '.join(missing)} not set; launch with `rlep train --nproc "
-                               f"{config.nproc}` (torchrun), not in one process")  # fmt: skip
+        raise DistributedError(
+            f"nproc {config.nproc}: {', '.join(missing)} not set; launch with `rlep train --nproc "
+            f"{config.nproc}` (torchrun), not in one process"
+        )
     world = int(os.environ["WORLD_SIZE"])
     if world != config.nproc:
         raise DistributedError(f"nproc {config.nproc} but torchrun started {world} processes")
@@ -203,9 +217,7 @@ class DistributedBackend:
 
         self.spec = spec
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.device = (
-            torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-        )
+        self.device = torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
         self.sharding = Sharding(self.rank, self.world_size)
         self.module = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
         if spec.backend.strategy == "ddp":
@@ -223,8 +235,10 @@ class DistributedBackend:
     def lead(cls, spec: PolicySpec) -> DistributedBackend:
         """Rank 0: ask the other ranks to build their part of `spec`, then build its own."""
         if not dist.is_initialized():
-            raise DistributedError(f"backend.nproc {spec.backend.nproc}: no process group; launch with `rlep train --nproc "
-                                   f"{spec.backend.nproc}` (torchrun)")  # fmt: skip
+            raise DistributedError(
+                f"backend.nproc {spec.backend.nproc}: no process group; launch with `rlep train --nproc "
+                f"{spec.backend.nproc}` (torchrun)"
+            )
         if dist.get_rank() != 0:
             raise DistributedError("only rank 0 drives the training backend; the other ranks run serve()")
         _send("build", spec)
@@ -240,8 +254,16 @@ class DistributedBackend:
 
     def _update(self, batch, args, kwargs) -> dict[str, float]:
         with _collective("the policy update"):
-            return policy_update(self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference,
-                                 data_parallel=self.sharding, **kwargs)  # fmt: skip
+            return policy_update(
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                batch,
+                *args,
+                ref_model=self.reference,
+                data_parallel=self.sharding,
+                **kwargs,
+            )
 
     def _follow_update(self, batch, args, kwargs, generator_state) -> None:
         generator = None
@@ -257,9 +279,7 @@ class DistributedBackend:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         with _collective("gathering the weights"):
-            return get_model_state_dict(
-                self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
+            return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def save_pretrained(self, directory, **kwargs: Any) -> None:
         """Rank 0 writes the gathered weights as a plain HF model (config, safetensors)."""
@@ -276,21 +296,31 @@ class DistributedBackend:
             optimizer = get_optimizer_state_dict(
                 self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
-        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "world_size": self.world_size,
-                "strategy": self.spec.backend.strategy}  # fmt: skip
+        return {
+            "optimizer": optimizer,
+            "scheduler": self.scheduler.state_dict(),
+            "world_size": self.world_size,
+            "strategy": self.spec.backend.strategy,
+        }
 
     def load_training_state(self, state: dict[str, Any] | None) -> None:
         if self.rank == 0:
             if not isinstance(next(iter(state["optimizer"]["state"]), ""), str):
-                raise CheckpointError("this checkpoint was written by one training process (optimizer state indexed "
-                                      "by position); resume it with --nproc 1")  # fmt: skip
+                raise CheckpointError(
+                    "this checkpoint was written by one training process (optimizer state indexed "
+                    "by position); resume it with --nproc 1"
+                )
             _send("load_training_state", {"scheduler": state["scheduler"]})
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         optimizer = state["optimizer"] if self.rank == 0 else {}
         with _collective("loading the optimizer state"):
-            set_optimizer_state_dict(self.model, self.optimizer, optimizer,
-                                     options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))  # fmt: skip
+            set_optimizer_state_dict(
+                self.model,
+                self.optimizer,
+                optimizer,
+                options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+            )
         self.scheduler.load_state_dict(state["scheduler"])
 
     def rng_state(self) -> dict[str, Any]:
@@ -308,9 +338,7 @@ class DistributedBackend:
         ranks = state.get("ranks")
         if ranks is not None and len(ranks) == self.world_size:
             set_process_rng_state(ranks[self.rank])
-        elif (
-            self.rank == 0
-        ):  # another world size: rank 0's streams (prompt order, sampling) still resume exactly
+        elif self.rank == 0:  # another world size: rank 0's streams (prompt order, sampling) still resume exactly
             set_process_rng_state(state)
 
     def memory(self) -> list[dict[str, float]]:
@@ -336,9 +364,7 @@ class DistributedBackend:
         with _collective("comparing replicas"):
             for name, value in self.module.state_dict().items():
                 value = value.full_tensor() if hasattr(value, "full_tensor") else value
-                digest.update(
-                    name.encode() + value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-                )
+                digest.update(name.encode() + value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
             digests: list[Any] = [None] * self.world_size
             dist.all_gather_object(digests, digest.hexdigest())
         return digests
@@ -350,9 +376,15 @@ class DistributedBackend:
 
     def follow(self) -> None:
         """Ranks > 0: run rank 0's requests until it stops."""
-        handlers = {"update": self._follow_update, "full_state_dict": self.full_state_dict,
-                    "training_state": self.training_state, "load_training_state": self.load_training_state,
-                    "rng_state": self.rng_state, "load_rng_state": self.load_rng_state, "memory": self.memory}  # fmt: skip
+        handlers = {
+            "update": self._follow_update,
+            "full_state_dict": self.full_state_dict,
+            "training_state": self.training_state,
+            "load_training_state": self.load_training_state,
+            "rng_state": self.rng_state,
+            "load_rng_state": self.load_rng_state,
+            "memory": self.memory,
+        }
         handlers["replica_digests"] = self.replica_digests
         while True:
             name, payload = _receive()
@@ -361,9 +393,7 @@ class DistributedBackend:
             handlers[name](*payload)
 
 
-def rank_memory(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
-) -> dict[str, float]:
+def rank_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, float]:
     """This process's share of the training state in bytes (local shards only) and its peak memory."""
     import resource
 
@@ -373,15 +403,13 @@ def rank_memory(
     params = list({id(p): p for p in model.parameters()}.values())
     facts = {
         "param_bytes": sum(local(p).numel() * local(p).element_size() for p in params),
-        "grad_bytes": sum(
-            local(p.grad).numel() * local(p.grad).element_size() for p in params if p.grad is not None
-        ),
+        "grad_bytes": sum(local(p.grad).numel() * local(p.grad).element_size() for p in params if p.grad is not None),
         "optimizer_bytes": sum(
             local(v).numel() * local(v).element_size()
             for s in optimizer.state.values()
             for v in s.values()
             if torch.is_tensor(v)
-        ),  # fmt: skip
+        ),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux reports KiB
     }
     if device.type == "cuda":
@@ -414,8 +442,16 @@ def launch(module: str, arguments: list[str], nproc: int) -> None:
     """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
     from rlep.tasks.runner import module_env
 
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", module, *arguments]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        module,
+        *arguments,
+    ]
     done = subprocess.run(command, env=module_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
     if done.returncode != 0:
         raise DistributedError(
@@ -432,9 +468,7 @@ def train_distributed(config, resume: bool = False):
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    request = (
-        out / "launch_config.json"
-    )  # what every rank reads; the run's own config.json is rank 0's to write
+    request = out / "launch_config.json"  # what every rank reads; the run's own config.json is rank 0's to write
     write_text_atomic(request, config.model_dump_json(indent=2))
     launch(
         "rlep.tasks.training.distributed",

@@ -15,8 +15,14 @@ def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = No
     `config.max_tokens` of room in the engine's context; the others refused in one line, or left out and counted
     (`config.prompt_length`), before any engine starts."""
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
-    return fitting_problems(problems, prompts, chat or tokenizer, max_model_len=config.engine.max_model_len,
-                            max_new_tokens=config.max_tokens, overlong=config.prompt_length.overlong_prompts)  # fmt: skip
+    return fitting_problems(
+        problems,
+        prompts,
+        chat or tokenizer,
+        max_model_len=config.engine.max_model_len,
+        max_new_tokens=config.max_tokens,
+        overlong=config.prompt_length.overlong_prompts,
+    )
 
 
 class PromptSampler:

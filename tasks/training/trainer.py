@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import torch
 
@@ -65,26 +62,9 @@ from rlep.tasks.training.checkpoint import (
     save_checkpoint,
 )
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.losses import overlong_penalty
 from rlep.tasks.training.prompts import PromptSampler, fitting
-from rlep.verifiers import rewards, verify_batch
-
-PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
-
-
-class PhaseTimer:
-    """Wall time per named phase of one step."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    @contextmanager
-    def __call__(self, phase: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] += time.perf_counter() - start
+from rlep.tasks.training.scoring import score_rollouts
+from rlep.tasks.training.step_metrics import PhaseTimer, step_row
 
 
 @dataclass
@@ -118,11 +98,17 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
-        self.problems, self.eval_problems = (fitting(load_problems(source), config, self.tokenizer, self.chat)
-                                             for source in (config.problems, config.eval_problems))  # fmt: skip
+        self.problems, self.eval_problems = (
+            fitting(load_problems(source), config, self.tokenizer, self.chat)
+            for source in (config.problems, config.eval_problems)
+        )
         self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
-        self.backend = make_backend(PolicySpec.of_run(config, weights, self.base_model))  # policy, optimizer, KL reference
-        self.replay = make_replay(config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems})
+        self.backend = make_backend(
+            PolicySpec.of_run(config, weights, self.base_model)
+        )  # policy, optimizer, KL reference
+        self.replay = make_replay(
+            config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems}
+        )
         self.sampler = PromptSampler(self.problems, seed=config.seed)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
@@ -135,9 +121,16 @@ class Trainer:
         self.torch_threads = torch.get_num_threads()
         self.engine = self._start_engine(weights)
         self.feed = RolloutFeed(
-            self.engine, config.mode, config.max_staleness, config.steps, lambda: self.sampler.next(config.prompts_per_step),
-            self._sampling, config.prompt_template, version=self.step, chat=self.chat,
-        )  # fmt: skip
+            self.engine,
+            config.mode,
+            config.max_staleness,
+            config.steps,
+            lambda: self.sampler.next(config.prompts_per_step),
+            self._sampling,
+            config.prompt_template,
+            version=self.step,
+            chat=self.chat,
+        )
         if "feed" in state:
             self.feed.load_state_dict(state["feed"])
         self._last_step_end: float | None = None
@@ -148,8 +141,9 @@ class Trainer:
         if self.config.mode == "sync":
             return make_engine(weights, engine)
         self.cores = CoreShare()
-        return GeneratorProcess(weights, engine, version=self.step, cores=self.cores.generator_cores,
-                                gpus=self.config.generator_gpus)  # fmt: skip
+        return GeneratorProcess(
+            weights, engine, version=self.step, cores=self.cores.generator_cores, gpus=self.config.generator_gpus
+        )
 
     # ------------------------------------------------------------------ the step
 
@@ -163,20 +157,30 @@ class Trainer:
             groups = self.replay.join(fresh, step)
             self._tokenize_missing([r for g in groups for r in g.rollouts])
         with timer("verify"):
-            self._score([r for g in groups for r in g.rollouts if r.reward is None])
+            score_rollouts([r for g in groups for r in g.rollouts if r.reward is None], config)
         with timer("advantage"):
             zero_std_frac = fill_advantages(groups, config.loss)
         with timer("replay"):
             rollouts = self.replay.mix(groups, step)
         with timer("train"):
-            batch = build_batch(rollouts, self.tokenizer.pad_token_id, step, group_ids(groups, rollouts, config.replay.batch_from_buffer))
+            batch = build_batch(
+                rollouts,
+                self.tokenizer.pad_token_id,
+                step,
+                group_ids(groups, rollouts, config.replay.batch_from_buffer),
+            )
             train_metrics = self.backend.update(
-                batch, config.loss, config.optimizer.grad_clip,
-                ppo_epochs=config.ppo_epochs, updates_per_epoch=config.updates_per_epoch(),
+                batch,
+                config.loss,
+                config.optimizer.grad_clip,
+                ppo_epochs=config.ppo_epochs,
+                updates_per_epoch=config.updates_per_epoch(),
                 micro_batch_size=config.micro_batch_size,
-                horizon=config.max_tokens, generator=self.torch_generator, temperature=config.temperature,
+                horizon=config.max_tokens,
+                generator=self.torch_generator,
+                temperature=config.temperature,
                 before_micro_batch=self._share_cores if config.mode == "async" else None,
-            )  # fmt: skip
+            )
         with timer("sync"):
             self.feed.publish(step, self.backend.full_state_dict())
         self.step = step
@@ -189,9 +193,12 @@ class Trainer:
     def _sampling(self, step: int) -> SamplingConfig:
         config = self.config
         return SamplingConfig(
-            n=config.samples_per_prompt, temperature=config.temperature, top_p=config.top_p,
-            max_tokens=config.max_tokens, seed=config.seed * 1_000_003 + step,
-        )  # fmt: skip
+            n=config.samples_per_prompt,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            seed=config.seed * 1_000_003 + step,
+        )
 
     def _groups(self, arrival: Arrival) -> list[Group]:
         """The step's fresh answers as groups, each rollout with the policy version that generated it."""
@@ -200,12 +207,19 @@ class Trainer:
             prompt = render_prompt(problem, self.config.prompt_template, self.chat)
             rollouts = [
                 Rollout(
-                    problem_id=problem.id, data_source=problem.data_source, prompt=prompt, gold_answer=problem.answer,
-                    response=c.text, response_token_ids=list(c.token_ids), policy_version=arrival.version,
+                    problem_id=problem.id,
+                    data_source=problem.data_source,
+                    prompt=prompt,
+                    gold_answer=problem.answer,
+                    response=c.text,
+                    response_token_ids=list(c.token_ids),
+                    policy_version=arrival.version,
                     prompt_token_ids=list(c.prompt_token_ids) or self._encode(prompt),
-                    behaviour_logprobs=list(c.logprobs), finish_reason=c.finish_reason, sample_index=i,
+                    behaviour_logprobs=list(c.logprobs),
+                    finish_reason=c.finish_reason,
+                    sample_index=i,
                     sampling=sampling.model_dump(include={"n", "temperature", "top_p", "max_tokens", "seed"}),
-                )  # fmt: skip
+                )
                 for i, c in enumerate(group)
             ]
             self.tokens_generated_total += sum(len(r.response_token_ids) for r in rollouts)
@@ -223,83 +237,42 @@ class Trainer:
                 r.response_token_ids = self._encode(r.response) + [self.tokenizer.eos_token_id]
                 r.behaviour_logprobs = None
 
-    def _score(self, rollouts: list[Rollout]) -> None:
-        """Verify and reward rollouts in place (fresh ones, and replayed ones when re-scoring)."""
-        if not rollouts:
-            return
-        verdicts = verify_batch([r.response for r in rollouts], [r.gold_answer for r in rollouts], config=self.config.verifier)
-        values = rewards(verdicts, self.config.reward)
-        loss = self.config.loss
-        if loss.overlong_buffer:
-            lengths = torch.tensor([len(r.response_token_ids) for r in rollouts])
-            values = (torch.tensor(values) + overlong_penalty(lengths, self.config.max_tokens, loss.overlong_buffer, loss.overlong_factor)).tolist()
-        for r, verdict, value in zip(rollouts, verdicts, values):
-            r.correct, r.extracted_answer, r.verdict_reason, r.reward = verdict.correct, verdict.extracted, verdict.reason, value
-
     # ------------------------------------------------------------------ outputs
 
-    def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start) -> dict[str, Any]:
-        fresh_rollouts = [r for g in fresh for r in g.rollouts]
-        staleness = [r.age(step) for r in fresh_rollouts]  # trainer's version (step - 1) minus the generating one
-        replayed = [r for r in rollouts if r.origin == "replay"]
-        # Effective M: replayed answers that joined a prompt's group (RLEP), per group that got any.
-        joined = [sum(r.origin == "replay" for r in g.rollouts) for g in groups]
-        with_replay = [m for m in joined if m]
-        row = {
-            "step": step,
-            "reward_mean": float(np.mean([r.reward for r in fresh_rollouts])),
-            "accuracy": float(np.mean([bool(r.correct) for r in fresh_rollouts])),
-            "zero_std_group_frac": zero_std_frac,
-            "replay_share": len(replayed) / len(rollouts),
-            "replay_age_mean": self._replay_age(replayed, step),
-            "replay_per_group_mean": float(np.mean(with_replay)) if with_replay else 0.0,
-            "replay_prompt_share": len(with_replay) / len(groups),
-            "fresh_share_trained": sum(r.origin == "fresh" for r in rollouts) / len(fresh_rollouts),
-            "replay_accuracy": float(np.mean([bool(r.correct) for r in replayed])) if replayed else float("nan"),
-            "batch_size": len(rollouts),
-            "response_length_mean": float(np.mean([len(r.response_token_ids) for r in fresh_rollouts])),
-            "lr": self.backend.lr(),
-            "tokens_generated_total": self.tokens_generated_total,
-            **{k: float(v) for k, v in train_metrics.items()},
-            "optimizer_updates": int(train_metrics["optimizer_updates"]),
-            "tokens_trained": int(train_metrics["tokens_trained"]),
-            **{f"time_{phase}": timer.seconds.get(phase, 0.0) for phase in PHASES},
-            **{f"replay_{k}": float(v) for k, v in self.replay.stats().items()},
-            "staleness_mean": float(np.mean(staleness)),
-            "staleness_max": int(max(staleness)),
-            "dropped_stale": arrival.dropped,
-            "time_wait_generate": arrival.wait_seconds,  # the trainer idle, waiting for rollouts
-            "time_wait_train": arrival.idle_seconds,  # the generator idle, waiting for work or weights
-            "time_generator_busy": arrival.generate_seconds,
-        }
+    def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start):
+        row = step_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, self.replay)
+        row.update(lr=self.backend.lr(), tokens_generated_total=self.tokens_generated_total)
         now = time.perf_counter()  # wall time between the ends of consecutive steps (evaluation and saves excluded)
         row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
-        for name, value in (("optimizer_updates", row["optimizer_updates"]), ("tokens_trained", row["tokens_trained"]),
-                            ("seconds", row["time_step"])):  # fmt: skip
-            self.totals[name] += value
+        for name, column in (("optimizer_updates",) * 2, ("tokens_trained",) * 2, ("seconds", "time_step")):
+            self.totals[name] += row[column]
             row[f"{name}_total"] = self.totals[name]
         append_rows(self.layout.metrics, [row])
         return row
-
-    def _replay_age(self, replayed: list[Rollout], step: int) -> float:
-        """Mean updates since this run generated its replayed answers; a pool's answers are another run's (NaN)."""
-        if not replayed:
-            return 0.0
-        return float(np.mean([r.age(step) for r in replayed])) if self.replay.needs.buffer else float("nan")
 
     def _write_rows(self, fresh: list[Group], trained: list[Rollout], step: int) -> None:
         """OUT/fresh/part-N.parquet: every answer sampled at step N (origin fresh) and every earlier answer the
         step trained on (origin replay), so the run's data says exactly what it trained on."""
         rollouts = [r for g in fresh for r in g.rollouts] + [r for r in trained if r.origin == "replay"]
-        rows = [r.to_row(self.by_key[(r.data_source, r.problem_id)], run_id=self.run_id, model=self.base_model) for r in rollouts]
+        rows = [
+            r.to_row(self.by_key[(r.data_source, r.problem_id)], run_id=self.run_id, model=self.base_model)
+            for r in rollouts
+        ]
         write_parquet_atomic(self.layout.fresh_part(step), to_table(rows))
 
     def evaluate(self, step: int) -> list[dict[str, Any]]:
         """Held-out evaluation with the live engine; rows appended to OUT/eval.parquet."""
         k = self.config.eval_samples
-        sampling = SamplingConfig(n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.max_tokens, seed=self.config.seed)
+        sampling = SamplingConfig(
+            n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.max_tokens, seed=self.config.seed
+        )
         result = evaluate_with_engine(
-            self.engine, self.eval_problems, sampling, self.config.verifier, self.config.prompt_template, step=step,
+            self.engine,
+            self.eval_problems,
+            sampling,
+            self.config.verifier,
+            self.config.prompt_template,
+            step=step,
             chat=self.chat,
         )
         append_rows(self.layout.eval, result.rows)
@@ -339,7 +312,9 @@ class Trainer:
                     path.unlink()
                 else:
                     keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= self.step]
-                    write_parquet_atomic(path, table.take(keep) if keep else table.slice(0, 0))  # take([]) has no kernel
+                    write_parquet_atomic(
+                        path, table.take(keep) if keep else table.slice(0, 0)
+                    )  # take([]) has no kernel
         for step, part in self.layout.fresh_parts():
             if step > self.step:
                 part.unlink()

@@ -22,8 +22,13 @@ from rlep.tasks.training.losses import (
 
 
 @torch.no_grad()
-def _logprobs(model: torch.nn.Module, batch: TrainingBatch, micro: int, temperature: float,
-              before_micro_batch: Callable[[], None] | None = None) -> torch.Tensor:  # fmt: skip
+def _logprobs(
+    model: torch.nn.Module,
+    batch: TrainingBatch,
+    micro: int,
+    temperature: float,
+    before_micro_batch: Callable[[], None] | None = None,
+) -> torch.Tensor:
     """Log-probs [B, T-1] of `batch` under `model` at `temperature`, computed `micro` sequences at a time."""
     out = torch.zeros_like(batch.behaviour_logp)
     for rows in _chunks(len(batch), micro):
@@ -121,19 +126,35 @@ def policy_update(
                 ratio_base, weights = off_policy_terms(old_logp, part, loss_config)
                 if loss_config.objective == "asymre":
                     loss, metrics = asymre_loss(
-                        logp, part.advantages, part.mask, aggregation=loss_config.aggregation, token_weights=weights,
+                        logp,
+                        part.advantages,
+                        part.mask,
+                        aggregation=loss_config.aggregation,
+                        token_weights=weights,
                         horizon=horizon,
-                    )  # fmt: skip
+                    )
                 else:
                     loss, metrics = clipped_policy_loss(
-                        logp, ratio_base, part.advantages, part.mask,
-                        clip_low=loss_config.clip_low, clip_high=loss_config.clip_high, dual_clip=loss_config.dual_clip,
-                        aggregation=loss_config.aggregation, token_weights=weights, horizon=horizon,
-                    )  # fmt: skip
+                        logp,
+                        ratio_base,
+                        part.advantages,
+                        part.mask,
+                        clip_low=loss_config.clip_low,
+                        clip_high=loss_config.clip_high,
+                        dual_clip=loss_config.dual_clip,
+                        aggregation=loss_config.aggregation,
+                        token_weights=weights,
+                        horizon=horizon,
+                    )
                 kl_value = torch.zeros(())
                 if ref_model is not None:
                     ref_logp = _logprobs(ref_model, part, micro, temperature)[:, : logp.shape[1]]
-                    kl_value = aggregate(kl_penalty(logp, ref_logp, loss_config.kl_estimator), part.mask, loss_config.aggregation, horizon)
+                    kl_value = aggregate(
+                        kl_penalty(logp, ref_logp, loss_config.kl_estimator),
+                        part.mask,
+                        loss_config.aggregation,
+                        horizon,
+                    )
                     loss = loss + loss_config.kl_coef * kl_value
                 token_share = (part.mask.sum() / mb.mask.sum().clamp(min=1)).item()  # weight of its token metrics
                 if loss_config.aggregation == "token-mean":
@@ -154,8 +175,11 @@ def policy_update(
             for name, value in step.result(grad_norm.item()).items():
                 sums[name] += value
     model.eval()
-    return {**{name: value / updates for name, value in sums.items()},
-            "optimizer_updates": updates, "tokens_trained": tokens_trained}  # fmt: skip
+    return {
+        **{name: value / updates for name, value in sums.items()},
+        "optimizer_updates": updates,
+        "tokens_trained": tokens_trained,
+    }
 
 
 class DataParallel(Protocol):
@@ -171,8 +195,12 @@ class DataParallel(Protocol):
 
 def _masked(batch: TrainingBatch) -> TrainingBatch:
     """`batch` with no token in the loss: a padding micro-batch (zero gradient, zero metric weight)."""
-    return replace(batch, mask=torch.zeros_like(batch.mask), advantages=torch.zeros_like(batch.advantages),
-                   has_behaviour=torch.zeros_like(batch.has_behaviour))  # fmt: skip
+    return replace(
+        batch,
+        mask=torch.zeros_like(batch.mask),
+        advantages=torch.zeros_like(batch.advantages),
+        has_behaviour=torch.zeros_like(batch.has_behaviour),
+    )
 
 
 def _fresh_tokens(batch: TrainingBatch) -> torch.Tensor:

@@ -76,25 +76,61 @@ MATH_ROWS = [
 ]
 
 DAPO_ROWS = [
-    ("In triangle $ABC$, $AB = 13$, $BC = 14$, $CA = 15$. Find its area.", "84", "9a9b6eb4-a1cb-49d1-8c1e-62eaf2f74079"),
+    (
+        "In triangle $ABC$, $AB = 13$, $BC = 14$, $CA = 15$. Find its area.",
+        "84",
+        "9a9b6eb4-a1cb-49d1-8c1e-62eaf2f74079",
+    ),
     ("Find the remainder when $2^{100}$ is divided by $7$.", "2", "b426d104-244d-4831-a2c4-cd756b61700a"),
 ]
 
 # NuminaMath-1.5 rows: `answer` is `proof` for proofs and `notfound` where none was extracted.
 NUMINA_ROWS = [
-    {"problem": "Compute $7 \\cdot 8$.", "solution": "$7 \\cdot 8 = \\boxed{56}$", "answer": "56",
-     "problem_type": "Algebra", "question_type": "math-word-problem", "problem_is_valid": "Yes",
-     "solution_is_valid": "Yes", "source": "olympiads", "synthetic": False},
-    {"problem": "Prove that $\\sqrt{2}$ is irrational.", "solution": "Suppose $\\sqrt{2} = p/q$ ...", "answer": "proof",
-     "problem_type": "Number Theory", "question_type": "proof", "problem_is_valid": "Yes",
-     "solution_is_valid": "Yes", "source": "olympiads", "synthetic": False},
-    {"problem": "Find all $n$ such that ...", "solution": "Only small cases work.", "answer": "notfound",
-     "problem_type": "Number Theory", "question_type": "math-word-problem", "problem_is_valid": "Yes",
-     "solution_is_valid": "Yes", "source": "aops_forum", "synthetic": False},
-    {"problem": "What is $2^{10}$?", "solution": "$2^{10} = \\boxed{1024}$", "answer": "1024",
-     "problem_type": "Algebra", "question_type": "math-word-problem", "problem_is_valid": "Yes",
-     "solution_is_valid": "Yes", "source": "cn_k12", "synthetic": False},
-]  # fmt: skip
+    {
+        "problem": "Compute $7 \\cdot 8$.",
+        "solution": "$7 \\cdot 8 = \\boxed{56}$",
+        "answer": "56",
+        "problem_type": "Algebra",
+        "question_type": "math-word-problem",
+        "problem_is_valid": "Yes",
+        "solution_is_valid": "Yes",
+        "source": "olympiads",
+        "synthetic": False,
+    },
+    {
+        "problem": "Prove that $\\sqrt{2}$ is irrational.",
+        "solution": "Suppose $\\sqrt{2} = p/q$ ...",
+        "answer": "proof",
+        "problem_type": "Number Theory",
+        "question_type": "proof",
+        "problem_is_valid": "Yes",
+        "solution_is_valid": "Yes",
+        "source": "olympiads",
+        "synthetic": False,
+    },
+    {
+        "problem": "Find all $n$ such that ...",
+        "solution": "Only small cases work.",
+        "answer": "notfound",
+        "problem_type": "Number Theory",
+        "question_type": "math-word-problem",
+        "problem_is_valid": "Yes",
+        "solution_is_valid": "Yes",
+        "source": "aops_forum",
+        "synthetic": False,
+    },
+    {
+        "problem": "What is $2^{10}$?",
+        "solution": "$2^{10} = \\boxed{1024}$",
+        "answer": "1024",
+        "problem_type": "Algebra",
+        "question_type": "math-word-problem",
+        "problem_is_valid": "Yes",
+        "solution_is_valid": "Yes",
+        "source": "cn_k12",
+        "synthetic": False,
+    },
+]
 
 DEEPSCALER_ROWS = [
     {"problem": "Let $a + b = 5$ and $ab = 6$. Find $a^2 + b^2$.", "answer": "13", "solution": "$25 - 12 = 13$."},

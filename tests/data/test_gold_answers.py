@@ -44,7 +44,18 @@ def test_gsm8k_final_answer(solution, expected):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("Level 3", 3), ("level 5", 5), ("Level ?", 0), ("3", 3), (2, 2), (4.0, 4), (-1, 0), (None, 0), ("hard", 0), (True, 0)],
+    [
+        ("Level 3", 3),
+        ("level 5", 5),
+        ("Level ?", 0),
+        ("3", 3),
+        (2, 2),
+        (4.0, 4),
+        (-1, 0),
+        (None, 0),
+        ("hard", 0),
+        (True, 0),
+    ],
 )
 def test_difficulty_level(value, expected):
     assert difficulty_level(value) == expected

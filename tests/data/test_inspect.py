@@ -29,13 +29,26 @@ def _rows():
         problem = Problem(id=problem_id, problem=f"problem {problem_id}", answer="1", data_source=source)
         for sample, ok in enumerate(flags):
             tokens = list(range(2 * (i + 1))) if i < 10 else []
-            rows.append(trajectory_row(
-                problem, f"Q: problem {problem_id}\nA: ", response="x" * (i + 1), response_token_ids=tokens,
-                behaviour_logprobs=[-1.0] * len(tokens), finish_reason="length" if i % 5 == 4 else "stop",
-                correct=ok, extracted_answer="1" if ok else None, verdict_reason="equal" if ok else "no-answer",
-                reward=float(ok), run_id="run-x", policy_version=0, model="tiny", sampling={"n": len(flags)},
-                sample_index=sample, created_at=WHEN,
-            ))  # fmt: skip
+            rows.append(
+                trajectory_row(
+                    problem,
+                    f"Q: problem {problem_id}\nA: ",
+                    response="x" * (i + 1),
+                    response_token_ids=tokens,
+                    behaviour_logprobs=[-1.0] * len(tokens),
+                    finish_reason="length" if i % 5 == 4 else "stop",
+                    correct=ok,
+                    extracted_answer="1" if ok else None,
+                    verdict_reason="equal" if ok else "no-answer",
+                    reward=float(ok),
+                    run_id="run-x",
+                    policy_version=0,
+                    model="tiny",
+                    sampling={"n": len(flags)},
+                    sample_index=sample,
+                    created_at=WHEN,
+                )
+            )
             i += 1
     return rows
 
@@ -47,8 +60,9 @@ def run_dir(tmp_path):
     store.write_shard(0, rows[:8])
     store.write_shard(1, rows[8:])
     stats = build_pool(store, min_correct=2)
-    store.write_manifest(parameters={}, model="tiny", timings={"generate": 2.0, "verify": 1.0, "write": 1.0},
-                         pool_stats=stats.to_dict())
+    store.write_manifest(
+        parameters={}, model="tiny", timings={"generate": 2.0, "verify": 1.0, "write": 1.0}, pool_stats=stats.to_dict()
+    )
     return store.root
 
 
@@ -56,16 +70,47 @@ def test_run_directory_summary(run_dir):
     summary = summarize(run_dir, sample_rows=3, text_chars=5)
     assert json.loads(json.dumps(summary)) == summary  # plain JSON
     assert (summary["kind"], summary["files"], summary["problems"], summary["samples"], summary["correct"]) == (
-        "run", 2, 4, 20, 7
+        "run",
+        2,
+        4,
+        20,
+        7,
     )
     a, b, every = summary["accuracy"]
     # pass@k = 1 - C(n-c, k) / C(n, k) per problem, averaged; b1 has n=8, so k stops at the smallest n, 4.
-    assert a == pytest.approx({"data_source": "A", "problems": 2, "samples": 8, "mean@n": 0.625,
-                               "pass@1": 0.625, "pass@2": (0.5 + 1) / 2, "pass@4": 1.0})
-    assert b == pytest.approx({"data_source": "B", "problems": 2, "samples": 12, "mean@n": 0.125,
-                               "pass@1": 0.125, "pass@2": (0 + 13 / 28) / 2, "pass@4": (0 + 11 / 14) / 2})
-    assert every == pytest.approx({"data_source": "all", "problems": 4, "samples": 20, "mean@n": 0.375,
-                                   "pass@1": 0.375, "pass@2": (0.5 + 1 + 13 / 28) / 4, "pass@4": (2 + 11 / 14) / 4})
+    assert a == pytest.approx(
+        {
+            "data_source": "A",
+            "problems": 2,
+            "samples": 8,
+            "mean@n": 0.625,
+            "pass@1": 0.625,
+            "pass@2": (0.5 + 1) / 2,
+            "pass@4": 1.0,
+        }
+    )
+    assert b == pytest.approx(
+        {
+            "data_source": "B",
+            "problems": 2,
+            "samples": 12,
+            "mean@n": 0.125,
+            "pass@1": 0.125,
+            "pass@2": (0 + 13 / 28) / 2,
+            "pass@4": (0 + 11 / 14) / 2,
+        }
+    )
+    assert every == pytest.approx(
+        {
+            "data_source": "all",
+            "problems": 4,
+            "samples": 20,
+            "mean@n": 0.375,
+            "pass@1": 0.375,
+            "pass@2": (0.5 + 1 + 13 / 28) / 4,
+            "pass@4": (2 + 11 / 14) / 4,
+        }
+    )
     assert summary["lengths"] == {
         "tokens": {"mean": 11.0, "p50": 11.0, "p90": pytest.approx(18.2), "max": 20},  # rows 0-9 only
         "chars": {"mean": 10.5, "p50": 10.5, "p90": pytest.approx(18.1), "max": 20},
@@ -76,11 +121,16 @@ def test_run_directory_summary(run_dir):
     assert (run["run_id"], run["model"], run["total_seconds"]) == ("run-x", "tiny", 4.0)
     assert run["phase_shares"] == {"generate": 0.5, "verify": 0.25, "write": 0.25}
     assert run["throughput"] == {
-        "problems/s": 1.0, "samples/s": 5.0, "generated tokens/s": 110 / 2.0, "verified answers/s": 20.0
+        "problems/s": 1.0,
+        "samples/s": 5.0,
+        "generated tokens/s": 110 / 2.0,
+        "verified answers/s": 20.0,
     }
     # the first correct row, the first wrong one, then the next row; text cut to 5 characters
     assert [(r["problem_id"], r["correct"], r["response"], r["prompt"]) for r in summary["sample_rows"]] == [
-        ("a0", True, "x", "Q: p…"), ("a0", False, "xx", "Q: p…"), ("a0", False, "xxx", "Q: p…")
+        ("a0", True, "x", "Q: p…"),
+        ("a0", False, "xx", "Q: p…"),
+        ("a0", False, "xxx", "Q: p…"),
     ]
 
 
@@ -98,8 +148,16 @@ def test_render_shows_every_section(run_dir):
     console = Console(record=True, width=160, color_system=None)
     console.print(render(summarize(run_dir)))
     text = console.export_text()
-    for expected in ["run:", "pass@4", "0.625", "6 rows, 2 problems (50.0% of problems), min_correct=2",
-                     "generate", "50.0%", "generated tokens/s: 55.00", "sample rows"]:
+    for expected in [
+        "run:",
+        "pass@4",
+        "0.625",
+        "6 rows, 2 problems (50.0% of problems), min_correct=2",
+        "generate",
+        "50.0%",
+        "generated tokens/s: 55.00",
+        "sample rows",
+    ]:
         assert expected in text
 
 
@@ -117,7 +175,10 @@ def test_empty_run_directory(tmp_path):
     ExperienceStore(tmp_path / "run").prepare()
     summary = summarize(tmp_path / "run")
     assert (summary["samples"], summary["accuracy"], summary["lengths"]["chars"], summary["sample_rows"]) == (
-        0, [], None, []
+        0,
+        [],
+        None,
+        [],
     )
     Console(record=True).print(render(summary))
 

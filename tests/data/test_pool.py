@@ -14,9 +14,25 @@ def _pool(path, answers):
     rows = []
     for i, (pid, text) in enumerate(answers):
         problem = Problem(id=pid, problem=f"{pid}=?", answer="1", data_source="tiny-math/add")
-        rows.append(trajectory_row(problem, "Q", response=text, response_token_ids=[1], behaviour_logprobs=[-0.1],
-                                   finish_reason="stop", correct=True, extracted_answer="1", verdict_reason="equal",
-                                   reward=1.0, run_id=path.stem, policy_version=0, model="m", sampling={}, sample_index=i))  # fmt: skip
+        rows.append(
+            trajectory_row(
+                problem,
+                "Q",
+                response=text,
+                response_token_ids=[1],
+                behaviour_logprobs=[-0.1],
+                finish_reason="stop",
+                correct=True,
+                extracted_answer="1",
+                verdict_reason="equal",
+                reward=1.0,
+                run_id=path.stem,
+                policy_version=0,
+                model="m",
+                sampling={},
+                sample_index=i,
+            )
+        )
     write_parquet_atomic(path, to_table(rows))
     return path
 
@@ -24,8 +40,13 @@ def _pool(path, answers):
 def test_versions_accumulate_new_answers_with_lineage(tmp_path, capsys):
     store = PoolStore(tmp_path / "pools")
     assert store.latest() is None
-    v1 = store.publish(_pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}"), ("p2", "\\boxed{1}")]), {"run_dir": "a", "policy_version": 0})
-    v2 = store.publish(_pool(tmp_path / "b.parquet", [("p1", " \\boxed{1} "), ("p3", "1")]), {"run_dir": "b", "policy_version": 40})
+    v1 = store.publish(
+        _pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}"), ("p2", "\\boxed{1}")]),
+        {"run_dir": "a", "policy_version": 0},
+    )
+    v2 = store.publish(
+        _pool(tmp_path / "b.parquet", [("p1", " \\boxed{1} "), ("p3", "1")]), {"run_dir": "b", "policy_version": 40}
+    )
     assert [v1.name, v2.name] == ["v0001", "v0002"] and store.versions() == [1, 2]
     assert pq.read_table(v1 / "pool.parquet").num_rows == 2  # versions are immutable
     assert pq.read_table(v2 / "pool.parquet").num_rows == 3  # p1's answer was already there (whitespace aside)
@@ -46,8 +67,13 @@ def test_export_takes_any_pool_path_train_takes_and_import_gives_one_back(tmp_pa
     out = tmp_path / "rlep.parquet"
     assert main(["pool", "export", str(tmp_path / "pools"), "--out", str(out)]) == 0  # the store: its latest version
     exported = pq.read_table(out)
-    assert exported.num_rows == 2 and sorted(r["problem_id"] for r in exported["extra_info"].to_pylist()) == ["p1", "p2"]
-    assert main(["pool", "import", str(out), "--out", str(tmp_path / "imported")]) == 0  # a directory: pool.parquet inside
+    assert exported.num_rows == 2 and sorted(r["problem_id"] for r in exported["extra_info"].to_pylist()) == [
+        "p1",
+        "p2",
+    ]
+    assert (
+        main(["pool", "import", str(out), "--out", str(tmp_path / "imported")]) == 0
+    )  # a directory: pool.parquet inside
     _, table = read_pool(tmp_path / "imported")
     assert sorted(table["problem_id"].to_pylist()) == ["p1", "p2"]
     assert read_pool(v2)[0] == v2 / "pool.parquet"
@@ -61,7 +87,9 @@ def test_cli_import_matches_problems_reports_the_rate_and_inspect_reads_its_dire
     # The training problems carry other ids; only the problem text is shared.
     problems = tmp_path / "train.jsonl"
     problems.write_text(json.dumps({"id": "t7", "problem": " p1=?  ", "answer": "1"}) + "\n")
-    assert main(["pool", "import", str(exported), "--out", str(tmp_path / "imported"), "--problems", str(problems)]) == 0
+    assert (
+        main(["pool", "import", str(exported), "--out", str(tmp_path / "imported"), "--problems", str(problems)]) == 0
+    )
     assert "matched 1 of 1 problems to " in (out := capsys.readouterr().out)
     assert "(100.0%: 0 by extra_info.index, 1 by problem text; 0 with another gold answer)" in out
     _, table = read_pool(tmp_path / "imported")
@@ -70,7 +98,9 @@ def test_cli_import_matches_problems_reports_the_rate_and_inspect_reads_its_dire
     assert json.loads(capsys.readouterr().out)["samples"] == 1
     # A problem file has no experience: exit 2, nothing written.
     bare = tmp_path / "bare.parquet"
-    write_parquet_atomic(bare, [{"data_source": "d", "prompt": "p", "reward_model": {"style": "rule", "ground_truth": "1"}}])
+    write_parquet_atomic(
+        bare, [{"data_source": "d", "prompt": "p", "reward_model": {"style": "rule", "ground_truth": "1"}}]
+    )
     assert main(["pool", "import", str(bare), "--out", str(tmp_path / "none")]) == 2
     assert "none of its 1 rows has reward_model.candidates" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()

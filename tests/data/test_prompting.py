@@ -15,7 +15,10 @@ def test_a_model_without_a_chat_template_keeps_the_plain_prompt_bit_for_bit(fixt
     assert chat_tokenizer(fixture_model, "auto") is None
     for problem in generate("test", 20):
         # The rendering before chat templates existed, written out.
-        assert render_prompt(problem, DEFAULT_PROMPT_TEMPLATE, None) == f"Q: {problem.problem}\nPut the final answer in \\boxed{{}}.\nA: "
+        assert (
+            render_prompt(problem, DEFAULT_PROMPT_TEMPLATE, None)
+            == f"Q: {problem.problem}\nPut the final answer in \\boxed{{}}.\nA: "
+        )
     assert render_prompt(PROBLEM, "{problem} =", chat_tokenizer(fixture_model, "auto")) == "What is 2+3? ="
 
 
@@ -26,7 +29,9 @@ def test_auto_uses_the_chat_template_with_the_filled_template_as_user_message(ch
     assert prompt == "<|user|>\nWhat is 2+3? Put the final answer in \\boxed{}.<|end|>\n<|assistant|>\n"
     # The same string transformers renders for that message with the generation prompt (verl's call).
     reference = AutoTokenizer.from_pretrained(chat_model).apply_chat_template(
-        [{"role": "user", "content": "What is 2+3? Put the final answer in \\boxed{}."}], add_generation_prompt=True, tokenize=False
+        [{"role": "user", "content": "What is 2+3? Put the final answer in \\boxed{}."}],
+        add_generation_prompt=True,
+        tokenize=False,
     )
     assert prompt == reference
     # The tiny tokenizer spells every character of it: one token each, nothing unknown.
@@ -48,7 +53,9 @@ def test_a_problems_own_messages_are_used_as_they_are(chat_model):
 def test_the_setting_forces_either_way(chat_model, fixture_model):
     assert chat_tokenizer(chat_model, "off") is None
     assert render_prompt(PROBLEM, "{problem} =", chat_tokenizer(chat_model, "off")) == "What is 2+3? ="
-    with pytest.raises(PromptError, match=r"chat_template: on, but the tokenizer of .*tiny-math-\w+ has no chat template"):
+    with pytest.raises(
+        PromptError, match=r"chat_template: on, but the tokenizer of .*tiny-math-\w+ has no chat template"
+    ):
         chat_tokenizer(fixture_model, "on")
     loaded = AutoTokenizer.from_pretrained(chat_model)
     assert chat_tokenizer(loaded, "on") is loaded  # a tokenizer already loaded is used as it is
@@ -56,6 +63,8 @@ def test_the_setting_forces_either_way(chat_model, fixture_model):
 
 def test_a_chat_must_end_with_a_user_turn(chat_model):
     chat = chat_tokenizer(chat_model, "on")
-    problem = Problem(id="1", problem="x", answer="1", data_source="s", messages=({"role": "assistant", "content": "hi"},))
+    problem = Problem(
+        id="1", problem="x", answer="1", data_source="s", messages=({"role": "assistant", "content": "hi"},)
+    )
     with pytest.raises(PromptError, match="must end with a user message"):
         render_prompt(problem, DEFAULT_PROMPT_TEMPLATE, chat)

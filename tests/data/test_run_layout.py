@@ -52,15 +52,35 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
     store = ExperienceStore(tmp_path / "run", run_id="run").prepare()
     layout = CollectRunLayout(tmp_path / "run")
     assert (store.trajectories_dir, store.shard_path(3), store.pool_path, store.manifest_path) == (
-        layout.trajectories, layout.shard(3), layout.pool, layout.manifest
+        layout.trajectories,
+        layout.shard(3),
+        layout.pool,
+        layout.manifest,
     )
     assert layout.shard(3) == tmp_path / "run" / "trajectories" / "part-00003.parquet"
     problem = Problem(id="p", problem="2+2", answer="4", data_source="d", level=1)
-    store.write_shard(0, [trajectory_row(
-        problem, "Q: 2+2", response="\\boxed{4}", response_token_ids=[1], behaviour_logprobs=[-0.5], finish_reason="stop",
-        correct=True, extracted_answer="4", verdict_reason="equal", reward=1.0, run_id="run", policy_version=0, model="tiny",
-        sampling={"n": 1}, sample_index=0,
-    )])  # fmt: skip
+    store.write_shard(
+        0,
+        [
+            trajectory_row(
+                problem,
+                "Q: 2+2",
+                response="\\boxed{4}",
+                response_token_ids=[1],
+                behaviour_logprobs=[-0.5],
+                finish_reason="stop",
+                correct=True,
+                extracted_answer="4",
+                verdict_reason="equal",
+                reward=1.0,
+                run_id="run",
+                policy_version=0,
+                model="tiny",
+                sampling={"n": 1},
+                sample_index=0,
+            )
+        ],
+    )
     build_pool(store, min_correct=1)
     store.write_manifest(parameters={}, model="tiny")
     assert layout.pool.is_file() and layout.manifest.is_file() and layout.shard(0).is_file()
@@ -75,11 +95,16 @@ def test_pipeline_and_study_directories(tmp_path):
     pipeline = PipelineLayout(tmp_path)
     config = PipelineConfig(out=tmp_path)
     assert config.collect.out == pipeline.collect.root == tmp_path / "collect"
-    assert {name: c.out for name, c in config.arms().items()} == {"rlep": pipeline.arm("rlep"), "baseline": pipeline.arm("baseline")}
+    assert {name: c.out for name, c in config.arms().items()} == {
+        "rlep": pipeline.arm("rlep"),
+        "baseline": pipeline.arm("baseline"),
+    }
     assert config.arms()["rlep"].replay.pool == pipeline.collect.pool == tmp_path / "collect" / POOL_FILE
     assert pipeline.evaluation("base").eval == tmp_path / "eval" / "base" / "eval.parquet"
     assert (pipeline.report.name, pipeline.report_json.name, pipeline.heldout_plot.name) == (
-        "report.md", "report.json", "heldout_accuracy.png"
+        "report.md",
+        "report.json",
+        "heldout_accuracy.png",
     )
     study = StudyLayout(tmp_path)
     assert study.run("rlep", 2) == tmp_path / "runs" / "rlep" / "seed-2"

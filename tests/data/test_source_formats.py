@@ -49,7 +49,13 @@ def test_replicas_have_the_real_parquet_types(tmp_path):
 def test_verl_gsm8k_is_read_natively(tmp_path):
     path = write_verl_gsm8k(tmp_path / "train.parquet", "train")
     loaded = load_source(_config(path))
-    assert (loaded.layout, loaded.split, loaded.split_column, loaded.rows, loaded.skipped) == ("verl", "train", "extra_info.split", 3, {})
+    assert (loaded.layout, loaded.split, loaded.split_column, loaded.rows, loaded.skipped) == (
+        "verl",
+        "train",
+        "extra_info.split",
+        3,
+        {},
+    )
     assert loaded.summary() == "3 rows of split 'train' (verl layout, split column extra_info.split)"
     first = loaded.problems[0]
     question = GSM8K_ROWS[0][0]
@@ -59,8 +65,14 @@ def test_verl_gsm8k_is_read_natively(tmp_path):
     assert [p.id for p in loaded.problems] == ["0", "1", "2"]
     assert {p.data_source for p in loaded.problems} == {"openai/gsm8k"}
     # What a writer needs to give the row back, with the file's own types (an int index here).
-    assert first.extra == {"data_source": "openai/gsm8k", "ability": "math", "reward_style": "rule", "index": 0,
-                           "split": "train", "question": question}  # fmt: skip
+    assert first.extra == {
+        "data_source": "openai/gsm8k",
+        "ability": "math",
+        "reward_style": "rule",
+        "index": 0,
+        "split": "train",
+        "question": question,
+    }
 
 
 def test_verl_math_keeps_levels_and_the_boxed_gold(tmp_path):
@@ -79,8 +91,14 @@ def test_dapo_math_17k_string_index(tmp_path):
     assert [p.id for p in loaded.problems] == [uuid for _, _, uuid in DAPO_ROWS]
     assert [p.answer for p in loaded.problems] == [gold for _, gold, _ in DAPO_ROWS]
     assert loaded.problems[0].problem == DAPO_PREFIX + DAPO_ROWS[0][0] + DAPO_SUFFIX
-    assert loaded.problems[0].extra == {"data_source": "math_dapo", "ability": "MATH", "reward_style": "rule-lighteval/MATH_v2",
-                                        "index": DAPO_ROWS[0][2], "split": None, "question": None}  # fmt: skip
+    assert loaded.problems[0].extra == {
+        "data_source": "math_dapo",
+        "ability": "MATH",
+        "reward_style": "rule-lighteval/MATH_v2",
+        "index": DAPO_ROWS[0][2],
+        "split": None,
+        "question": None,
+    }
 
 
 def test_verl_split_is_applied_and_a_missing_split_refused(tmp_path):
@@ -88,7 +106,10 @@ def test_verl_split_is_applied_and_a_missing_split_refused(tmp_path):
 
     test_file = write_verl_gsm8k(tmp_path / "test.parquet", "test")
     assert len(load_problems(_config(test_file, split="test"))) == 3
-    with pytest.raises(ProblemSourceError, match=r"test\.parquet: no rows of split 'train' in column 'extra_info.split' \(it holds: test\)"):
+    with pytest.raises(
+        ProblemSourceError,
+        match=r"test\.parquet: no rows of split 'train' in column 'extra_info.split' \(it holds: test\)",
+    ):
         load_problems(_config(test_file))  # the default split is train
     # One file holding both splits (verl users concatenate them): the split chooses its rows.
     train_file = write_verl_gsm8k(tmp_path / "train.parquet", "train", GSM8K_ROWS[:2])
@@ -100,8 +121,15 @@ def test_verl_split_is_applied_and_a_missing_split_refused(tmp_path):
 
 def test_nested_columns_read_verl_rows_as_columns(tmp_path):
     path = write_verl_gsm8k(tmp_path / "train.parquet", "train")
-    problems = load_problems(_config(path, layout="columns", problem_column="extra_info.question",
-                                     answer_column="reward_model.ground_truth", id_column="extra_info.index"))  # fmt: skip
+    problems = load_problems(
+        _config(
+            path,
+            layout="columns",
+            problem_column="extra_info.question",
+            answer_column="reward_model.ground_truth",
+            id_column="extra_info.index",
+        )
+    )
     assert [(p.id, p.problem, p.answer) for p in problems] == [(str(i), q, g) for i, (q, _, g) in enumerate(GSM8K_ROWS)]
     assert problems[0].messages is None and problems[0].extra is None
 
@@ -109,16 +137,28 @@ def test_nested_columns_read_verl_rows_as_columns(tmp_path):
 @pytest.mark.parametrize(
     ("columns", "message"),
     [
-        ({"problem_column": "extra_info.question", "answer_column": "reward_model"},
-         r"train\.parquet: row 0, column 'reward_model': expected text, got a dict with keys \['ground_truth', 'style'\]"),
-        ({"problem_column": "extra_info", "answer_column": "reward_model.ground_truth"},
-         r"row 0, column 'extra_info': expected text, got a dict"),
-        ({"problem_column": "extra_info.question", "answer_column": "prompt"},
-         r"row 0, column 'prompt': expected text, got a list of 1 items"),
-        ({"problem_column": "extra_info.question", "answer_column": "reward_model.ground_truth", "id_column": "prompt"},
-         r"row 0, column 'prompt': expected text, got a list"),
+        (
+            {"problem_column": "extra_info.question", "answer_column": "reward_model"},
+            r"train\.parquet: row 0, column 'reward_model': expected text, got a dict with keys \['ground_truth', 'style'\]",
+        ),
+        (
+            {"problem_column": "extra_info", "answer_column": "reward_model.ground_truth"},
+            r"row 0, column 'extra_info': expected text, got a dict",
+        ),
+        (
+            {"problem_column": "extra_info.question", "answer_column": "prompt"},
+            r"row 0, column 'prompt': expected text, got a list of 1 items",
+        ),
+        (
+            {
+                "problem_column": "extra_info.question",
+                "answer_column": "reward_model.ground_truth",
+                "id_column": "prompt",
+            },
+            r"row 0, column 'prompt': expected text, got a list",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_list_or_dict_where_text_belongs_is_refused(tmp_path, columns, message):
     path = write_verl_gsm8k(tmp_path / "train.parquet", "train")
     with pytest.raises(ProblemSourceError, match=message) as info:
@@ -145,9 +185,13 @@ def test_hf_gsm8k_needs_a_subset(tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
     repo = write_hf_gsm8k_repo(tmp_path / "gsm8k")
-    with pytest.raises(ProblemSourceError, match=r"several subsets, choose one with subset \(--subset\): \['main', 'socratic'\]"):
+    with pytest.raises(
+        ProblemSourceError, match=r"several subsets, choose one with subset \(--subset\): \['main', 'socratic'\]"
+    ):
         load_problems(_config(f"hf:{repo}"))
-    problems = load_problems(_config(f"hf:{repo}", subset="main", split="test", problem_column="question", answer_format="gsm8k"))
+    problems = load_problems(
+        _config(f"hf:{repo}", subset="main", split="test", problem_column="question", answer_format="gsm8k")
+    )
     assert [p.answer for p in problems] == [gold for _, _, gold in GSM8K_ROWS]  # "#### 1,600" -> 1600, as verl
     assert problems[0].problem == GSM8K_ROWS[0][0]
     with pytest.raises(ProblemSourceError, match="could not load subset 'mian', split 'train'"):
@@ -156,8 +200,11 @@ def test_hf_gsm8k_needs_a_subset(tmp_path, monkeypatch):
 
 def test_numina_no_answer_values_stop_or_are_skipped_and_counted(tmp_path):
     path = write_numina_1_5(tmp_path / "numina.parquet")
-    with pytest.raises(ProblemSourceError, match=r"numina\.parquet: row 1: no-answer value 'proof' in column 'answer'; "
-                                                  r"set invalid_rows to skip \(--invalid-rows skip\)"):  # fmt: skip
+    with pytest.raises(
+        ProblemSourceError,
+        match=r"numina\.parquet: row 1: no-answer value 'proof' in column 'answer'; "
+        r"set invalid_rows to skip \(--invalid-rows skip\)",
+    ):
         load_problems(_config(path))
     loaded = load_source(_config(path, invalid_rows="skip"))
     assert [(p.id, p.answer) for p in loaded.problems] == [("numina:0", "56"), ("numina:3", "1024")]

@@ -132,8 +132,10 @@ def test_gold_answer_out_of_a_solution_column(tmp_path):
     assert [p.answer for p in problems] == ["2", "2", "\\frac{3}{2}"]  # the last box, as verl reads MATH
     gsm8k_style = tmp_path / "gsm8k.jsonl"
     gsm8k_style.write_text(
-        json.dumps({"question": "3 apples and 4 more?", "answer": "3+4=<<3+4=7>>7\n#### 7"}) + "\n"
-        + json.dumps({"question": "Cost of 12 at 100 each?", "answer": "12*100=1200\n#### 1,200"}) + "\n"
+        json.dumps({"question": "3 apples and 4 more?", "answer": "3+4=<<3+4=7>>7\n#### 7"})
+        + "\n"
+        + json.dumps({"question": "Cost of 12 at 100 each?", "answer": "12*100=1200\n#### 1,200"})
+        + "\n"
     )
     problems = _load(gsm8k_style, problem_column="question", answer_format="gsm8k")
     assert [p.answer for p in problems] == ["7", "1200"]  # thousands commas removed, as verl's gsm8k.py
@@ -141,10 +143,17 @@ def test_gold_answer_out_of_a_solution_column(tmp_path):
     assert _load(gsm8k_style, problem_column="question")[0].answer == "3+4=<<3+4=7>>7\n#### 7"
 
 
-@pytest.mark.parametrize(("answer_format", "expected"), [("boxed", r"no final \\boxed\{\.\.\.\}"), ("gsm8k", "no `#### answer` line")])
+@pytest.mark.parametrize(
+    ("answer_format", "expected"), [("boxed", r"no final \\boxed\{\.\.\.\}"), ("gsm8k", "no `#### answer` line")]
+)
 def test_a_solution_without_its_answer_names_the_row(tmp_path, answer_format, expected):
     path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?", "answer": "it is four"}) + "\n")
+    path.write_text(
+        json.dumps({"problem": "1+1?", "answer": "2"})
+        + "\n"
+        + json.dumps({"problem": "2+2?", "answer": "it is four"})
+        + "\n"
+    )
     with pytest.raises(ProblemSourceError, match=f"row 0: {expected} in column 'answer'"):
         _load(path, answer_format=answer_format)
 
@@ -188,7 +197,9 @@ def test_settings_of_other_sources_are_refused():
         "invalid_rows: applies to files and hf: datasets, not to tiny-math",
         "subset: applies to hf: datasets only, not to tiny-math",
     ]
-    assert ProblemSourceConfig(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
+    assert (
+        ProblemSourceConfig(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
+    )
 
 
 def test_the_cli_exposes_the_source_settings(tmp_path):
@@ -198,13 +209,34 @@ def test_the_cli_exposes_the_source_settings(tmp_path):
 
     parser = argparse.ArgumentParser()
     add_model_flags(parser, ProblemSourceConfig)
-    args = parser.parse_args(["--source", "hf:openai/gsm8k", "--subset", "main", "--layout", "columns",
-                              "--answer-column", "reward_model.ground_truth", "--invalid-rows", "skip",
-                              "--no-answer-values", "proof", "n/a", "--split-column", "extra_info.split"])  # fmt: skip
-    config = build_config(ProblemSourceConfig, None, flag_overrides(args))
-    assert (config.subset, config.layout, config.answer_column, config.invalid_rows, config.no_answer_values, config.split_column) == (
-        "main", "columns", "reward_model.ground_truth", "skip", ["proof", "n/a"], "extra_info.split"
+    args = parser.parse_args(
+        [
+            "--source",
+            "hf:openai/gsm8k",
+            "--subset",
+            "main",
+            "--layout",
+            "columns",
+            "--answer-column",
+            "reward_model.ground_truth",
+            "--invalid-rows",
+            "skip",
+            "--no-answer-values",
+            "proof",
+            "n/a",
+            "--split-column",
+            "extra_info.split",
+        ]
     )
+    config = build_config(ProblemSourceConfig, None, flag_overrides(args))
+    assert (
+        config.subset,
+        config.layout,
+        config.answer_column,
+        config.invalid_rows,
+        config.no_answer_values,
+        config.split_column,
+    ) == ("main", "columns", "reward_model.ground_truth", "skip", ["proof", "n/a"], "extra_info.split")
     plain = tmp_path / "p.jsonl"
     plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
     args = parser.parse_args(["--source", str(plain), "--split", "test"])

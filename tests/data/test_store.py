@@ -26,11 +26,22 @@ WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 def _row(problem_id, sample_index, correct, response="x", run_id="run-a", source="tiny-math/add"):
     problem = Problem(id=problem_id, problem=f"problem {problem_id}", answer="4", data_source=source, level=1)
     return trajectory_row(
-        problem, f"Q: problem {problem_id}\nA: ", response=response, response_token_ids=[1, 2],
-        behaviour_logprobs=[-0.5, -0.5], finish_reason="stop", correct=correct,
-        extracted_answer="4" if correct else "5", verdict_reason="equal" if correct else "not-equal",
-        reward=1.0 if correct else 0.0, run_id=run_id, policy_version=0, model="tiny",
-        sampling={"n": 4}, sample_index=sample_index, created_at=WHEN,
+        problem,
+        f"Q: problem {problem_id}\nA: ",
+        response=response,
+        response_token_ids=[1, 2],
+        behaviour_logprobs=[-0.5, -0.5],
+        finish_reason="stop",
+        correct=correct,
+        extracted_answer="4" if correct else "5",
+        verdict_reason="equal" if correct else "not-equal",
+        reward=1.0 if correct else 0.0,
+        run_id=run_id,
+        policy_version=0,
+        model="tiny",
+        sampling={"n": 4},
+        sample_index=sample_index,
+        created_at=WHEN,
     )
 
 
@@ -40,7 +51,12 @@ def _pool_fixture_rows():
         "p0": [(False, "a")] * 4,
         "p1": [(True, "\\boxed{4}"), (False, "b"), (False, "c"), (False, "d")],
         "p2": [(True, "so \\boxed{4}"), (False, "e"), (True, "  so   \\boxed{4}\n"), (False, "f")],
-        "p3": [(True, "2+2=\\boxed{4}"), (True, "2+2=\\boxed{4}"), (True, "2 + 2 = \\boxed{4}"), (True, "2+2=\\boxed{4}\n")],
+        "p3": [
+            (True, "2+2=\\boxed{4}"),
+            (True, "2+2=\\boxed{4}"),
+            (True, "2 + 2 = \\boxed{4}"),
+            (True, "2+2=\\boxed{4}\n"),
+        ],
     }
     return [_row(pid, i, ok, text) for pid, samples in answers.items() for i, (ok, text) in enumerate(samples)]
 
@@ -52,7 +68,7 @@ def test_shards_are_named_counted_and_read_in_order(tmp_path):
     assert store.write_shard(2, rows[8:]) == tmp_path / "run" / "trajectories" / "part-00002.parquet"
     store.write_shard(0, to_table(rows[:8]))
     assert store.completed_shards() == [0, 2]
-    assert store.shard_path(12) .name == "part-00012.parquet"
+    assert store.shard_path(12).name == "part-00012.parquet"
     table = store.read_trajectories()
     assert table.schema == TRAJECTORY_SCHEMA
     assert table["problem_id"].to_pylist() == [r["problem_id"] for r in rows]
@@ -162,7 +178,10 @@ def _fake_model(directory: Path) -> Path:
 def test_weights_hash_covers_names_sizes_and_bytes_of_safetensors_only(tmp_path):
     model = _fake_model(tmp_path / "model")
     expected = hashlib.sha256()
-    for name, content in [("model-00001-of-00002.safetensors", b"A" * 3_000_000), ("model-00002-of-00002.safetensors", b"B" * 10)]:
+    for name, content in [
+        ("model-00001-of-00002.safetensors", b"A" * 3_000_000),
+        ("model-00002-of-00002.safetensors", b"B" * 10),
+    ]:
         expected.update(name.encode() + b"\0" + len(content).to_bytes(8, "little") + content)
     assert weights_hash(model) == f"sha256:{expected.hexdigest()}"
     (model / "config.json").write_text('{"changed": true}')
@@ -182,19 +201,29 @@ def test_manifest_records_counts_checksums_versions_and_timings(tmp_path):
     stats = build_pool(store, min_correct=2, dedupe=True)
     model = _fake_model(tmp_path / "model")
     timings = {"generate": 3.0, "verify": 1.0, "write": 0.5}
-    path = store.write_manifest(parameters={"samples": 4, "seed": 0}, model="tiny", model_dir=model,
-                                timings=timings, pool_stats=stats.to_dict())
+    path = store.write_manifest(
+        parameters={"samples": 4, "seed": 0}, model="tiny", model_dir=model, timings=timings, pool_stats=stats.to_dict()
+    )
     manifest = json.loads(path.read_text())
     assert manifest["run_id"] == "run-a"
     assert manifest["parameters"] == {"samples": 4, "seed": 0}
     assert manifest["model"] == {"id": "tiny", "weights_hash": weights_hash(model)}
     assert manifest["counts"] == {
-        "problems": 4, "samples": 16, "correct": 7, "generated_tokens": 32, "shards": 2,
-        "pool_rows": 3, "pool_problems": 2,
+        "problems": 4,
+        "samples": 16,
+        "correct": 7,
+        "generated_tokens": 32,
+        "shards": 2,
+        "pool_rows": 3,
+        "pool_problems": 2,
     }
     assert manifest["timings"] == timings
     assert manifest["pool"] == stats.to_dict()
-    assert set(manifest["files"]) == {"trajectories/part-00000.parquet", "trajectories/part-00001.parquet", "pool.parquet"}
+    assert set(manifest["files"]) == {
+        "trajectories/part-00000.parquet",
+        "trajectories/part-00001.parquet",
+        "pool.parquet",
+    }
     for name, entry in manifest["files"].items():
         file = store.root / name
         assert entry["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest() == file_sha256(file)
@@ -308,7 +337,11 @@ def _writer(root: Path, sleep: float, crash_at: int = -1) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root), "run-a", str(SHARDS), str(sleep), str(crash_at)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

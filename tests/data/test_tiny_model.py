@@ -237,8 +237,16 @@ def test_build_writes_a_complete_model(built, fixture_config):
 def test_greedy_accuracy_counts_the_verifiers_verdicts(monkeypatch):
     # Responses chosen per problem: right (two spellings), wrong, or no answer; the verifier is the real one.
     problems = generate("test", 8, seed=0, families=["add", "frac"], levels=[1])
-    responses = [f"\\boxed{{{p.answer}}}" if i % 4 == 0 else f"The answer is \\boxed{{{p.answer}}}." if i % 4 == 1
-                 else "\\boxed{-123456}" if i % 4 == 2 else "" for i, p in enumerate(problems)]  # fmt: skip
+    responses = [
+        f"\\boxed{{{p.answer}}}"
+        if i % 4 == 0
+        else f"The answer is \\boxed{{{p.answer}}}."
+        if i % 4 == 1
+        else "\\boxed{-123456}"
+        if i % 4 == 2
+        else ""
+        for i, p in enumerate(problems)
+    ]
     monkeypatch.setattr(tiny_evaluate, "greedy_responses", lambda model, tokenizer, chosen, *a: responses)
     accuracy = greedy_accuracy(None, None, problems)
     by_source = {}

@@ -85,9 +85,7 @@ def test_fixture_worked_build_stops_inside_its_band(worked_build):
     assert step == stop["stopped_at_step"] < FIXTURE["steps"]
     assert FIXTURE["stop_aim"] <= accuracy <= FIXTURE["stop_band"][1]
     assert all(a < FIXTURE["stop_aim"] for _, a in stop["checks"][:-1])
-    assert stop["rule"].startswith(
-        "measured: greedy accuracy on 50 held-out train problems of add/1 every 20"
-    )
+    assert stop["rule"].startswith("measured: greedy accuracy on 50 held-out train problems of add/1 every 20")
     assert "[0.2, 0.35]" in stop["rule"]
 
 
@@ -96,13 +94,9 @@ def test_a_pool_sampled_from_it_holds_several_distinct_correct_answers(worked_bu
     model = AutoModelForCausalLM.from_pretrained(worked_build)
     problems = generate("train", 30, seed=0, families=["add"], levels=[1])
     torch.manual_seed(0)
-    enc = tokenizer(
-        [render_prompt(p) for p in problems], return_tensors="pt", padding=True, padding_side="left"
-    )
+    enc = tokenizer([render_prompt(p) for p in problems], return_tensors="pt", padding=True, padding_side="left")
     with torch.inference_mode():
-        out = model.generate(
-            **enc, max_new_tokens=40, do_sample=True, temperature=1.0, num_return_sequences=8
-        )
+        out = model.generate(**enc, max_new_tokens=40, do_sample=True, temperature=1.0, num_return_sequences=8)
     responses = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     golds = [p.answer for p in problems for _ in range(8)]
     correct = defaultdict(set)  # the pool keeps distinct verified answers per problem

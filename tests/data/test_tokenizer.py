@@ -88,9 +88,7 @@ def test_autotokenizer_next_to_a_qwen2_config_gives_the_same_ids(tmp_path):
     exactly as the tokenizer the model was trained with."""
     from transformers import Qwen2Config
 
-    Qwen2Config(vocab_size=99, hidden_size=64, num_attention_heads=1, num_key_value_heads=1).save_pretrained(
-        tmp_path
-    )
+    Qwen2Config(vocab_size=99, hidden_size=64, num_attention_heads=1, num_key_value_heads=1).save_pretrained(tmp_path)
     ours = save_tokenizer(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     for text in tiny_math_texts()[::50] + ["a b\n  c", " lead", "trail "]:

@@ -47,10 +47,16 @@ REQUIRED = [
 
 def _completions():
     return [
-        Completion(text="\\boxed{3/4}", token_ids=[5, 6, 7], logprobs=[-0.5, -0.25, -1.0], finish_reason="stop",
-                   prompt_token_ids=[1, 2]),
-        Completion(text="1/2", token_ids=[8, 9], logprobs=[-2.0, -0.125], finish_reason="length",
-                   prompt_token_ids=[1, 2]),
+        Completion(
+            text="\\boxed{3/4}",
+            token_ids=[5, 6, 7],
+            logprobs=[-0.5, -0.25, -1.0],
+            finish_reason="stop",
+            prompt_token_ids=[1, 2],
+        ),
+        Completion(
+            text="1/2", token_ids=[8, 9], logprobs=[-2.0, -0.125], finish_reason="length", prompt_token_ids=[1, 2]
+        ),
     ]
 
 
@@ -63,8 +69,14 @@ def _verdicts():
 
 def test_schema_starts_with_the_required_columns_in_order():
     assert [(f.name, f.type) for f in TRAJECTORY_SCHEMA][: len(REQUIRED)] == REQUIRED
-    assert COLUMNS[len(REQUIRED):] == (
-        "sample_index", "finish_reason", "level", "prompt_token_ids", "verify_seconds", "problem", "model_revision",
+    assert COLUMNS[len(REQUIRED) :] == (
+        "sample_index",
+        "finish_reason",
+        "level",
+        "prompt_token_ids",
+        "verify_seconds",
+        "problem",
+        "model_revision",
         "origin",
     )
     nullable = {f.name for f in TRAJECTORY_SCHEMA if f.nullable}
@@ -97,8 +109,17 @@ def test_readme_table_lists_every_column_in_order():
 
 def test_rows_for_problem_carry_every_field():
     rows = rows_for_problem(
-        PROBLEM, "Q: What is 1/2 + 1/4?\nA: ", _completions(), _verdicts(), [1.0, 0.0],
-        run_id="run-1", policy_version=3, model="tiny", sampling=SAMPLING, created_at=WHEN, model_revision="sha256:ab",
+        PROBLEM,
+        "Q: What is 1/2 + 1/4?\nA: ",
+        _completions(),
+        _verdicts(),
+        [1.0, 0.0],
+        run_id="run-1",
+        policy_version=3,
+        model="tiny",
+        sampling=SAMPLING,
+        created_at=WHEN,
+        model_revision="sha256:ab",
     )
     table = to_table(rows)
     assert table.schema == TRAJECTORY_SCHEMA
@@ -130,13 +151,17 @@ def test_rows_for_problem_carry_every_field():
         "origin": "fresh",
     }
     assert (second["sample_index"], second["extracted_answer"], second["correct"], second["finish_reason"]) == (
-        1, None, False, "length"
+        1,
+        None,
+        False,
+        "length",
     )
 
 
 def test_rows_share_one_timestamp_when_none_is_given():
-    rows = rows_for_problem(PROBLEM, "Q", _completions(), _verdicts(), [1.0, 0.0], run_id="r", policy_version=0,
-                            model="m", sampling={})
+    rows = rows_for_problem(
+        PROBLEM, "Q", _completions(), _verdicts(), [1.0, 0.0], run_id="r", policy_version=0, model="m", sampling={}
+    )
     assert rows[0]["created_at"] == rows[1]["created_at"]
     assert rows[0]["created_at"].tzinfo is timezone.utc
 
@@ -144,26 +169,72 @@ def test_rows_share_one_timestamp_when_none_is_given():
 def test_real_verdict_class_fits():
     verdict_module = pytest.importorskip("rlep.verifiers.verdict")
     verdict = verdict_module.Verdict(correct=True, extracted="3/4", reason="equal", seconds=0.5)
-    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], [verdict], [1.0], run_id="r", policy_version=0,
-                              model="m", sampling={}, created_at=WHEN)
+    (row,) = rows_for_problem(
+        PROBLEM,
+        "Q",
+        _completions()[:1],
+        [verdict],
+        [1.0],
+        run_id="r",
+        policy_version=0,
+        model="m",
+        sampling={},
+        created_at=WHEN,
+    )
     assert (row["correct"], row["extracted_answer"], row["verdict_reason"], row["verify_seconds"]) == (
-        True, "3/4", "equal", 0.5
+        True,
+        "3/4",
+        "equal",
+        0.5,
     )
 
 
 def test_misaligned_inputs_are_refused():
     with pytest.raises(ValueError, match="3 token ids but 2 log-probs"):
-        trajectory_row(PROBLEM, "Q", response="x", response_token_ids=[1, 2, 3], behaviour_logprobs=[-1.0, -1.0],
-                       finish_reason="stop", correct=False, extracted_answer=None, verdict_reason="no-answer",
-                       reward=0.0, run_id="r", policy_version=0, model="m", sampling={}, sample_index=0)
+        trajectory_row(
+            PROBLEM,
+            "Q",
+            response="x",
+            response_token_ids=[1, 2, 3],
+            behaviour_logprobs=[-1.0, -1.0],
+            finish_reason="stop",
+            correct=False,
+            extracted_answer=None,
+            verdict_reason="no-answer",
+            reward=0.0,
+            run_id="r",
+            policy_version=0,
+            model="m",
+            sampling={},
+            sample_index=0,
+        )
     with pytest.raises(ValueError, match="2 completions, 1 verdicts, 2 rewards"):
-        rows_for_problem(PROBLEM, "Q", _completions(), _verdicts()[:1], [1.0, 0.0], run_id="r", policy_version=0,
-                         model="m", sampling={})
+        rows_for_problem(
+            PROBLEM,
+            "Q",
+            _completions(),
+            _verdicts()[:1],
+            [1.0, 0.0],
+            run_id="r",
+            policy_version=0,
+            model="m",
+            sampling={},
+        )
 
 
 def test_to_table_refuses_missing_unknown_and_null_fields():
-    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], _verdicts()[:1], [1.0], run_id="r",
-                              policy_version=0, model="m", sampling={}, created_at=WHEN)
+    (row,) = rows_for_problem(
+        PROBLEM,
+        "Q",
+        _completions()[:1],
+        _verdicts()[:1],
+        [1.0],
+        run_id="r",
+        policy_version=0,
+        model="m",
+        sampling={},
+        created_at=WHEN,
+    )
     with pytest.raises(ValueError, match=r"row 1: missing columns \['reward'\], unknown columns \['score'\]"):
         to_table([row, {**{k: v for k, v in row.items() if k != "reward"}, "score": 1.0}])
     with pytest.raises(ValueError, match="'gold_answer' is required but holds nulls"):
@@ -172,8 +243,18 @@ def test_to_table_refuses_missing_unknown_and_null_fields():
 
 
 def test_as_trajectory_table_reorders_and_casts():
-    (row,) = rows_for_problem(PROBLEM, "Q", _completions()[:1], _verdicts()[:1], [1.0], run_id="r",
-                              policy_version=0, model="m", sampling={}, created_at=WHEN)
+    (row,) = rows_for_problem(
+        PROBLEM,
+        "Q",
+        _completions()[:1],
+        _verdicts()[:1],
+        [1.0],
+        run_id="r",
+        policy_version=0,
+        model="m",
+        sampling={},
+        created_at=WHEN,
+    )
     loose = pa.Table.from_pylist([dict(reversed(list(row.items())))])  # int64, double, reversed order
     assert loose.schema.field("level").type == pa.int64()
     table = as_trajectory_table(loose)
@@ -198,10 +279,24 @@ def test_files_written_before_the_origin_column_read_as_fresh(tmp_path):
     from rlep.data.store import read_trajectory_files
 
     problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
-    row = trajectory.trajectory_row(problem, "Q: 1+1", response="2", response_token_ids=[5], behaviour_logprobs=[-0.5],
-                                    finish_reason="stop", correct=True, extracted_answer="2", verdict_reason="equal",
-                                    reward=1.0, run_id="r", policy_version=0, model="m", sampling={"seed": 3},
-                                    sample_index=0, origin="replay")  # fmt: skip
+    row = trajectory.trajectory_row(
+        problem,
+        "Q: 1+1",
+        response="2",
+        response_token_ids=[5],
+        behaviour_logprobs=[-0.5],
+        finish_reason="stop",
+        correct=True,
+        extracted_answer="2",
+        verdict_reason="equal",
+        reward=1.0,
+        run_id="r",
+        policy_version=0,
+        model="m",
+        sampling={"seed": 3},
+        sample_index=0,
+        origin="replay",
+    )
     table = trajectory.to_table([row])
     pq.write_table(table.drop_columns(["origin"]), tmp_path / "old.parquet")  # a schema-version-1 file
     pq.write_table(table, tmp_path / "new.parquet")
@@ -214,11 +309,25 @@ def test_rollout_row_round_trip_keeps_every_field():
     from rlep.data.rollout import Rollout
 
     problem = Problem(id="p1", problem="1+1", answer="2", data_source="tiny-math/add")
-    rollout = Rollout(problem_id="p1", data_source="tiny-math/add", prompt="Q: 1+1", gold_answer="2", response="2",
-                      response_token_ids=[5, 2], policy_version=3, origin="replay", prompt_token_ids=[7, 8],
-                      behaviour_logprobs=[-0.5, -0.25], reward=1.0, correct=True, extracted_answer="2",
-                      verdict_reason="equal", finish_reason="length", sample_index=4,
-                      sampling={"n": 8, "seed": 11, "temperature": 0.7})  # fmt: skip
+    rollout = Rollout(
+        problem_id="p1",
+        data_source="tiny-math/add",
+        prompt="Q: 1+1",
+        gold_answer="2",
+        response="2",
+        response_token_ids=[5, 2],
+        policy_version=3,
+        origin="replay",
+        prompt_token_ids=[7, 8],
+        behaviour_logprobs=[-0.5, -0.25],
+        reward=1.0,
+        correct=True,
+        extracted_answer="2",
+        verdict_reason="equal",
+        finish_reason="length",
+        sample_index=4,
+        sampling={"n": 8, "seed": 11, "temperature": 0.7},
+    )
     row = trajectory.to_table([rollout.to_row(problem, run_id="r", model="m")]).to_pylist()[0]
     assert Rollout.from_row(row) == rollout
     imported = Rollout.from_row({**row, "behaviour_logprobs": [], "response_token_ids": [], "origin": None})

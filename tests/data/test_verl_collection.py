@@ -18,9 +18,17 @@ def test_a_verl_gsm8k_file_is_collected_from_and_exported_back_into(fixture_mode
     # GSM8K questions run to ~270 characters (tokens, for the character-level fixture): a context of 512 leaves
     # room (the transformers engine has no fixed context; the prompt length check would refuse 256).
 
-    config = CollectConfig.model_validate({"model": fixture_model, "problems": {"source": str(train)}, "samples_per_prompt": 2,
-                                           "max_tokens": 8, "min_correct": 1, "out": str(tmp_path / "run"),
-                                           "engine": {"backend": "transformers", "max_model_len": 512}})  # fmt: skip
+    config = CollectConfig.model_validate(
+        {
+            "model": fixture_model,
+            "problems": {"source": str(train)},
+            "samples_per_prompt": 2,
+            "max_tokens": 8,
+            "min_correct": 1,
+            "out": str(tmp_path / "run"),
+            "engine": {"backend": "transformers", "max_model_len": 512},
+        }
+    )
     try:
         run_collection(config, progress=False)
     finally:
@@ -36,13 +44,21 @@ def test_a_verl_gsm8k_file_is_collected_from_and_exported_back_into(fixture_mode
     # The tiny fixture model answers nothing right: build a pool over one row's gold answer, as a solved problem.
     store = ExperienceStore(tmp_path / "run")
     first = next(r for r in rows if r["problem_id"] == "0")
-    solved = {**first, "response": f"\\boxed{{{first['gold_answer']}}}", "correct": True, "reward": 1.0, "sample_index": 9}
+    solved = {
+        **first,
+        "response": f"\\boxed{{{first['gold_answer']}}}",
+        "correct": True,
+        "reward": 1.0,
+        "sample_index": 9,
+    }
     store.write_shard(99, [solved])
     build_pool(store, min_correct=1)
     report = export_pool(store.pool_path, tmp_path / "with-pool.parquet", into=train)
     exported = pq.read_table(report.path)
     assert exported.schema.field("extra_info").type == pq.read_table(train).schema.field("extra_info").type
-    assert [r["reward_model"]["candidates"] for r in exported.to_pylist()] == [[solved["response"]]] + [[]] * (len(GSM8K_ROWS) - 1)
+    assert [r["reward_model"]["candidates"] for r in exported.to_pylist()] == [[solved["response"]]] + [[]] * (
+        len(GSM8K_ROWS) - 1
+    )
     cache = str(tmp_path / "hf-cache")
     both = datasets.concatenate_datasets(
         [datasets.load_dataset("parquet", data_files=str(f), cache_dir=cache)["train"] for f in (train, report.path)]

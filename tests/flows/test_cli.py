@@ -16,7 +16,18 @@ def _run(*args):
 
 def test_help_lists_the_subcommands():
     out = _run("--help").stdout
-    for command in ("problems", "tiny-model", "collect", "train", "eval", "pipeline", "inspect", "pool", "bench", "show-config"):
+    for command in (
+        "problems",
+        "tiny-model",
+        "collect",
+        "train",
+        "eval",
+        "pipeline",
+        "inspect",
+        "pool",
+        "bench",
+        "show-config",
+    ):
         assert command in out
 
 
@@ -26,7 +37,9 @@ def test_building_the_cli_imports_no_heavy_library():
 
 
 def _run_code(code):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.strip()
 
 
 def test_problems_command_writes_jsonl_and_parquet(tmp_path):
@@ -57,14 +70,27 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         (["pipeline", "--collect-model", "{missing}"], "model '{missing}': no such directory"),
         (["train", "--problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (["eval", "--source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
-        (["collect", "--source", "{tmp}/p.jsonl", "--families", "add"],
-         "problems.families: applies to tiny-math only, not to source '{tmp}/p.jsonl'"),
-        (["train", "--problems-source", "hf:my/set", "--problems-levels", "2"],
-         "problems.levels: applies to tiny-math only, not to source 'hf:my/set'"),
+        (
+            ["collect", "--source", "{tmp}/p.jsonl", "--families", "add"],
+            "problems.families: applies to tiny-math only, not to source '{tmp}/p.jsonl'",
+        ),
+        (
+            ["train", "--problems-source", "hf:my/set", "--problems-levels", "2"],
+            "problems.levels: applies to tiny-math only, not to source 'hf:my/set'",
+        ),
         (["problems", "--source", "{tmp}/p.jsonl", "--seed", "3"], "seed: applies to tiny-math only"),
     ],
-    ids=["collect-model", "train-model", "eval-model", "pipeline-model", "train-problems", "eval-problems",
-         "collect-families-of-a-file", "train-levels-of-a-dataset", "problems-seed-of-a-file"],  # fmt: skip
+    ids=[
+        "collect-model",
+        "train-model",
+        "eval-model",
+        "pipeline-model",
+        "train-problems",
+        "eval-problems",
+        "collect-families-of-a-file",
+        "train-levels-of-a-dataset",
+        "problems-seed-of-a-file",
+    ],
 )
 def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsys, args, message):
     (tmp_path / "p.jsonl").write_text('{"problem": "1+1=?", "answer": "2"}\n')
@@ -98,7 +124,10 @@ def test_show_config_round_trips(tmp_path, capsys):
 
 def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
     out = tmp_path / "OUT"
-    assert main(["collect", "--source", "tiny-math", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2
+    assert (
+        main(["collect", "--source", "tiny-math", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)])
+        == 2
+    )
     assert "no/such/dir" in capsys.readouterr().err
     assert not out.exists()
 
@@ -128,8 +157,26 @@ def test_help_shows_the_defaults_that_apply_for_every_command():
 
 def test_a_run_shows_our_lines_and_keeps_library_output_in_its_log(fixture_model, tmp_path):
     out = tmp_path / "run"
-    done = _run("collect", "--no-prefect", "--model", fixture_model, "--engine", "transformers", "--limit", "6",
-                "--samples-per-prompt", "2", "--min-correct", "1", "--shard-size", "3", "--max-tokens", "8", "--out", str(out))  # fmt: skip
+    done = _run(
+        "collect",
+        "--no-prefect",
+        "--model",
+        fixture_model,
+        "--engine",
+        "transformers",
+        "--limit",
+        "6",
+        "--samples-per-prompt",
+        "2",
+        "--min-correct",
+        "1",
+        "--shard-size",
+        "3",
+        "--max-tokens",
+        "8",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert f"run directory: {out} (2 shards, 0 already done)" in done.stdout and f"{out / 'rlep.log'}" in done.stdout
     assert "Loading weights" not in done.stdout + done.stderr  # transformers' weight-loading bar
@@ -137,8 +184,34 @@ def test_a_run_shows_our_lines_and_keeps_library_output_in_its_log(fixture_model
     # --verbose shows the libraries' output again (here the weight-loading bar the quiet run switched off; an
     # in-process quiet run earlier in this session may have set the switch in our own environment).
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
-    loud = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "--verbose", "collect", "--no-prefect", "--model", fixture_model,
-                           "--engine", "transformers", "--limit", "6", "--samples-per-prompt", "2", "--min-correct", "1",
-                           "--shard-size", "3", "--max-tokens", "8", "--out", str(tmp_path / "loud")],
-                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    loud = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlep.flows.cli",
+            "--verbose",
+            "collect",
+            "--no-prefect",
+            "--model",
+            fixture_model,
+            "--engine",
+            "transformers",
+            "--limit",
+            "6",
+            "--samples-per-prompt",
+            "2",
+            "--min-correct",
+            "1",
+            "--shard-size",
+            "3",
+            "--max-tokens",
+            "8",
+            "--out",
+            str(tmp_path / "loud"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert loud.returncode == 0 and "Loading weights" in loud.stdout + loud.stderr

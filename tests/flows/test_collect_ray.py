@@ -14,16 +14,27 @@ from rlep.tasks.runner import RunnerConfig
 
 
 def _config(model, out):
-    return CollectConfig.model_validate(dict(
-        model=model, out=str(out), samples_per_prompt=4, min_correct=1, shard_size=4, max_tokens=12,
-        problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8},
-        engine={"backend": "transformers"},  # one engine per worker either way; vLLM in a Ray worker: the study test
-    ))  # fmt: skip
+    return CollectConfig.model_validate(
+        dict(
+            model=model,
+            out=str(out),
+            samples_per_prompt=4,
+            min_correct=1,
+            shard_size=4,
+            max_tokens=12,
+            problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8},
+            engine={
+                "backend": "transformers"
+            },  # one engine per worker either way; vLLM in a Ray worker: the study test
+        )
+    )
 
 
 def _rows(out):
     table = read_trajectory_files(sorted((out / "trajectories").glob("part-*.parquet"))).to_pandas()
-    return table[["problem_id", "sample_index", "response", "correct"]].sort_values(["problem_id", "sample_index"], ignore_index=True)
+    return table[["problem_id", "sample_index", "response", "correct"]].sort_values(
+        ["problem_id", "sample_index"], ignore_index=True
+    )
 
 
 @pytest.mark.slow
@@ -43,7 +54,9 @@ def test_shards_on_a_local_ray_match_a_collection_in_one_process(fixture_model, 
     timings = [json.loads(line) for line in (tmp_path / "ray" / "timings.jsonl").read_text().splitlines()]
     generate_pids = {t["pid"] for t in timings if t["phase"] == "generate"}
     assert len(generate_pids) == 2 and os.getpid() not in generate_pids  # two workers, neither of them this process
-    assert {t["threads"] for t in timings if t["phase"] == "generate"} == {1}  # cpus_per_run 1: one thread each (tests/tasks/test_runner.py)
+    assert {t["threads"] for t in timings if t["phase"] == "generate"} == {
+        1
+    }  # cpus_per_run 1: one thread each (tests/tasks/test_runner.py)
     ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
     assert len(ray_rows) == 8 * 4
     pd.testing.assert_frame_equal(ray_rows, local_rows)

@@ -34,14 +34,41 @@ def _parse(argv):
 
 
 def test_flags_are_leaf_names_unless_ambiguous():
-    args = _parse(["--temperature", "0.5", "--split", "test", "--engine", "vllm", "--seed", "3", "--inner-seed", "4",
-                   "--greedy", "--stop", "a", "b"])
+    args = _parse(
+        [
+            "--temperature",
+            "0.5",
+            "--split",
+            "test",
+            "--engine",
+            "vllm",
+            "--seed",
+            "3",
+            "--inner-seed",
+            "4",
+            "--greedy",
+            "--stop",
+            "a",
+            "b",
+        ]
+    )
     assert flag_overrides(args) == {
-        "temperature": "0.5", "inner.split": "test", "inner.backend": "vllm", "seed": "3", "inner.seed": "4",
-        "greedy": True, "stop": ["a", "b"],
+        "temperature": "0.5",
+        "inner.split": "test",
+        "inner.backend": "vllm",
+        "seed": "3",
+        "inner.seed": "4",
+        "greedy": True,
+        "stop": ["a", "b"],
     }
     config = build_config(Outer, None, flag_overrides(args))
-    assert (config.temperature, config.inner.split, config.inner.backend, config.seed, config.inner.seed) == (0.5, "test", "vllm", 3, 4)
+    assert (config.temperature, config.inner.split, config.inner.backend, config.seed, config.inner.seed) == (
+        0.5,
+        "test",
+        "vllm",
+        3,
+        4,
+    )
     assert flag_overrides(_parse([])) == {}
 
 
@@ -68,7 +95,11 @@ def test_dump_yaml_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "text, overrides, message",
     [
-        ("temperature: 20\n", {}, r"c\.yaml: invalid configuration: temperature: Input should be less than or equal to 10 \(got 20\)"),
+        (
+            "temperature: 20\n",
+            {},
+            r"c\.yaml: invalid configuration: temperature: Input should be less than or equal to 10 \(got 20\)",
+        ),
         ("", {"inner.seed": "-1"}, r"inner\.seed: Input should be greater than or equal to 0 \(got '-1'\)"),
         ("tempreature: 1\n", {}, r"tempreature: Extra inputs are not permitted"),
         ("- 1\n- 2\n", {}, r"top level must be a mapping"),
@@ -128,7 +159,10 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
 
     path = tmp_path / "collect.yaml"
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source 'mine.jsonl'$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source 'mine.jsonl'$",
+    ):
         build_config(CollectConfig, path)
     with pytest.raises(ConfigError, match=r"problems.seed: applies .*; problems.families: applies .* source 'hf:d'"):
         build_config(CollectConfig, None, {"problems.source": "hf:d", "problems.families": ["add"], "problems.seed": 1})

@@ -15,16 +15,35 @@ HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "spli
 
 
 def _config(model, out, replay, **extra):
-    return PipelineConfig.model_validate({
-        "out": str(out),
-        "collect": {"model": model, "problems": PROBLEMS, "samples_per_prompt": 3, "min_correct": 2,
-                    "shard_size": 4, "max_tokens": 10, "engine": {"backend": "transformers"}},
-        "train": {"model": model, "problems": PROBLEMS, "eval_problems": HELD_OUT, "steps": 2,
-                  "prompts_per_step": 2, "samples_per_prompt": 3, "max_tokens": 10, "eval_every": 1,
-                  "replay": replay, "loss": {"overlong_buffer": 6}, "engine": {"backend": "transformers"}},
-        "evaluate": {"samples": 2, "max_tokens": 10, "problems": HELD_OUT, "engine": {"backend": "transformers"}},
-        **extra,
-    })  # fmt: skip
+    return PipelineConfig.model_validate(
+        {
+            "out": str(out),
+            "collect": {
+                "model": model,
+                "problems": PROBLEMS,
+                "samples_per_prompt": 3,
+                "min_correct": 2,
+                "shard_size": 4,
+                "max_tokens": 10,
+                "engine": {"backend": "transformers"},
+            },
+            "train": {
+                "model": model,
+                "problems": PROBLEMS,
+                "eval_problems": HELD_OUT,
+                "steps": 2,
+                "prompts_per_step": 2,
+                "samples_per_prompt": 3,
+                "max_tokens": 10,
+                "eval_every": 1,
+                "replay": replay,
+                "loss": {"overlong_buffer": 6},
+                "engine": {"backend": "transformers"},
+            },
+            "evaluate": {"samples": 2, "max_tokens": 10, "problems": HELD_OUT, "engine": {"backend": "transformers"}},
+            **extra,
+        }
+    )
 
 
 @pytest.mark.slow
@@ -35,7 +54,9 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
 
     # The fixture model gets nothing right: two right answers per problem, so the demo's pool rule (at least
     # 2 correct of the samples) keeps every problem; the third sample is the model's own.
-    collected_from = gold_answers(monkeypatch, lambda gold, prompt: [f"\\boxed{{{gold}}}", f"So it is \\boxed{{{gold}}}."])
+    collected_from = gold_answers(
+        monkeypatch, lambda gold, prompt: [f"\\boxed{{{gold}}}", f"So it is \\boxed{{{gold}}}."]
+    )
     out = tmp_path / "pipe"
     config = _config(fixture_model, out, {"kind": "rlep", "replay_per_group": 2})
     with prefect_test_harness(server_startup_timeout=120):
@@ -62,8 +83,16 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
     assert rlep_settings["replay"]["pool"] == str(out / "collect" / "pool.parquet")
     assert not (out / "explore").exists()  # nothing trained twice
 
-    for section in ("Phase I: collection", "Phase II: training", "| rlep |", "| baseline |", "Replay overhead",
-                    f"sampled from `{explore_checkpoint}`", "Effective M of the `rlep` arm", "### base"):  # fmt: skip
+    for section in (
+        "Phase I: collection",
+        "Phase II: training",
+        "| rlep |",
+        "| baseline |",
+        "Replay overhead",
+        f"sampled from `{explore_checkpoint}`",
+        "Effective M of the `rlep` arm",
+        "### base",
+    ):
         assert section in text, section
     assert (out / "heldout_accuracy.png").stat().st_size > 5_000
     for arm in ("rlep", "baseline"):

@@ -14,9 +14,17 @@ from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = dict(steps=2, prompts_per_step=2, samples_per_prompt=3, max_tokens=10, eval_every=1, save_every=0,
-                problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6},
-                eval_problems={"source": "tiny-math", "split": "test", "limit": 4}, engine={"backend": "transformers"})  # fmt: skip
+SETTINGS = dict(
+    steps=2,
+    prompts_per_step=2,
+    samples_per_prompt=3,
+    max_tokens=10,
+    eval_every=1,
+    save_every=0,
+    problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6},
+    eval_problems={"source": "tiny-math", "split": "test", "limit": 4},
+    engine={"backend": "transformers"},
+)
 
 
 def _logs(flow_run_id, wait: float = 10.0) -> list:
@@ -41,20 +49,26 @@ def _step_lines(logs) -> list[str]:
 def test_a_train_flow_logs_its_steps_to_its_run_and_writes_the_tracker(prefect_server, fixture_model, tmp_path):
     from rlep.flows.train import train_flow
 
-    config = TrainConfig.model_validate({**SETTINGS, "model": fixture_model, "out": str(tmp_path / "run"), "tracker": "tensorboard"})
+    config = TrainConfig.model_validate(
+        {**SETTINGS, "model": fixture_model, "out": str(tmp_path / "run"), "tracker": "tensorboard"}
+    )
     state = train_flow(config, return_state=True)
     assert state.is_completed()
     logs = _logs(state.state_details.flow_run_id)
     lines = _step_lines(logs)
     assert [line.split("  ")[0] for line in lines if line.startswith("step ")] == ["step 1/2", "step 2/2"]
     assert all(" s/step (generate " in line and "reward " in line for line in lines if line.startswith("step "))
-    assert [line.split(":")[0] for line in lines if line.startswith("held-out")] == [f"held-out at step {s}" for s in (0, 1, 2)]
+    assert [line.split(":")[0] for line in lines if line.startswith("held-out")] == [
+        f"held-out at step {s}" for s in (0, 1, 2)
+    ]
     assert all(log.task_run_id is not None for log in logs if log.message in lines)  # in the run-training task's tab
     assert any(p.name.startswith("events.out.tfevents") for p in TrainRunLayout(tmp_path / "run").tensorboard.iterdir())
 
 
 @pytest.mark.slow
-def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_its_log(prefect_server, fixture_model, tmp_path):
+def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_its_log(
+    prefect_server, fixture_model, tmp_path
+):
     """`rlep train` quiets Prefect's own console lines (PREFECT_LOGGING_LEVEL=WARNING); before, that also
     dropped every INFO line of the flow runs, so the UI showed none."""
     from prefect.client.orchestration import get_client
@@ -62,15 +76,49 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
     out = tmp_path / "cli"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
     env.update(PREFECT_API_URL=prefect_server, VLLM_ENABLE_V1_MULTIPROCESSING="0")
-    flags = ["--model", fixture_model, "--out", str(out), "--steps", "2", "--prompts-per-step", "2", "--samples-per-prompt", "3",
-             "--max-tokens", "10", "--eval-every", "1", "--save-every", "0", "--engine", "transformers", "--problems-limit", "6", "--problems-families", "decimal",
-             "--eval-problems-limit", "4", "--tracker", "tensorboard"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "train", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    flags = [
+        "--model",
+        fixture_model,
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--samples-per-prompt",
+        "3",
+        "--max-tokens",
+        "10",
+        "--eval-every",
+        "1",
+        "--save-every",
+        "0",
+        "--engine",
+        "transformers",
+        "--problems-limit",
+        "6",
+        "--problems-families",
+        "decimal",
+        "--eval-problems-limit",
+        "4",
+        "--tracker",
+        "tensorboard",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "rlep.flows.cli", "train", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     with get_client(sync_client=True) as client:
         (run,) = [r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(out)]
     lines = _step_lines(_logs(run.id))
-    assert sum(line.startswith("step ") for line in lines) == 2 and sum(line.startswith("held-out") for line in lines) == 3
+    assert (
+        sum(line.startswith("step ") for line in lines) == 2 and sum(line.startswith("held-out") for line in lines) == 3
+    )
     log = (out / "rlep.log").read_text()
     assert "step 2/2" in log  # the console copy of the same lines, with the libraries' output
     assert "step 2/2" not in done.stdout + done.stderr and "Beginning flow run" not in done.stdout + done.stderr
@@ -86,13 +134,26 @@ def test_a_study_run_on_a_ray_worker_logs_its_steps_to_its_task_run(prefect_serv
 
     out = tmp_path / "study"
     train = {**SETTINGS, "model": fixture_model, "tracker": "tensorboard"}
-    config = StudyConfig.model_validate({"out": str(out), "seeds": [0], "train": train, "arms": {"baseline": {"replay": {"kind": "none"}}},
-                                         "evaluate": {"samples": 1}, "runner": {"kind": "ray", "max_parallel": 1}})  # fmt: skip
+    config = StudyConfig.model_validate(
+        {
+            "out": str(out),
+            "seeds": [0],
+            "train": train,
+            "arms": {"baseline": {"replay": {"kind": "none"}}},
+            "evaluate": {"samples": 1},
+            "runner": {"kind": "ray", "max_parallel": 1},
+        }
+    )
     study_flow(config)
     start = f"train run baseline/seed-0: {out / 'runs' / 'baseline' / 'seed-0'}"
-    with get_client(sync_client=True) as client:  # the session's server: this test's run is the one with this start line
+    with get_client(
+        sync_client=True
+    ) as client:  # the session's server: this test's run is the one with this start line
         runs = [t for t in client.read_task_runs() if t.name == "baseline/seed-0"]
-        logs = [[log.message for log in client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=[t.id])))] for t in runs]
+        logs = [
+            [log.message for log in client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=[t.id])))]
+            for t in runs
+        ]
     (messages,) = [m for m in logs if start in m]
     assert [m.split("  ")[0] for m in messages if m.startswith("step ")] == ["step 1/2", "step 2/2"]
     assert "baseline/seed-0 done" in messages

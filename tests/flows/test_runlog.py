@@ -19,8 +19,14 @@ with run_log(run_dir):
     print("warning: ours, shown", file=sys.stderr)
 print("ours: done")
 """
-NOISE = ["NUMA binding", "Triton is installed", "child stdout noise", "child stderr noise", "FutureWarning noise",
-         "Loading safetensors"]  # fmt: skip
+NOISE = [
+    "NUMA binding",
+    "Triton is installed",
+    "child stdout noise",
+    "child stderr noise",
+    "FutureWarning noise",
+    "Loading safetensors",
+]
 
 
 def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
@@ -44,19 +50,27 @@ def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
 
 def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
-    code = ("import os, sys\nfrom flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
-            "from transformers.utils import logging\nprint(logging.is_progress_bar_enabled())")  # fmt: skip
+    code = (
+        "import os, sys\nfrom flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
+        "from transformers.utils import logging\nprint(logging.is_progress_bar_enabled())"
+    )
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
-    runs = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env).stdout.strip()
-            for mode in ("quiet", "verbose")}  # fmt: skip
+    runs = {
+        mode: subprocess.run(
+            [sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env
+        ).stdout.strip()
+        for mode in ("quiet", "verbose")
+    }
     assert runs == {"quiet": "False", "verbose": "True"}
 
 
 def test_a_handler_that_kept_the_run_stderr_writes_to_the_terminal_afterwards():
     # Prefect's console handler binds sys.stderr when it starts inside a run; after the run its writes must not
     # fail on the closed log (they broke every later flow of an in-process caller).
-    code = ("import logging, sys\nfrom flows.runlog import run_log\nwith run_log(None):\n"
-            "    handler = logging.StreamHandler(sys.stderr)\n"
-            "handler.emit(logging.makeLogRecord({'msg': 'after the run'}))\n")  # fmt: skip
+    code = (
+        "import logging, sys\nfrom flows.runlog import run_log\nwith run_log(None):\n"
+        "    handler = logging.StreamHandler(sys.stderr)\n"
+        "handler.emit(logging.makeLogRecord({'msg': 'after the run'}))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "after the run" in done.stderr and "Error" not in done.stderr

@@ -12,7 +12,14 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "flows" / "configs").glo
 
 
 def test_the_study_configurations_are_shipped():
-    assert {p.stem for p in CONFIGS} >= {"study-designs", "study-designs-quick", "study-hard", "study-hard-quick", "study-reasoning", "study-reasoning-quick"}
+    assert {p.stem for p in CONFIGS} >= {
+        "study-designs",
+        "study-designs-quick",
+        "study-hard",
+        "study-hard-quick",
+        "study-reasoning",
+        "study-reasoning-quick",
+    }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

@@ -24,9 +24,19 @@ HOST = "127.0.0.1"
 
 
 def _chromium(url: str, profile: Path, *mode: str) -> str:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1400,900", "--virtual-time-budget=20000"]  # fmt: skip
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+        "--virtual-time-budget=20000",
+    ]
     done = subprocess.run([CHROMIUM, *flags, *mode, url], capture_output=True, text=True, timeout=120)
     return done.stdout
 
@@ -50,9 +60,13 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
     shots = Path(os.environ.get("RLEP_SCREENSHOT_DIR", "runs/ui-screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     env = server.server_env(HOST, port, home)
-    serve = subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "serve", "--pool-store", str(tmp_path / "pools")],
-                             env=env, stdout=open(tmp_path / "serve.log", "wb"), stderr=subprocess.STDOUT,
-                             start_new_session=True)  # fmt: skip
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", "serve", "--pool-store", str(tmp_path / "pools")],
+        env=env,
+        stdout=open(tmp_path / "serve.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         client = httpx.Client(base_url=api, timeout=30)
         deadline = time.time() + 180
@@ -67,14 +81,25 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
         for name in ("collect", "train", "evaluate", "pipeline", "study", "recollect"):
             assert name in page
         assert "03:00 AM every day" in page
-        _chromium(f"http://{HOST}:{port}/deployments", tmp_path / "profile2", f"--screenshot={shots / 'deployments.png'}")
+        _chromium(
+            f"http://{HOST}:{port}/deployments", tmp_path / "profile2", f"--screenshot={shots / 'deployments.png'}"
+        )
         assert (shots / "deployments.png").stat().st_size > 10_000
 
         collect = next(d for d in client.post("/deployments/filter", json={}).json() if d["name"] == "collect")
-        config = {"model": fixture_model, "out": str(tmp_path / "collect"), "samples_per_prompt": 2, "min_correct": 1,
-                  "shard_size": 4, "max_tokens": 8, "problems": {"source": "tiny-math", "split": "train", "limit": 8},
-                  "engine": {"backend": "transformers"}}  # fmt: skip
-        run = client.post(f"/deployments/{collect['id']}/create_flow_run", json={"parameters": {"config": config}}).json()
+        config = {
+            "model": fixture_model,
+            "out": str(tmp_path / "collect"),
+            "samples_per_prompt": 2,
+            "min_correct": 1,
+            "shard_size": 4,
+            "max_tokens": 8,
+            "problems": {"source": "tiny-math", "split": "train", "limit": 8},
+            "engine": {"backend": "transformers"},
+        }
+        run = client.post(
+            f"/deployments/{collect['id']}/create_flow_run", json={"parameters": {"config": config}}
+        ).json()
         deadline = time.time() + 300
         state = None
         while state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
@@ -88,7 +113,11 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
         keys = {a["key"] for a in artifacts}
         assert {"collect-accuracy-by-source", "collect-summary"} <= keys
         assert "progress" in {a["type"] for a in artifacts}
-        _chromium(f"http://{HOST}:{port}/runs/flow-run/{run['id']}", tmp_path / "profile3", f"--screenshot={shots / 'collect-run.png'}")
+        _chromium(
+            f"http://{HOST}:{port}/runs/flow-run/{run['id']}",
+            tmp_path / "profile3",
+            f"--screenshot={shots / 'collect-run.png'}",
+        )
         _chromium(f"http://{HOST}:{port}/artifacts", tmp_path / "profile4", f"--screenshot={shots / 'artifacts.png'}")
         assert (shots / "collect-run.png").exists() and (shots / "artifacts.png").exists()
     finally:

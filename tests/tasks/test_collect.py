@@ -19,15 +19,37 @@ from rlep.tasks.collect import CollectConfig, run_collection
 from rlep.tasks.engines.cache import release_engines
 from rlep.verifiers import verify_batch
 
-REQUIRED = ["run_id", "problem_id", "data_source", "prompt", "response", "response_token_ids", "behaviour_logprobs",
-            "extracted_answer", "gold_answer", "correct", "verdict_reason", "reward", "policy_version", "model",
-            "sampling", "created_at"]  # fmt: skip
+REQUIRED = [
+    "run_id",
+    "problem_id",
+    "data_source",
+    "prompt",
+    "response",
+    "response_token_ids",
+    "behaviour_logprobs",
+    "extracted_answer",
+    "gold_answer",
+    "correct",
+    "verdict_reason",
+    "reward",
+    "policy_version",
+    "model",
+    "sampling",
+    "created_at",
+]
 
 
 def _config(model, out, **kw):
-    settings = dict(model=model, out=str(out), samples_per_prompt=4, min_correct=1, shard_size=5, max_tokens=12,
-                    problems={"source": "tiny-math", "split": "train", "limit": 12},
-                    engine={"backend": "transformers"})  # fmt: skip
+    settings = dict(
+        model=model,
+        out=str(out),
+        samples_per_prompt=4,
+        min_correct=1,
+        shard_size=5,
+        max_tokens=12,
+        problems={"source": "tiny-math", "split": "train", "limit": 12},
+        engine={"backend": "transformers"},
+    )
     settings.update(kw)
     return CollectConfig.model_validate(settings)
 
@@ -70,7 +92,9 @@ def test_outputs_and_schema(collected):
     assert gold.sum() == 12 * 2 + sum(zlib.crc32(p.encode()) % 2 for p in set(df.prompt))
     assert (df[gold].verdict_reason == "equal").all() and df[gold].correct.all()
     own = df[~gold]  # the model's answers: the verdicts the verifier gives them when asked directly
-    assert own.verdict_reason.tolist() == [v.reason for v in verify_batch(own.response.tolist(), own.gold_answer.tolist())]
+    assert own.verdict_reason.tolist() == [
+        v.reason for v in verify_batch(own.response.tolist(), own.gold_answer.tolist())
+    ]
     assert (df.reward == df.correct.astype(float)).all()
     assert not (out / ".staging").exists() or not list((out / ".staging").iterdir())
 
@@ -99,7 +123,10 @@ def test_manifest(collected):
 def _distinct_correct(df):
     """Per problem, its distinct right answers as the pool rule compares them (layout aside), first seen first."""
     right = df[df.correct].sort_values(["problem_id", "sample_index"])
-    return {pid: list(dict.fromkeys(" ".join(r.split()) for r in rows.response)) for pid, rows in right.groupby("problem_id")}
+    return {
+        pid: list(dict.fromkeys(" ".join(r.split()) for r in rows.response))
+        for pid, rows in right.groupby("problem_id")
+    }
 
 
 def test_pool_rule_and_dedup(collected, tmp_path):
@@ -119,7 +146,11 @@ def test_pool_rule_and_dedup(collected, tmp_path):
     assert len(pool) == sum(map(len, distinct.values())) and len(pool) > 12
     assert not pool.response.str.startswith(" ").any()  # the first spelling is the one kept
     stats = result["pool"]
-    assert (stats["pool_rows"], stats["duplicates"], stats["pool_problems"]) == (len(pool), int(counts.sum()) - len(pool), 12)
+    assert (stats["pool_rows"], stats["duplicates"], stats["pool_problems"]) == (
+        len(pool),
+        int(counts.sum()) - len(pool),
+        12,
+    )
     # A stricter threshold: only problems with >= 3 right samples (those given a third answer) remain.
     stats = build_pool(store, min_correct=3, dedupe=True)
     kept = set(counts[counts >= 3].index)
@@ -151,22 +182,51 @@ def test_rerun_reuses_shards_only_of_the_same_collection(collected, fixture_mode
     assert again["skipped_shards"] == 3
     assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
     with pytest.raises(StoreError, match=r"different collection \(changed: problems, samples_per_prompt\)"):
-        run_collection(_config(fixture_model, out, samples_per_prompt=3, problems={"source": "tiny-math", "limit": 12, "levels": [1]}),
-                       progress=False)  # fmt: skip
+        run_collection(
+            _config(
+                fixture_model, out, samples_per_prompt=3, problems={"source": "tiny-math", "limit": 12, "levels": [1]}
+            ),
+            progress=False,
+        )
     assert {p.name: p.stat().st_mtime_ns for p in (out / "trajectories").iterdir()} == shard_times
 
 
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", *args], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", *args],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
 def test_resume_after_sigkill(fixture_model, tmp_path):
     out = tmp_path / "killed"
-    args = ["collect", "--no-prefect", "--model", fixture_model, "--engine", "transformers", "--limit", "40",
-            "--shard-size", "4", "--samples-per-prompt", "3", "--min-correct", "1", "--max-tokens", "12", "--out", str(out)]  # fmt: skip
+    args = [
+        "collect",
+        "--no-prefect",
+        "--model",
+        fixture_model,
+        "--engine",
+        "transformers",
+        "--limit",
+        "40",
+        "--shard-size",
+        "4",
+        "--samples-per-prompt",
+        "3",
+        "--min-correct",
+        "1",
+        "--max-tokens",
+        "12",
+        "--out",
+        str(out),
+    ]
     proc = _cli(args)
     deadline = time.time() + 240
     while len(list((out / "trajectories").glob("part-*.parquet"))) < 3:
@@ -233,7 +293,9 @@ def test_a_truncated_part_is_named_by_resume_and_inspect(collected, fixture_mode
     shutil.copytree(collected[0], out)
     part = out / "trajectories" / "part-00001.parquet"
     part.write_bytes(part.read_bytes()[:100])  # cut short, as by a full disk
-    with pytest.raises(StoreError, match=r"part-00001.parquet: unreadable Parquet part .*delete it and run the same command again"):
+    with pytest.raises(
+        StoreError, match=r"part-00001.parquet: unreadable Parquet part .*delete it and run the same command again"
+    ):
         run_collection(_config(fixture_model, out), progress=False)
     assert not (out / "collect.lock").exists()
     assert main(["inspect", str(out)]) == 2
@@ -263,7 +325,9 @@ def test_a_failed_part_write_is_named_leaves_nothing_partial_and_resumes(fixture
     out = tmp_path / "run-a"
     monkeypatch.setattr(fs_module.pq, "write_table", disk_full)
     try:
-        with pytest.raises(StoreError, match=r"part-00001.parquet: not written \(No space left on device\); nothing partial"):
+        with pytest.raises(
+            StoreError, match=r"part-00001.parquet: not written \(No space left on device\); nothing partial"
+        ):
             run_collection(_config(fixture_model, out), progress=False)
         assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["part-00000.parquet"]
         monkeypatch.setattr(fs_module.pq, "write_table", real_write)
@@ -285,15 +349,29 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
     problems = load_problems(ProblemSourceConfig(source="tiny-math", split="train", limit=3))
     template = "{problem} Put the final answer in \\boxed{{}}."
     try:
-        for mode, expected in (("auto", [render_prompt(p, template, tokenizer) for p in problems]),
-                               ("off", [template.format(problem=p.problem) for p in problems])):  # fmt: skip
+        for mode, expected in (
+            ("auto", [render_prompt(p, template, tokenizer) for p in problems]),
+            ("off", [template.format(problem=p.problem) for p in problems]),
+        ):
             out = tmp_path / mode
-            run_collection(_config(chat_model, out, samples_per_prompt=2, max_tokens=4, problems={"source": "tiny-math", "limit": 3},
-                                   prompt_template=template, chat_template=mode), progress=False)  # fmt: skip
+            run_collection(
+                _config(
+                    chat_model,
+                    out,
+                    samples_per_prompt=2,
+                    max_tokens=4,
+                    problems={"source": "tiny-math", "limit": 3},
+                    prompt_template=template,
+                    chat_template=mode,
+                ),
+                progress=False,
+            )
             rows = ExperienceStore(out).read_trajectories().to_pylist()
             assert [r["prompt"] for r in rows[::2]] == expected
             # What the engine was given is what is stored, token for token (the trainer encodes the same way).
-            assert all(r["prompt_token_ids"] == tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in rows)
+            assert all(
+                r["prompt_token_ids"] == tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in rows
+            )
     finally:
         release_engines()
     with pytest.raises(PromptError, match="has no chat template"):
@@ -311,7 +389,9 @@ def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fix
 
     config = _config(fixture_model, tmp_path / "refused")
     tokenizer = AutoTokenizer.from_pretrained(fixture_model)
-    lengths = sorted(len(tokenizer(render_prompt(p), add_special_tokens=False).input_ids) for p in load_problems(config.problems))
+    lengths = sorted(
+        len(tokenizer(render_prompt(p), add_special_tokens=False).input_ids) for p in load_problems(config.problems)
+    )
     assert lengths[0] < lengths[-1]  # tiny-math prompts differ in length: a context between them splits them
     middle = lengths[len(lengths) // 2] + 12  # room for the shorter half with 12 new tokens
     engine = {"backend": "transformers", "max_model_len": middle}

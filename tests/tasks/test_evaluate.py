@@ -43,7 +43,10 @@ class FixedAnswers:
 
 @pytest.fixture(scope="module")
 def result():
-    problems = [Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source) for pid, (gold, source, _) in ANSWERS.items()]
+    problems = [
+        Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source)
+        for pid, (gold, source, _) in ANSWERS.items()
+    ]
     engine = FixedAnswers({render_prompt(p): ANSWERS[p.id][2] for p in problems})
     return evaluate_with_engine(engine, problems, SamplingConfig(n=4, temperature=1.0, max_tokens=8), step=7)
 
@@ -61,11 +64,23 @@ def test_metrics_take_their_known_values(result):
 def test_every_answer_is_recorded_with_its_verdict(result):
     verdicts = [(s["problem_id"], s["correct"], s["verdict_reason"], s["extracted_answer"]) for s in result.samples]
     assert verdicts == [
-        ("a", True, "equal", "3/4"), ("a", True, "equal", "0.75"), ("a", False, "not-equal", "1"), ("a", False, "not-equal", "1"),
-        ("b", True, "equal", "5"), ("b", True, "equal", "5"), ("b", True, "equal", "5"), ("b", False, "no-answer", None),
-        ("c", False, "not-equal", "3"), ("c", False, "not-equal", "3"), ("c", False, "not-equal", "3"), ("c", False, "not-equal", "3"),
-        ("d", True, "equal", "-1"), ("d", False, "no-answer", None), ("d", False, "not-equal", "2"), ("d", False, "not-equal", "4"),
-    ]  # fmt: skip
+        ("a", True, "equal", "3/4"),
+        ("a", True, "equal", "0.75"),
+        ("a", False, "not-equal", "1"),
+        ("a", False, "not-equal", "1"),
+        ("b", True, "equal", "5"),
+        ("b", True, "equal", "5"),
+        ("b", True, "equal", "5"),
+        ("b", False, "no-answer", None),
+        ("c", False, "not-equal", "3"),
+        ("c", False, "not-equal", "3"),
+        ("c", False, "not-equal", "3"),
+        ("c", False, "not-equal", "3"),
+        ("d", True, "equal", "-1"),
+        ("d", False, "no-answer", None),
+        ("d", False, "not-equal", "2"),
+        ("d", False, "not-equal", "4"),
+    ]
 
 
 def test_written_tables_hold_the_same_values(result, tmp_path):
@@ -78,13 +93,28 @@ def test_evaluation_renders_prompts_with_the_chat_template_it_is_given(chat_mode
     from rlep.data.prompting import chat_tokenizer
 
     chat = chat_tokenizer(chat_model, "auto")
-    problems = [Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source) for pid, (gold, source, _) in ANSWERS.items()]
+    problems = [
+        Problem(id=pid, problem=f"question {pid}", answer=gold, data_source=source)
+        for pid, (gold, source, _) in ANSWERS.items()
+    ]
     by_prompt = {f"<|user|>\nquestion {p.id} =<|end|>\n<|assistant|>\n": ANSWERS[p.id][2] for p in problems}
-    chatted = evaluate_with_engine(FixedAnswers(by_prompt), problems, SamplingConfig(n=4, temperature=1.0, max_tokens=8),
-                                   prompt_template="{problem} =", step=7, chat=chat)  # fmt: skip
-    assert chatted.rows == evaluate_with_engine(
-        FixedAnswers({render_prompt(p): ANSWERS[p.id][2] for p in problems}), problems, SamplingConfig(n=4, temperature=1.0, max_tokens=8), step=7
-    ).rows
+    chatted = evaluate_with_engine(
+        FixedAnswers(by_prompt),
+        problems,
+        SamplingConfig(n=4, temperature=1.0, max_tokens=8),
+        prompt_template="{problem} =",
+        step=7,
+        chat=chat,
+    )
+    assert (
+        chatted.rows
+        == evaluate_with_engine(
+            FixedAnswers({render_prompt(p): ANSWERS[p.id][2] for p in problems}),
+            problems,
+            SamplingConfig(n=4, temperature=1.0, max_tokens=8),
+            step=7,
+        ).rows
+    )
 
 
 def test_eval_refuses_chat_template_on_for_a_model_without_one_before_starting_an_engine(fixture_model, monkeypatch):

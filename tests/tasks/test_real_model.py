@@ -149,13 +149,18 @@ def test_conversion_gives_an_hf_model_with_the_dequantized_logits_and_the_chat_t
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2
     assert list(out.glob("*.safetensors"))
 
-    dequantized = AutoModelForCausalLM.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name, dtype=torch.float32)
+    dequantized = AutoModelForCausalLM.from_pretrained(
+        str(tiny_gguf.parent), gguf_file=tiny_gguf.name, dtype=torch.float32
+    )
     converted = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     from_gguf = AutoTokenizer.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(out))
     messages = [{"role": "user", "content": "What is 12 + 30? Put the final answer in \\boxed{}."}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == "<|im_start|>user\nWhat is 12 + 30? Put the final answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text
+        == "<|im_start|>user\nWhat is 12 + 30? Put the final answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tokenizer(text)["input_ids"]
     assert ids == from_gguf(text)["input_ids"]
     assert ids[0] == 1 and tokenizer.convert_ids_to_tokens(2) == "<|im_end|>"  # specials stay whole

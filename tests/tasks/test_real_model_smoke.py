@@ -10,7 +10,9 @@ from rlep.tasks.real_model import SMOLLM2, is_converted, model_dir
 SMOL = model_dir(SMOLLM2)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not is_converted(SMOL, SMOLLM2), reason=f"SmolLM2 not converted at {SMOL}: run `rlep real-model` first"),
+    pytest.mark.skipif(
+        not is_converted(SMOL, SMOLLM2), reason=f"SmolLM2 not converted at {SMOL}: run `rlep real-model` first"
+    ),
 ]
 
 TASK = {"source": "tiny-math", "families": ["add"], "levels": [2], "split": "train", "limit": 4}
@@ -23,9 +25,18 @@ def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_p
     from rlep.tasks.training.config import TrainConfig
     from rlep.tasks.training.trainer import train
 
-    collect = CollectConfig.model_validate({"model": "smollm2", "problems": TASK, "samples_per_prompt": 4, "max_tokens": 32,
-                                            "temperature": 0.7, "min_correct": 1, "out": str(tmp_path / "collect"),
-                                            "engine": ENGINE})  # fmt: skip
+    collect = CollectConfig.model_validate(
+        {
+            "model": "smollm2",
+            "problems": TASK,
+            "samples_per_prompt": 4,
+            "max_tokens": 32,
+            "temperature": 0.7,
+            "min_correct": 1,
+            "out": str(tmp_path / "collect"),
+            "engine": ENGINE,
+        }
+    )
     try:
         result = run_collection(collect, progress=False)
     finally:
@@ -35,16 +46,32 @@ def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_p
     assert rows[0]["prompt"].rstrip().endswith("<|im_start|>assistant")
     pooled = result["pool"]["pool_rows"]
     replay = {"kind": "rlep", "pool": str(tmp_path / "collect")} if pooled else {"kind": "none"}
-    config = TrainConfig.model_validate({
-        "model": "smollm2", "problems": TASK, "eval_problems": {**TASK, "split": "test", "limit": 2}, "replay": replay,
-        "steps": 1, "prompts_per_step": 2, "samples_per_prompt": 2, "max_tokens": 32, "temperature": 0.7,
-        "mini_batch_prompts": 1, "micro_batch_size": 4, "eval_every": 0, "save_every": 1, "engine": ENGINE,
-        "optimizer": {"lr": 1e-6}, "out": str(tmp_path / "train"),
-    })  # fmt: skip
+    config = TrainConfig.model_validate(
+        {
+            "model": "smollm2",
+            "problems": TASK,
+            "eval_problems": {**TASK, "split": "test", "limit": 2},
+            "replay": replay,
+            "steps": 1,
+            "prompts_per_step": 2,
+            "samples_per_prompt": 2,
+            "max_tokens": 32,
+            "temperature": 0.7,
+            "mini_batch_prompts": 1,
+            "micro_batch_size": 4,
+            "eval_every": 0,
+            "save_every": 1,
+            "engine": ENGINE,
+            "optimizer": {"lr": 1e-6},
+            "out": str(tmp_path / "train"),
+        }
+    )
     trained = train(config, progress=False)
     metrics = pq.read_table(trained.metrics_path).to_pylist()[0]
     assert metrics["optimizer_updates"] == 2 and metrics["tokens_trained"] > 0
     assert metrics["logprob_mismatch"] < 0.05  # vLLM's sampler and the torch model agree on the sampled tokens
     assert metrics["time_sync"] > 0 and (trained.final_checkpoint / "model.safetensors").is_file()
-    print(f"SmolLM2 step: {metrics['time_step']:.1f} s, sync {metrics['time_sync']:.2f} s "
-          f"({metrics['time_sync'] / metrics['time_step']:.1%}), replay rows {pooled}")  # fmt: skip
+    print(
+        f"SmolLM2 step: {metrics['time_step']:.1f} s, sync {metrics['time_sync']:.2f} s "
+        f"({metrics['time_sync'] / metrics['time_step']:.1%}), replay rows {pooled}"
+    )

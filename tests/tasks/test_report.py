@@ -6,8 +6,12 @@ from rlep.tasks.report import replay_overhead
 
 
 def _arm(step, median, sequences, replay=0.0):
-    return {"step_seconds": step, "step_seconds_median": median, "sequences_per_step": sequences,
-            "phase_seconds": {"replay": replay}}  # fmt: skip
+    return {
+        "step_seconds": step,
+        "step_seconds_median": median,
+        "sequences_per_step": sequences,
+        "phase_seconds": {"replay": replay},
+    }
 
 
 def test_overhead_separates_extra_sequences_from_machinery():

@@ -22,18 +22,31 @@ def test_the_order_of_a_set_of_arms():
     given = _arms(baseline=({"kind": "none"}, {}), rlep=({"kind": "rlep", "pool": "p.parquet"}, {}))
     assert rlep_order(given, "baseline").pooled == () and not rlep_order(given, "baseline").explores
     not_plain = _arms(baseline=({"kind": "fifo"}, {}), rlep=(RLEP, {"steps": 7}))
-    assert (rlep_order(not_plain, "baseline").explore_arm, rlep_order(not_plain, "baseline").explore_steps) == (None, 40)
+    assert (rlep_order(not_plain, "baseline").explore_arm, rlep_order(not_plain, "baseline").explore_steps) == (
+        None,
+        40,
+    )
 
 
 def test_the_pipeline_and_a_one_seed_study_explore_the_same_way(tmp_path):
     for explore_steps, explorer in ((None, "baseline"), (5, "explore")):
-        pipeline = PipelineConfig.model_validate({"out": str(tmp_path / "p"), "train": {"replay": RLEP, "steps": 10},
-                                                  "explore_steps": explore_steps})  # fmt: skip
+        pipeline = PipelineConfig.model_validate(
+            {"out": str(tmp_path / "p"), "train": {"replay": RLEP, "steps": 10}, "explore_steps": explore_steps}
+        )
         name, explore = pipeline.explore_run()
-        study = plan(StudyConfig.model_validate({
-            "out": str(tmp_path / "s"), "seeds": [0], "train": {"steps": 10}, "explore_steps": explore_steps,
-            "arms": {"rlep": {"replay": RLEP}, "baseline": {"replay": {"kind": "none"}}},
-        }))  # fmt: skip
+        study = plan(
+            StudyConfig.model_validate(
+                {
+                    "out": str(tmp_path / "s"),
+                    "seeds": [0],
+                    "train": {"steps": 10},
+                    "explore_steps": explore_steps,
+                    "arms": {"rlep": {"replay": RLEP}, "baseline": {"replay": {"kind": "none"}}},
+                }
+            )
+        )
         collect = next(r for r in study if r.kind == "collect")
         assert name == explorer and collect.needs == [f"{explorer}/seed-0"]
-        assert explore.steps == next(r for r in study if r.key == collect.needs[0]).config.steps == (explore_steps or 10)
+        assert (
+            explore.steps == next(r for r in study if r.key == collect.needs[0]).config.steps == (explore_steps or 10)
+        )

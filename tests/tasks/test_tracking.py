@@ -30,9 +30,21 @@ def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
 
 
 def _config(model, out, **kw) -> TrainConfig:
-    settings = dict(model=model, out=str(out), steps=3, prompts_per_step=2, samples_per_prompt=3, max_tokens=10,
-                    eval_every=2, save_every=2, problems=PROBLEMS, engine={"backend": "transformers"}, tracker="tensorboard",
-                    eval_problems={"source": "tiny-math", "split": "test", "limit": 4}, optimizer={"lr": 1e-3})  # fmt: skip
+    settings = dict(
+        model=model,
+        out=str(out),
+        steps=3,
+        prompts_per_step=2,
+        samples_per_prompt=3,
+        max_tokens=10,
+        eval_every=2,
+        save_every=2,
+        problems=PROBLEMS,
+        engine={"backend": "transformers"},
+        tracker="tensorboard",
+        eval_problems={"source": "tiny-math", "split": "test", "limit": 4},
+        optimizer={"lr": 1e-3},
+    )
     return TrainConfig.model_validate({**settings, **kw})
 
 
@@ -44,11 +56,15 @@ def _assert_events_match_parquet(out) -> None:
     assert len(numeric) > 20  # every numeric column, not a chosen few
     for column in numeric:
         written = metrics[metrics[column].notna()]
-        assert scalars.get(f"train/{column}", []) == [(s, pytest.approx(v, rel=1e-6)) for s, v in zip(written.step, written[column])], column
+        assert scalars.get(f"train/{column}", []) == [
+            (s, pytest.approx(v, rel=1e-6)) for s, v in zip(written.step, written[column])
+        ], column
     evaluation = pd.read_parquet(layout.eval)
     for source, rows in evaluation.groupby("data_source"):
         for column in ("avg_at_k", "pass_at_k", "maj_at_k", "n_problems"):
-            assert scalars[f"eval/{source}/{column}"] == [(s, pytest.approx(v, rel=1e-6)) for s, v in zip(rows.step, rows[column])]
+            assert scalars[f"eval/{source}/{column}"] == [
+                (s, pytest.approx(v, rel=1e-6)) for s, v in zip(rows.step, rows[column])
+            ]
     assert set(evaluation.step) == {0, 2, 3}
 
 
@@ -57,7 +73,9 @@ def test_tensorboard_events_are_the_metrics_rows_and_survive_a_resume(fixture_mo
     from rlep.tasks.training.trainer import train
 
     straight = _config(fixture_model, tmp_path / "run")
-    report = StepReport(straight.tracker, straight.out, straight.steps, "run", settings=straight.model_dump(mode="json"))
+    report = StepReport(
+        straight.tracker, straight.out, straight.steps, "run", settings=straight.model_dump(mode="json")
+    )
     try:
         train(straight, progress=False, on_step=report)
     finally:
@@ -86,10 +104,24 @@ def test_every_numeric_column_but_step_and_nan():
 
 
 def test_step_and_eval_lines_carry_reward_accuracy_and_phase_times():
-    row = {"step": 3, "reward_mean": 0.3125, "accuracy": 0.25, "replay_share": 0.0, "time_step": 1.5,
-           "time_generate": 0.9, "time_verify": 0.1, "time_train": 0.4}  # fmt: skip
-    assert step_line(row, 40) == "step 3/40  reward 0.312  accuracy 0.250  replay 0.000  1.50 s/step (generate 0.90, verify 0.10, train 0.40)"
-    rows = [{"data_source": "a", "k": 1, "n_problems": 2, "avg_at_k": 0.5}, {"data_source": "all", "k": 1, "n_problems": 2, "avg_at_k": 0.5}]
+    row = {
+        "step": 3,
+        "reward_mean": 0.3125,
+        "accuracy": 0.25,
+        "replay_share": 0.0,
+        "time_step": 1.5,
+        "time_generate": 0.9,
+        "time_verify": 0.1,
+        "time_train": 0.4,
+    }
+    assert (
+        step_line(row, 40)
+        == "step 3/40  reward 0.312  accuracy 0.250  replay 0.000  1.50 s/step (generate 0.90, verify 0.10, train 0.40)"
+    )
+    rows = [
+        {"data_source": "a", "k": 1, "n_problems": 2, "avg_at_k": 0.5},
+        {"data_source": "all", "k": 1, "n_problems": 2, "avg_at_k": 0.5},
+    ]
     assert eval_line(10, rows) == "held-out at step 10: avg@1 0.500 over 2 problems (a 0.500)"
 
 
@@ -100,7 +132,10 @@ def test_a_report_logs_a_line_per_step_and_writes_nothing_without_a_tracker(tmp_
         report({"step": 0}, [{"data_source": "all", "k": 1, "n_problems": 3, "avg_at_k": 1 / 3}])
         report({"step": 1, "reward_mean": 0.5, "accuracy": 0.5, "time_step": 1.0}, None)
     report.close()
-    assert [r.getMessage() for r in caplog.records] == ["held-out at step 0: avg@1 0.333 over 3 problems", "step 1/5  reward 0.500  accuracy 0.500  1.00 s/step"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "held-out at step 0: avg@1 0.333 over 3 problems",
+        "step 1/5  reward 0.500  accuracy 0.500  1.00 s/step",
+    ]
     assert seen == [0, 1] and list(tmp_path.iterdir()) == []
 
 
@@ -109,7 +144,9 @@ def test_mlflow_missing_is_one_clear_error_when_the_settings_load(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    with pytest.raises(TrackerUnavailable, match=r"tracker mlflow: the `mlflow` package is not installed \(pip install mlflow\)"):
+    with pytest.raises(
+        TrackerUnavailable, match=r"tracker mlflow: the `mlflow` package is not installed \(pip install mlflow\)"
+    ):
         check_tracker("mlflow")
     with pytest.raises(ValueError, match="tracker mlflow: the `mlflow` package is not installed"):
         TrainConfig(tracker="mlflow")
@@ -122,11 +159,15 @@ def test_mlflow_metrics_are_the_rows(tmp_path):
 
     report = StepReport("mlflow", tmp_path, 2, "run", settings={"steps": 2, "loss": {"clip_low": 0.2}})
     report({"step": 1, "reward_mean": 0.25, "replay_accuracy": math.nan}, None)
-    report({"step": 2, "reward_mean": 0.5}, [{"data_source": "all", "step": 2, "k": 1, "n_problems": 3, "avg_at_k": 0.5}])
+    report(
+        {"step": 2, "reward_mean": 0.5}, [{"data_source": "all", "step": 2, "k": 1, "n_problems": 3, "avg_at_k": 0.5}]
+    )
     report.close()
     client = MlflowClient(tracking_uri=f"sqlite:///{TrainRunLayout(tmp_path).mlflow}")
     (run,) = client.search_runs([client.get_experiment_by_name("rlep").experiment_id])
     history = client.get_metric_history(run.info.run_id, "train/reward_mean")
     assert [(m.step, m.value) for m in history] == [(1, 0.25), (2, 0.5)]
     assert client.get_metric_history(run.info.run_id, "eval/all/avg_at_k")[0].value == 0.5
-    assert run.data.params["loss.clip_low"] == "0.2" and not client.get_metric_history(run.info.run_id, "train/replay_accuracy")
+    assert run.data.params["loss.clip_low"] == "0.2" and not client.get_metric_history(
+        run.info.run_id, "train/replay_accuracy"
+    )

@@ -74,7 +74,5 @@ def test_importing_and_using_verifiers_loads_no_torch_vllm_prefect_or_sympy():
         "assert verifiers.verify('\\\\boxed{1}', '1').correct\n"
         "print(sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy', 'math_verify') if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

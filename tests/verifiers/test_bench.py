@@ -72,7 +72,7 @@ def test_corpus_knows_which_answers_are_right():
     assert all(pair.expected is None for pair in corpus if pair.hostile)
 
 
-_PEER_FILE = '''
+_PEER_FILE = """
 import pytest
 
 def compare_strings(gold, pred, match_types=["latex", "expr"], precision=6):
@@ -93,7 +93,7 @@ def test_expr_only(gold, pred, expected):
 @pytest.mark.parametrize("gold,pred,expected", [("$0.1$", "$0.11$", 1)])
 def test_other_precision(gold, pred, expected):
     assert compare_strings(gold, pred, match_types=["latex"], precision=1) == expected
-'''
+"""
 
 
 def _checkout(tmp_path, files: dict[str, str]):

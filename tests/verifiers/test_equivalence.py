@@ -359,7 +359,11 @@ RESPONSES: list[tuple[str, str, bool]] = [
     ("Checking each case, the only valid choice is $\\text{(D)}$.", "C", False),
     ("The roots are $\\boxed{-2}$ and $\\boxed{3}$.", "\\{3, -2\\}", True),
     ("The roots are $\\boxed{-2}$ and $\\boxed{3}$.", "\\{3, 2\\}", False),
-    ("So\n\\[\n\\boxed{\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}}\n\\]", "\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}", True),
+    (
+        "So\n\\[\n\\boxed{\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}}\n\\]",
+        "\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}",
+        True,
+    ),
     ("In all, $\\boxed{11,\\!111,\\!111,\\!100}$ ways.", "11111111100", True),
     ("The solution set is $x \\in [2, 5)$, as the sign chart shows.", "2 \\le x < 5", True),
     ("The solution set is $x \\in [2, 5)$, as the sign chart shows.", "2 < x < 5", False),

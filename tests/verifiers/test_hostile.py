@@ -43,9 +43,7 @@ HOSTILE: list[tuple[str, str, str]] = [
 def test_hostile_corpus_returns_verdicts_within_limits():
     responses = [response for _, response, _ in HOSTILE]
     start = time.monotonic()
-    verdicts = verify_batch(
-        responses, ["2"] * len(responses), timeout_seconds=TIMEOUT, kill_grace_seconds=GRACE
-    )
+    verdicts = verify_batch(responses, ["2"] * len(responses), timeout_seconds=TIMEOUT, kill_grace_seconds=GRACE)
     elapsed = time.monotonic() - start
     for (name, _, reason), verdict in zip(HOSTILE, verdicts, strict=True):
         assert verdict.reason == reason, (name, verdict)

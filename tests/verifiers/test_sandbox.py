@@ -98,9 +98,7 @@ def test_a_worker_that_dies_mid_answer_gives_crash_and_the_rest_still_run():
     (pid,) = pool.worker_pids()
     result: list = []
     responses = [SLOW_ANSWER, "\\boxed{2}", "\\boxed{3}"]
-    caller = threading.Thread(
-        target=lambda: result.append(verify_batch(responses, ["1", "2", "3"], **options))
-    )
+    caller = threading.Thread(target=lambda: result.append(verify_batch(responses, ["1", "2", "3"], **options)))
     caller.start()
     time.sleep(0.3)
     os.kill(pid, signal.SIGKILL)

@@ -17,14 +17,23 @@ def test_synthetic_batch_is_groups_of_fixed_length_answers_with_grpo_advantages(
 
 def test_update_bench_writes_its_report(tmp_path):
     out = tmp_path / "update.json"
-    report = bench_update(UpdateBenchConfig(prompts=2, group_size=2, prompt_tokens=4, response_tokens=6, micro_batch_size=2,
-                                            warmup=0, steps=2, peak_tflops=1.0, out=out))  # fmt: skip
+    report = bench_update(
+        UpdateBenchConfig(
+            prompts=2,
+            group_size=2,
+            prompt_tokens=4,
+            response_tokens=6,
+            micro_batch_size=2,
+            warmup=0,
+            steps=2,
+            peak_tflops=1.0,
+            out=out,
+        )
+    )
     assert json.loads(out.read_text())["tokens_per_step"] == report["tokens_per_step"] == 2 * 2 * 10
     assert report["tokens_per_second"] > 0 and 0 < report["mfu"] < 1
     rank = report["ranks"][0]
-    assert (
-        rank["param_bytes"] == 4 * report["parameters"] and rank["optimizer_bytes"] >= 2 * rank["param_bytes"]
-    )
+    assert rank["param_bytes"] == 4 * report["parameters"] and rank["optimizer_bytes"] >= 2 * rank["param_bytes"]
 
 
 def test_named_shapes_match_the_public_models():
@@ -40,7 +49,9 @@ def test_named_shapes_match_the_public_models():
 
 
 def test_update_bench_imports_neither_vllm_nor_prefect():
-    code = ("import sys, tasks.bench.update as b, tasks.training.backend, tasks.training.distributed; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'prefect', 'ray', 'flows'}))")  # fmt: skip
+    code = (
+        "import sys, tasks.bench.update as b, tasks.training.backend, tasks.training.distributed; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'prefect', 'ray', 'flows'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

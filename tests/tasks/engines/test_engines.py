@@ -65,7 +65,9 @@ def test_vllm_engine_interface_and_seed(vllm_engine):
     # vLLM tokenizes prompts exactly as the tokenizer the model was trained with.
     from rlep.data.tokenizer import build_tokenizer
 
-    assert [g[0].prompt_token_ids for g in groups] == [build_tokenizer()(p, add_special_tokens=False).input_ids for p in PROMPTS]
+    assert [g[0].prompt_token_ids for g in groups] == [
+        build_tokenizer()(p, add_special_tokens=False).input_ids for p in PROMPTS
+    ]
 
 
 def test_thread_settings_still_act_once_vllm_has_started(vllm_engine):

@@ -24,18 +24,50 @@ def _by_key(problems):
 
 def _publish(store, tmp_path, name, problems, answers):
     """A collection's pool of `answers` to each of `problems`, published as the store's next version."""
-    rows = [trajectory_row(p, f"Q: {p.problem}", response=a, response_token_ids=[1], behaviour_logprobs=[-0.1],
-                           finish_reason="stop", correct=True, extracted_answer="1", verdict_reason="equal", reward=1.0,
-                           run_id=name, policy_version=0, model="m", sampling={}, sample_index=i)
-            for p in problems for i, a in enumerate(answers)]  # fmt: skip
+    rows = [
+        trajectory_row(
+            p,
+            f"Q: {p.problem}",
+            response=a,
+            response_token_ids=[1],
+            behaviour_logprobs=[-0.1],
+            finish_reason="stop",
+            correct=True,
+            extracted_answer="1",
+            verdict_reason="equal",
+            reward=1.0,
+            run_id=name,
+            policy_version=0,
+            model="m",
+            sampling={},
+            sample_index=i,
+        )
+        for p in problems
+        for i, a in enumerate(answers)
+    ]
     path = tmp_path / f"{name}.parquet"
     write_parquet_atomic(path, to_table(rows))
     return store.publish(path, {"run_dir": name})
 
 
 def _fresh(step):
-    return [Group(p.id, [Rollout(problem_id=p.id, data_source=p.data_source, prompt="Q", gold_answer="1", response="r",
-                                 response_token_ids=[1], policy_version=step - 1)]) for p in PROBLEMS]  # fmt: skip
+    return [
+        Group(
+            p.id,
+            [
+                Rollout(
+                    problem_id=p.id,
+                    data_source=p.data_source,
+                    prompt="Q",
+                    gold_answer="1",
+                    response="r",
+                    response_token_ids=[1],
+                    policy_version=step - 1,
+                )
+            ],
+        )
+        for p in PROBLEMS
+    ]
 
 
 def test_a_following_run_takes_newer_versions_between_steps_at_most_every_k(tmp_path):
@@ -70,7 +102,9 @@ def test_resume_uses_the_recorded_version_and_a_pruned_one_is_an_error(tmp_path)
     resumed.load_state_dict(state)
     assert resumed.version == 2 and len(resumed.pool) == 2  # the checkpoint's version, not the newest
     assert store.prune(keep=1) == [1, 2] and store.versions() == [3]
-    with pytest.raises(PoolError, match=r"version v0002 is not there \(pruned, or never published\); the store holds v0003"):
+    with pytest.raises(
+        PoolError, match=r"version v0002 is not there \(pruned, or never published\); the store holds v0003"
+    ):
         make_replay(config, problems=_by_key(PROBLEMS)).load_state_dict(state)
     with pytest.raises(PoolError, match="replay.follow needs a pool store"):
         make_replay(RLEPReplayConfig(pool=tmp_path / "c1.parquet", follow=True), problems=_by_key(PROBLEMS))

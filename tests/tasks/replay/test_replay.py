@@ -20,15 +20,33 @@ from rlep.tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay,
 
 
 def rollout(pid="p", version=0, reward=1.0, advantage=None, response="r", origin="fresh"):
-    return Rollout(problem_id=pid, data_source="d", prompt=f"Q {pid}", gold_answer="1", response=response,
-                   response_token_ids=[1, 2], policy_version=version, reward=reward, correct=reward > 0,
-                   advantage=advantage, origin=origin, prompt_token_ids=[9])  # fmt: skip
+    return Rollout(
+        problem_id=pid,
+        data_source="d",
+        prompt=f"Q {pid}",
+        gold_answer="1",
+        response=response,
+        response_token_ids=[1, 2],
+        policy_version=version,
+        reward=reward,
+        correct=reward > 0,
+        advantage=advantage,
+        origin=origin,
+        prompt_token_ids=[9],
+    )
 
 
 def fresh_groups(step, n_groups=2, g=4, rewards=(0.0, 1.0, 0.0, 1.0)):
-    return [Group(f"p{i}", [rollout(f"p{i}", step - 1, rewards[j % len(rewards)], advantage=float(j), response=f"s{step}-{i}-{j}")
-                            for j in range(g)])
-            for i in range(n_groups)]  # fmt: skip
+    return [
+        Group(
+            f"p{i}",
+            [
+                rollout(f"p{i}", step - 1, rewards[j % len(rewards)], advantage=float(j), response=f"s{step}-{i}-{j}")
+                for j in range(g)
+            ],
+        )
+        for i in range(n_groups)
+    ]
 
 
 def replayed(batch):
@@ -39,7 +57,10 @@ def replayed(batch):
 
 
 def test_rlep_adds_m_answers_of_the_same_prompt_without_replacement():
-    pool = {("d", "p0"): [rollout("p0", response=f"a{i}") for i in range(5)], ("d", "p1"): [rollout("p1", response="only")]}
+    pool = {
+        ("d", "p0"): [rollout("p0", response=f"a{i}") for i in range(5)],
+        ("d", "p1"): [rollout("p1", response="only")],
+    }
     replay = RLEPReplay(RLEPReplayConfig(pool="x", replay_per_group=2), pool, seed=1)
     groups = replay.join(fresh_groups(step=3, n_groups=3), step=3)
     sizes = [len(g.rollouts) for g in groups]
@@ -62,7 +83,10 @@ def test_rlep_draws_are_uniform_over_the_pooled_answers():
     pool = {("d", "p0"): [rollout("p0", response=f"a{i}") for i in range(4)]}
     replay = RLEPReplay(RLEPReplayConfig(pool="x", replay_per_group=1), pool, seed=0)
     counts = Counter(
-        r.response for step in range(4000) for r in replay.join(fresh_groups(1, 1), step)[0].rollouts if r.origin == "replay"
+        r.response
+        for step in range(4000)
+        for r in replay.join(fresh_groups(1, 1), step)[0].rollouts
+        if r.origin == "replay"
     )
     assert set(counts) == {"a0", "a1", "a2", "a3"}
     assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values())
@@ -167,7 +191,9 @@ def test_prioritized_sampling_follows_abs_advantage():
     counts = Counter()
     for step in range(1, 6001):
         replay.buffer = list(stored)
-        batch = replay.mix([Group("f", [rollout("f", version=step - 1, reward=0.0)])], step)  # one fresh -> one replayed
+        batch = replay.mix(
+            [Group("f", [rollout("f", version=step - 1, reward=0.0)])], step
+        )  # one fresh -> one replayed
         counts.update(r.problem_id for r in replayed(batch))
     total = 3.0 + 1.0 + 0.0 + 3 * 1e-3
     for name, priority in (("big", 3.001), ("small", 1.001)):
@@ -223,10 +249,15 @@ def test_every_replay_kind_is_one_registered_design():
 def test_a_design_acts_as_its_needs_declare(kind):
     """A buffer design replays this run's earlier rollouts with their generation's advantages; a pool design
     replays another run's answers, whose advantages are computed anew in the step's group; none replays nothing."""
-    config = {"none": NoReplayConfig(), "rlep": RLEPReplayConfig(pool="x", replay_per_group=2),
-              "fifo": FIFOReplayConfig(buffer_size=100, batch_size=16),
-              "prioritized": PrioritizedReplayConfig(replay_fraction=1.0, max_age=100)}[kind]  # fmt: skip
-    pool = {("d", f"p{i}"): [rollout(f"p{i}", response=f"pooled{i}{j}", advantage=9.0) for j in range(3)] for i in range(2)}
+    config = {
+        "none": NoReplayConfig(),
+        "rlep": RLEPReplayConfig(pool="x", replay_per_group=2),
+        "fifo": FIFOReplayConfig(buffer_size=100, batch_size=16),
+        "prioritized": PrioritizedReplayConfig(replay_fraction=1.0, max_age=100),
+    }[kind]
+    pool = {
+        ("d", f"p{i}"): [rollout(f"p{i}", response=f"pooled{i}{j}", advantage=9.0) for j in range(3)] for i in range(2)
+    }
     replay = DESIGNS[kind](config, pool, seed=0) if needs(config).pool else DESIGNS[kind](config, seed=0)
     replay.mix(replay.join(fresh_groups(1), 1), 1)
     joined = replay.join(fresh_groups(2), 2)

@@ -17,10 +17,27 @@ def _problem(pid, source="tiny-math/add", text=None, answer="1"):
 
 
 def _pool(path, problems, answers=("\\boxed{1}",)):
-    rows = [trajectory_row(p, f"Q: {p.problem}", response=a, response_token_ids=[1], behaviour_logprobs=[-0.1],
-                           finish_reason="stop", correct=True, extracted_answer="1", verdict_reason="equal", reward=1.0,
-                           run_id=path.stem, policy_version=0, model="m", sampling={}, sample_index=i)
-            for p in problems for i, a in enumerate(answers)]  # fmt: skip
+    rows = [
+        trajectory_row(
+            p,
+            f"Q: {p.problem}",
+            response=a,
+            response_token_ids=[1],
+            behaviour_logprobs=[-0.1],
+            finish_reason="stop",
+            correct=True,
+            extracted_answer="1",
+            verdict_reason="equal",
+            reward=1.0,
+            run_id=path.stem,
+            policy_version=0,
+            model="m",
+            sampling={},
+            sample_index=i,
+        )
+        for p in problems
+        for i, a in enumerate(answers)
+    ]
     write_parquet_atomic(path, to_table(rows))
     return path
 
@@ -58,7 +75,9 @@ def test_coverage_is_recorded_and_low_coverage_warns(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "covers only 10% of the training problems" in err
     path = _pool(tmp_path / "pool.parquet", training[:5])
-    assert make_replay(RLEPReplayConfig(pool=path), problems=_by_key(training)).stats()["pool_coverage"] == pytest.approx(0.5)
+    assert make_replay(RLEPReplayConfig(pool=path), problems=_by_key(training)).stats()[
+        "pool_coverage"
+    ] == pytest.approx(0.5)
     assert "covers only" not in capsys.readouterr().err
 
 
@@ -67,6 +86,11 @@ def test_a_pool_store_is_pinned_to_the_version_resolved_at_the_start(tmp_path):
     v1 = store.publish(_pool(tmp_path / "a.parquet", [_problem("0")]), {"run_dir": "a", "policy_version": 0})
     config = pinned(RLEPReplayConfig(pool=tmp_path / "pools"))
     assert config.pool == v1 / "pool.parquet"
-    store.publish(_pool(tmp_path / "b.parquet", [_problem("1")], answers=("\\boxed{1}", "1")), {"run_dir": "b", "policy_version": 5})
+    store.publish(
+        _pool(tmp_path / "b.parquet", [_problem("1")], answers=("\\boxed{1}", "1")),
+        {"run_dir": "b", "policy_version": 5},
+    )
     assert pinned(config).pool == v1 / "pool.parquet"  # a resumed run keeps its version ...
-    assert pinned(RLEPReplayConfig(pool=tmp_path / "pools")).pool != v1 / "pool.parquet"  # ... a new run takes the latest
+    assert (
+        pinned(RLEPReplayConfig(pool=tmp_path / "pools")).pool != v1 / "pool.parquet"
+    )  # ... a new run takes the latest

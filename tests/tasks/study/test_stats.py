@@ -12,8 +12,19 @@ from rlep.tasks.study.stats import evaluate_claims, summarize, t_interval
 
 def _table(arms):
     """arms: name -> function(seed, step) -> accuracy; 5 seeds, steps 0/10/20, tokens 100 per step."""
-    rows = [{"arm": arm, "seed": seed, "step": step, "accuracy": f(seed, step), "tokens_generated": 100 * step * (0.5 if arm == "cheap" else 1),
-             "wall_seconds": float(step)} for arm, f in arms.items() for seed in range(5) for step in (0, 10, 20)]  # fmt: skip
+    rows = [
+        {
+            "arm": arm,
+            "seed": seed,
+            "step": step,
+            "accuracy": f(seed, step),
+            "tokens_generated": 100 * step * (0.5 if arm == "cheap" else 1),
+            "wall_seconds": float(step),
+        }
+        for arm, f in arms.items()
+        for seed in range(5)
+        for step in (0, 10, 20)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -42,9 +53,15 @@ def test_paired_difference_has_the_right_sign_and_is_narrower_than_the_spread_be
     study = _table({"baseline": lambda s, t: 0.1 * s + 0.01 * t, "better": lambda s, t: 0.1 * s + 0.01 * t + 0.05})
     summary = summarize(study, "baseline").set_index(["arm", "step"])
     row = summary.loc[("better", 20)]
-    assert row.diff_mean == pytest.approx(0.05) and row.diff_ci_low == pytest.approx(0.05) and row.diff_ci_high == pytest.approx(0.05)
+    assert (
+        row.diff_mean == pytest.approx(0.05)
+        and row.diff_ci_low == pytest.approx(0.05)
+        and row.diff_ci_high == pytest.approx(0.05)
+    )
     assert row.ci_high - row.ci_low > 0.1  # unpaired, the seeds' spread would hide the difference
-    worse = summarize(_table({"baseline": lambda s, t: 0.5 + 0.01 * s, "worse": lambda s, t: 0.4 + 0.02 * s}), "baseline")
+    worse = summarize(
+        _table({"baseline": lambda s, t: 0.5 + 0.01 * s, "worse": lambda s, t: 0.4 + 0.02 * s}), "baseline"
+    )
     final = worse.set_index(["arm", "step"]).loc[("worse", 20)]
     assert final.diff_mean < 0 and final.diff_ci_high < 0 and final.n_seeds == 5
 
@@ -54,15 +71,24 @@ def _claim(**kw):
 
 
 def test_claims_are_measured_as_configured_paired_by_seed():
-    study = _table({"baseline": lambda s, t: 0.2 + 0.01 * t + 0.01 * s, "fast": lambda s, t: 0.2 + 0.02 * t + 0.01 * s,
-                    "flat": lambda s, t: 0.2})  # fmt: skip
+    study = _table(
+        {
+            "baseline": lambda s, t: 0.2 + 0.01 * t + 0.01 * s,
+            "fast": lambda s, t: 0.2 + 0.02 * t + 0.01 * s,
+            "flat": lambda s, t: 0.2,
+        }
+    )
     study["tokens_charged"] = study.tokens_generated + np.where(study.arm == "fast", 5000, 0)
-    table = evaluate_claims(study, [
-        _claim(name="early", kind="accuracy_diff", step=10),
-        _claim(name="steps", kind="steps_to_target", target=0.4),
-        _claim(name="tokens", kind="charged_tokens_to_target", target=0.4),
-        _claim(name="never", arm="flat", kind="steps_to_target", target=0.4),
-    ], "baseline").set_index("claim")  # fmt: skip
+    table = evaluate_claims(
+        study,
+        [
+            _claim(name="early", kind="accuracy_diff", step=10),
+            _claim(name="steps", kind="steps_to_target", target=0.4),
+            _claim(name="tokens", kind="charged_tokens_to_target", target=0.4),
+            _claim(name="never", arm="flat", kind="steps_to_target", target=0.4),
+        ],
+        "baseline",
+    ).set_index("claim")
     early = table.loc["early"]
     assert early.diff_mean == pytest.approx(0.1) and early.n_paired == 5 and early.verdict == "arm better"
     steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on seeds 0-4, the baseline at 20 (seed 0) or 20
@@ -89,8 +115,10 @@ def test_dependencies_are_charged_in_full_once_each(monkeypatch):
     explore = Run("baseline/seed-0", "train", 0, "baseline", None)
     collect = Run("collect/seed-0", "collect", 0, None, None, needs=["baseline/seed-0"])
     rlep = Run("rlep/seed-0", "train", 0, "rlep", None, needs=["collect/seed-0"])
-    costs = {"baseline/seed-0": {"tokens_generated": 1000.0, "seconds": 60.0},
-             "collect/seed-0": {"tokens_generated": 300.0, "seconds": 20.0}}  # fmt: skip
+    costs = {
+        "baseline/seed-0": {"tokens_generated": 1000.0, "seconds": 60.0},
+        "collect/seed-0": {"tokens_generated": 300.0, "seconds": 20.0},
+    }
     monkeypatch.setattr(runs, "run_cost", lambda run: costs[run.key])
     by_key = {r.key: r for r in (explore, collect, rlep)}
     assert runs.dependency_cost(rlep, by_key) == {"tokens_generated": 1300.0, "seconds": 80.0}

@@ -15,33 +15,74 @@ HELD_OUT = {"source": "tiny-math", "split": "test", "limit": 4}
 
 def _settings(model, out, arms, **extra):
     return {
-        "out": str(out), "seeds": [0, 1],
-        "collect": {"model": model, "problems": PROBLEMS, "samples_per_prompt": 2, "max_tokens": 10, "min_correct": 1,
-                    "shard_size": 6, "engine": {"backend": "transformers"}},
-        "train": {"model": model, "problems": PROBLEMS, "eval_problems": HELD_OUT, "steps": 2, "eval_every": 1,
-                  "prompts_per_step": 3, "samples_per_prompt": 4, "max_tokens": 10, "engine": {"backend": "transformers"}},
-        "evaluate": {"samples": 2}, "arms": arms, **extra,
-    }  # fmt: skip
+        "out": str(out),
+        "seeds": [0, 1],
+        "collect": {
+            "model": model,
+            "problems": PROBLEMS,
+            "samples_per_prompt": 2,
+            "max_tokens": 10,
+            "min_correct": 1,
+            "shard_size": 6,
+            "engine": {"backend": "transformers"},
+        },
+        "train": {
+            "model": model,
+            "problems": PROBLEMS,
+            "eval_problems": HELD_OUT,
+            "steps": 2,
+            "eval_every": 1,
+            "prompts_per_step": 3,
+            "samples_per_prompt": 4,
+            "max_tokens": 10,
+            "engine": {"backend": "transformers"},
+        },
+        "evaluate": {"samples": 2},
+        "arms": arms,
+        **extra,
+    }
 
 
 ARMS = {"baseline": {"replay": {"kind": "none"}}, "rlep": {"replay": {"kind": "rlep"}}}
 
 
 def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
-    runs = {r.key: r for r in plan(StudyConfig.model_validate(_settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}})))}
-    assert list(runs) == ["baseline/seed-0", "collect/seed-0", "rlep/seed-0", "fifo/seed-0", "baseline/seed-1", "collect/seed-1", "rlep/seed-1", "fifo/seed-1"]
+    runs = {
+        r.key: r
+        for r in plan(
+            StudyConfig.model_validate(
+                _settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}})
+            )
+        )
+    }
+    assert list(runs) == [
+        "baseline/seed-0",
+        "collect/seed-0",
+        "rlep/seed-0",
+        "fifo/seed-0",
+        "baseline/seed-1",
+        "collect/seed-1",
+        "rlep/seed-1",
+        "fifo/seed-1",
+    ]
     assert runs["collect/seed-1"].needs == ["baseline/seed-1"] and runs["rlep/seed-1"].needs == ["collect/seed-1"]
     assert runs["rlep/seed-1"].config.replay.pool == tmp_path / "collect" / "seed-1" / "pool.parquet"
     assert runs["fifo/seed-1"].config.seed == 1 and runs["fifo/seed-1"].config.replay.replay_ratio == 0.5
     assert runs["fifo/seed-1"].config.samples_per_prompt == 4  # the base settings stay under an override
     # A baseline that is not plain GRPO of the same length cannot be the exploration: a separate run explores.
     other = plan(StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, explore_steps=5)))
-    assert [r.key for r in other][:3] == ["explore/seed-0", "collect/seed-0", "baseline/seed-0"] and other[0].config.steps == 5
+    assert [r.key for r in other][:3] == ["explore/seed-0", "collect/seed-0", "baseline/seed-0"] and other[
+        0
+    ].config.steps == 5
 
 
 def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     with pytest.raises(StudyError, match=r"arms.fifo: replay.fifo.replay_ratioo: Extra inputs"):
-        plan(StudyConfig.model_validate(_settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratioo": 0.5}}})))
+        plan(
+            StudyConfig.model_validate(
+                _settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratioo": 0.5}}})
+            )
+        )
     path = tmp_path / "study.yaml"
     path.write_text(json.dumps(_settings("tiny", tmp_path / "out", {"baseline": {"lr": 1}})))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 2
@@ -55,8 +96,17 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", ARMS, claims=claims))
     paths = run_study(config, progress=False)
     study = pd.read_parquet(paths["study"])
-    assert set(study.columns) >= {"arm", "seed", "step", "accuracy", "tokens_generated", "wall_seconds", "tokens_charged",
-                                  "seconds_charged", "optimizer_updates"}  # fmt: skip
+    assert set(study.columns) >= {
+        "arm",
+        "seed",
+        "step",
+        "accuracy",
+        "tokens_generated",
+        "wall_seconds",
+        "tokens_charged",
+        "seconds_charged",
+        "optimizer_updates",
+    }
     # RLEP is charged its exploration (the baseline's own run) and its collection; the baseline nothing extra.
     base = study[(study.arm == "baseline")]
     assert (base.tokens_charged == base.tokens_generated).all()
@@ -66,16 +116,33 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     assert (rlep.optimizer_updates == base.optimizer_updates.to_numpy()).all()  # equal updates at every step
     assert sorted(set(zip(study.arm, study.seed))) == [("baseline", 0), ("baseline", 1), ("rlep", 0), ("rlep", 1)]
     summary = pd.read_parquet(paths["summary"])
-    assert set(summary.columns) >= {"arm", "step", "n_seeds", "mean", "ci_low", "ci_high", "diff_mean", "diff_ci_low", "diff_ci_high"}
+    assert set(summary.columns) >= {
+        "arm",
+        "step",
+        "n_seeds",
+        "mean",
+        "ci_low",
+        "ci_high",
+        "diff_mean",
+        "diff_ci_low",
+        "diff_ci_high",
+    }
     assert (summary.n_seeds == 2).all() and (summary[summary.arm == "baseline"].diff_mean == 0).all()
     # Each seed's pool was sampled from that seed's baseline run, and the rlep arm replayed it.
-    assert sorted(set(half_right_collection)) == sorted(str(tmp_path / "study" / "runs" / "baseline" / f"seed-{s}" / "checkpoints" / "step-2") for s in (0, 1))
+    assert sorted(set(half_right_collection)) == sorted(
+        str(tmp_path / "study" / "runs" / "baseline" / f"seed-{s}" / "checkpoints" / "step-2") for s in (0, 1)
+    )
     metrics = pd.read_parquet(tmp_path / "study" / "runs" / "rlep" / "seed-1" / "metrics.parquet")
     assert (metrics.replay_share > 0).all()
     text = paths["report"].read_text()
     assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
     assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
-    for name in ("accuracy_vs_step.png", "accuracy_vs_tokens.png", "accuracy_vs_charged_tokens.png", "accuracy_vs_wall.png"):
+    for name in (
+        "accuracy_vs_step.png",
+        "accuracy_vs_tokens.png",
+        "accuracy_vs_charged_tokens.png",
+        "accuracy_vs_wall.png",
+    ):
         assert paths[name].stat().st_size > 5_000
 
     import rlep.tasks.training.trainer as trainer_module
@@ -99,8 +166,12 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
 
     from rlep.flows.study import study_flow
 
-    settings = _settings(fixture_model, tmp_path / "ray", {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
-                         runner={"kind": "ray", "max_parallel": 2})  # fmt: skip
+    settings = _settings(
+        fixture_model,
+        tmp_path / "ray",
+        {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
+        runner={"kind": "ray", "max_parallel": 2},
+    )
     with prefect_test_harness(server_startup_timeout=120):
         report = study_flow(StudyConfig.model_validate(settings))
         from prefect.client.orchestration import get_client
@@ -110,4 +181,8 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
     assert keys >= {"study-claims", "study-summary", "study-report"}
     study = pd.read_parquet(tmp_path / "ray" / "study.parquet")
     assert report.endswith("report.md") and len(study) == 2 * 2 * 3  # arms x seeds x evaluation steps
-    assert all((tmp_path / "ray" / "runs" / arm / f"seed-{s}" / "study_run.json").is_file() for arm in ("baseline", "fifo") for s in (0, 1))
+    assert all(
+        (tmp_path / "ray" / "runs" / arm / f"seed-{s}" / "study_run.json").is_file()
+        for arm in ("baseline", "fifo")
+        for s in (0, 1)
+    )

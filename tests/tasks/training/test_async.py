@@ -43,20 +43,49 @@ PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 @pytest.fixture(scope="module")
 def gold_pool(tmp_path_factory):
     """Verified successes for the training problems (the fixture model gets nothing right): each gold answer, boxed."""
-    rows = [trajectory_row(p, render_prompt(p), response=f"\\boxed{{{p.answer}}}", response_token_ids=[], behaviour_logprobs=[],
-                           finish_reason="stop", correct=True, extracted_answer=p.answer, verdict_reason="equal", reward=1.0,
-                           run_id="gold", policy_version=0, model="gold", sampling={}, sample_index=0)
-            for p in load_problems(ProblemSourceConfig(**PROBLEMS))]  # fmt: skip
+    rows = [
+        trajectory_row(
+            p,
+            render_prompt(p),
+            response=f"\\boxed{{{p.answer}}}",
+            response_token_ids=[],
+            behaviour_logprobs=[],
+            finish_reason="stop",
+            correct=True,
+            extracted_answer=p.answer,
+            verdict_reason="equal",
+            reward=1.0,
+            run_id="gold",
+            policy_version=0,
+            model="gold",
+            sampling={},
+            sample_index=0,
+        )
+        for p in load_problems(ProblemSourceConfig(**PROBLEMS))
+    ]
     path = tmp_path_factory.mktemp("pool") / "pool.parquet"
     write_parquet_atomic(path, to_table(rows))
     return path
 
 
 def _config(model, out, replay=None, **kw):
-    settings = dict(model=model, out=str(out), steps=3, prompts_per_step=3, samples_per_prompt=4, max_tokens=12,
-                    eval_every=0, save_every=0, problems=PROBLEMS, engine={"backend": "vllm", "max_num_seqs": 64},
-                    eval_problems={"source": "tiny-math", "split": "test", "limit": 6}, replay=replay or {"kind": "none"},
-                    loss={"overlong_buffer": 8}, optimizer={"lr": 1e-3}, mode="async")  # fmt: skip
+    settings = dict(
+        model=model,
+        out=str(out),
+        steps=3,
+        prompts_per_step=3,
+        samples_per_prompt=4,
+        max_tokens=12,
+        eval_every=0,
+        save_every=0,
+        problems=PROBLEMS,
+        engine={"backend": "vllm", "max_num_seqs": 64},
+        eval_problems={"source": "tiny-math", "split": "test", "limit": 6},
+        replay=replay or {"kind": "none"},
+        loss={"overlong_buffer": 8},
+        optimizer={"lr": 1e-3},
+        mode="async",
+    )
     settings.update(kw)
     return TrainConfig.model_validate(settings)
 
@@ -86,8 +115,12 @@ def _run(config, spy=None):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "replay",
-    [{"kind": "none"}, {"kind": "fifo", "batch_size": 16}, {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2},
-     {"kind": "rlep", "replay_per_group": 2}],  # fmt: skip
+    [
+        {"kind": "none"},
+        {"kind": "fifo", "batch_size": 16},
+        {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2},
+        {"kind": "rlep", "replay_per_group": 2},
+    ],
     ids=lambda r: r["kind"],
 )
 def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path, replay):
@@ -107,7 +140,10 @@ def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path,
     assert sampled.num_rows == 3 * 3 * 4 and all(len(lp) for lp in sampled.column("behaviour_logprobs").to_pylist())
     evals = pq.read_table(tmp_path / "run" / "eval.parquet").to_pandas()
     assert sorted(set(evals.step)) == [0, 2, 3]  # held-out evaluation through the generator process
-    before, after = load_file(os.path.join(fixture_model, "model.safetensors")), load_file(latest_checkpoint(config.out) / "model.safetensors")
+    before, after = (
+        load_file(os.path.join(fixture_model, "model.safetensors")),
+        load_file(latest_checkpoint(config.out) / "model.safetensors"),
+    )
     assert any(not torch.equal(before[k], after[k]) for k in before)
     if replay["kind"] != "none":
         assert metrics.replay_share.iloc[1:].gt(0).all()
@@ -144,7 +180,9 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
         assert metrics.staleness_max.tolist() == expected and (metrics.dropped_stale == 0).all()
     # The same run either way: what each request is generated with depends on message order, not on timing.
     for column in ("reward_mean", "loss", "replay_share", "tokens_generated_total"):
-        assert slow_generator[column].tolist() == pytest.approx(slow_trainer[column].tolist(), rel=1e-5, abs=1e-7), column
+        assert slow_generator[column].tolist() == pytest.approx(slow_trainer[column].tolist(), rel=1e-5, abs=1e-7), (
+            column
+        )
 
 
 @pytest.mark.slow
@@ -154,10 +192,17 @@ def test_truncated_is_weights_apply_to_stale_fresh_rollouts(fixture_model, tmp_p
     weights, parts = [], []
     loss_fn = update.clipped_policy_loss
     add = update._Accumulator.add
-    monkeypatch.setattr(update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1])
+    monkeypatch.setattr(
+        update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1]
+    )
     monkeypatch.setattr(update._Accumulator, "add", lambda self, part, *a: (parts.append(part), add(self, part, *a))[1])
-    config = _config(fixture_model, tmp_path / "tis", steps=3, mini_batch_prompts=1,
-                     loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8})  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "tis",
+        steps=3,
+        mini_batch_prompts=1,
+        loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8},
+    )
     metrics = _run(config)
     stale, current = [], []
     for w, part in zip(weights, parts):
@@ -193,7 +238,9 @@ class _LaggingEngine:
 def test_answers_beyond_the_bound_are_dropped_counted_and_regenerated():
     problem = Problem(id="p", problem="1+1", answer="2", data_source="s")
     engine = _LaggingEngine(lag=0)
-    feed = RolloutFeed(engine, "async", 1, 10, lambda: [problem], lambda s: SamplingConfig(n=2, seed=s), "{problem}", version=0)
+    feed = RolloutFeed(
+        engine, "async", 1, 10, lambda: [problem], lambda s: SamplingConfig(n=2, seed=s), "{problem}", version=0
+    )
     for step in (1, 2, 3):
         arrival = feed.take(step)
         assert arrival.dropped == 0 and (step - 1) - arrival.version <= 1
@@ -246,10 +293,15 @@ def test_generator_gpus_give_the_engine_and_the_update_separate_devices():
 
 @pytest.mark.parametrize(
     ("settings", "message"),
-    [({"mode": "sync", "generator_gpus": [1]}, "applies to mode async only"),
-     ({"mode": "async", "generator_gpus": [1, 1]}, "must be distinct"),
-     ({"mode": "async", "generator_gpus": [1], "engine": {"tensor_parallel_size": 2}}, r"tensor_parallel_size \(2\) > the generator's GPUs")],
-)  # fmt: skip
+    [
+        ({"mode": "sync", "generator_gpus": [1]}, "applies to mode async only"),
+        ({"mode": "async", "generator_gpus": [1, 1]}, "must be distinct"),
+        (
+            {"mode": "async", "generator_gpus": [1], "engine": {"tensor_parallel_size": 2}},
+            r"tensor_parallel_size \(2\) > the generator's GPUs",
+        ),
+    ],
+)
 def test_generator_gpus_are_checked_against_mode_and_tensor_parallelism(settings, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig.model_validate(settings)
@@ -326,16 +378,61 @@ def _cmdline(pid):
 
 def _train_cli(args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args], env=env,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _cli_args(model):
-    return ["--model", model, "--mode", "async", "--engine", "vllm", "--steps", "5", "--prompts-per-step", "3",
-            "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
-            "--problems-families", "add", "sub", "mul", "frac", "decimal", "--problems-levels", "1", "2", "3",  # = PROBLEMS
-            "--eval-every", "2", "--save-every", "1", "--overlong-buffer", "8", "--lr", "1e-3",
-            "--replay", "fifo", "--batch-size", "16", "--is-correction", "truncate"]  # fmt: skip
+    return [
+        "--model",
+        model,
+        "--mode",
+        "async",
+        "--engine",
+        "vllm",
+        "--steps",
+        "5",
+        "--prompts-per-step",
+        "3",
+        "--samples-per-prompt",
+        "4",
+        "--max-tokens",
+        "12",
+        "--problems-limit",
+        "6",
+        "--eval-problems-limit",
+        "6",
+        "--problems-families",
+        "add",
+        "sub",
+        "mul",
+        "frac",
+        "decimal",
+        "--problems-levels",
+        "1",
+        "2",
+        "3",  # = PROBLEMS
+        "--eval-every",
+        "2",
+        "--save-every",
+        "1",
+        "--overlong-buffer",
+        "8",
+        "--lr",
+        "1e-3",
+        "--replay",
+        "fifo",
+        "--batch-size",
+        "16",
+        "--is-correction",
+        "truncate",
+    ]
 
 
 def _wait_for_checkpoint(proc, out, names, deadline=300):
@@ -383,9 +480,24 @@ def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, t
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 
-    assert_same_run(tmp_path / "straight", out, 5,
-                    ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss", "staleness_mean", "is_ratio_mean"))  # fmt: skip
+    assert_same_run(
+        tmp_path / "straight",
+        out,
+        5,
+        (
+            "reward_mean",
+            "accuracy",
+            "replay_share",
+            "tokens_generated_total",
+            "loss",
+            "staleness_mean",
+            "is_ratio_mean",
+        ),
+    )
     # Each step's fresh answers were written once: none lost, none trained twice.
     fresh = pq.read_table(out / "fresh").to_pandas()
     fresh = fresh[fresh.origin == "fresh"]
-    assert len(fresh) == 5 * 3 * 4 and not fresh.duplicated(["policy_version", "problem_id", "sample_index", "sampling"]).any()
+    assert (
+        len(fresh) == 5 * 3 * 4
+        and not fresh.duplicated(["policy_version", "problem_id", "sample_index", "sampling"]).any()
+    )

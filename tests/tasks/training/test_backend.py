@@ -33,9 +33,17 @@ def _batch(seed=0, n=12):
     rollouts = []
     for i in range(n):
         response = torch.randint(1, 256, (1 + i % 9,), generator=g).tolist()
-        r = Rollout(problem_id=str(i // 3), data_source="t", prompt="", gold_answer="", response="", response_token_ids=response,
-                    policy_version=0, prompt_token_ids=torch.randint(1, 256, (5,), generator=g).tolist(),
-                    behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist())  # fmt: skip
+        r = Rollout(
+            problem_id=str(i // 3),
+            data_source="t",
+            prompt="",
+            gold_answer="",
+            response="",
+            response_token_ids=response,
+            policy_version=0,
+            prompt_token_ids=torch.randint(1, 256, (5,), generator=g).tolist(),
+            behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist(),
+        )
         r.advantage = float(torch.randn((), generator=g))
         rollouts.append(r)
     return build_batch(rollouts, 0, 1)
@@ -54,8 +62,17 @@ def test_local_backend_update_is_policy_update():
     optimizer, scheduler = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-3, warmup_steps=2))
     for seed in range(2):
         got = _update(backend, _batch(seed))
-        want = policy_update(model, optimizer, scheduler, _batch(seed), LossConfig(), 1.0, ppo_epochs=2, micro_batch_size=5,
-                             generator=torch.Generator().manual_seed(1))  # fmt: skip
+        want = policy_update(
+            model,
+            optimizer,
+            scheduler,
+            _batch(seed),
+            LossConfig(),
+            1.0,
+            ppo_epochs=2,
+            micro_batch_size=5,
+            generator=torch.Generator().manual_seed(1),
+        )
         assert got == want
     state = backend.full_state_dict()
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
@@ -66,9 +83,7 @@ def test_training_state_and_rng_resume_exactly():
     first = make_backend(_spec())
     _update(first, _batch(0))
     # deep copies: a state dict holds the live tensors, which the next update changes in place
-    training, rng, weights = copy.deepcopy(
-        (first.training_state(), first.rng_state(), first.full_state_dict())
-    )
+    training, rng, weights = copy.deepcopy((first.training_state(), first.rng_state(), first.full_state_dict()))
     _update(first, _batch(1))
     after = torch.rand(3)
 

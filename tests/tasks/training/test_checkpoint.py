@@ -49,7 +49,9 @@ def _entries(out):
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
 def test_a_failed_checkpoint_write_is_named_and_leaves_nothing(tmp_path, code):
     save_checkpoint(tmp_path, 1, _Model(), _Tokenizer(), {"step": 1})
-    with pytest.raises(CheckpointError, match=rf"step-2: checkpoint not written \({os.strerror(code)}\); nothing partial"):
+    with pytest.raises(
+        CheckpointError, match=rf"step-2: checkpoint not written \({os.strerror(code)}\); nothing partial"
+    ):
         save_checkpoint(tmp_path, 2, _Model(fail=code), _Tokenizer(), {"step": 2})
     assert _entries(tmp_path) == ["step-1"]
     assert load_trainer_state(latest_checkpoint(tmp_path)) == {"step": 1}
@@ -96,10 +98,21 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     from rlep.tasks.training.trainer import Trainer
 
     out = tmp_path / "run"
-    config = TrainConfig.model_validate(dict(
-        model=fixture_model, out=str(out), steps=2, prompts_per_step=2, samples_per_prompt=2, max_tokens=8,
-        eval_every=0, save_every=1, problems={"source": "tiny-math", "limit": 4}, engine={"backend": "transformers"},
-        eval_problems={"source": "tiny-math", "split": "test", "limit": 2}))  # fmt: skip
+    config = TrainConfig.model_validate(
+        dict(
+            model=fixture_model,
+            out=str(out),
+            steps=2,
+            prompts_per_step=2,
+            samples_per_prompt=2,
+            max_tokens=8,
+            eval_every=0,
+            save_every=1,
+            problems={"source": "tiny-math", "limit": 4},
+            engine={"backend": "transformers"},
+            eval_problems={"source": "tiny-math", "split": "test", "limit": 2},
+        )
+    )
     real_save = transformers.PreTrainedModel.save_pretrained
 
     def full_disk(self, path, *args, **kwargs):
@@ -111,7 +124,10 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full_disk)
     trainer = Trainer(config, progress=False)
     try:
-        with pytest.raises(CheckpointError, match=rf"{out / 'checkpoints' / 'step-2'}: checkpoint not written \(No space left on device\)"):
+        with pytest.raises(
+            CheckpointError,
+            match=rf"{out / 'checkpoints' / 'step-2'}: checkpoint not written \(No space left on device\)",
+        ):
             trainer.run()
     finally:
         trainer.close()

@@ -70,9 +70,7 @@ def _rank(rank, world, port, scenario, args, out):
     from rlep.tasks.training import distributed
 
     distributed.init_distributed(BackendConfig(nproc=world, collective_timeout=15))
-    assert (
-        "RANK" not in os.environ and "MASTER_ADDR" not in os.environ
-    )  # nothing left for a vLLM engine to join
+    assert "RANK" not in os.environ and "MASTER_ADDR" not in os.environ  # nothing left for a vLLM engine to join
     try:
         if rank == 0:
             try:
@@ -116,12 +114,19 @@ def _equal_steps(strategy, aggregations):
     for aggregation in aggregations:
         backend = DistributedBackend.lead(_spec(strategy))
         metrics = _update(backend, aggregation)
-        results[aggregation] = {"metrics": metrics, "weights": copy.deepcopy(backend.full_state_dict()),
-                                "digests": backend.replica_digests(), "memory": backend.memory()}  # fmt: skip
+        results[aggregation] = {
+            "metrics": metrics,
+            "weights": copy.deepcopy(backend.full_state_dict()),
+            "digests": backend.replica_digests(),
+            "memory": backend.memory(),
+        }
         backend.close()
     if strategy == "fsdp2":  # bf16 compute (float32 master weights) with activation checkpointing
         backend = DistributedBackend.lead(_spec(strategy, precision="bf16", activation_checkpointing=True))
-        results["bf16"] = {"metrics": _update(backend, "token-mean"), "weights": copy.deepcopy(backend.full_state_dict())}
+        results["bf16"] = {
+            "metrics": _update(backend, "token-mean"),
+            "weights": copy.deepcopy(backend.full_state_dict()),
+        }
         backend.close()
     return results
 
@@ -229,9 +234,7 @@ def test_save_and_resume_are_bit_exact(tmp_path):
     results = _spawn(_save_and_resume, "fsdp2", tmp_path / "checkpoint", tmp_path=tmp_path)
     for name, value in results["straight"].items():
         assert torch.equal(results["resumed"][name], value), name
-    loaded = AutoModelForCausalLM.from_pretrained(
-        tmp_path / "checkpoint"
-    )  # a plain HF model, for eval and collect
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint")  # a plain HF model, for eval and collect
     assert sum(p.numel() for p in loaded.parameters()) == sum(
         p.numel() for p in AutoModelForCausalLM.from_config(TINY).parameters()
     )
@@ -246,9 +249,7 @@ def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
     print(f"rank 0 stopped {results['seconds']:.1f} s after rank 1 died")
     assert results["seconds"] < 30  # bounded by the 15 s collective timeout, not a hang
     assert results["saved"] == "DistributedError"
-    left = [
-        p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*") if p.is_file() or "step-" in p.name
-    ]
+    left = [p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*") if p.is_file() or "step-" in p.name]
     assert left == []  # no partial checkpoint (only the empty checkpoints folder)
 
 
@@ -275,16 +276,54 @@ def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
     import pyarrow.parquet as pq
 
     out = tmp_path / "run"
-    common = ["train", "--no-prefect", "--model", fixture_model, "--nproc", "2", "--strategy", "ddp", "--mode", "async",
-              "--max-staleness", "0", "--prompts-per-step", "2", "--mini-batch-prompts", "1", "--samples-per-prompt", "4",
-              "--max-tokens", "8", "--eval-every", "0", "--eval-problems-limit", "4", "--save-every", "1",
-              "--overlong-buffer", "6", "--lr", "1e-3"]  # fmt: skip
+    common = [
+        "train",
+        "--no-prefect",
+        "--model",
+        fixture_model,
+        "--nproc",
+        "2",
+        "--strategy",
+        "ddp",
+        "--mode",
+        "async",
+        "--max-staleness",
+        "0",
+        "--prompts-per-step",
+        "2",
+        "--mini-batch-prompts",
+        "1",
+        "--samples-per-prompt",
+        "4",
+        "--max-tokens",
+        "8",
+        "--eval-every",
+        "0",
+        "--eval-problems-limit",
+        "4",
+        "--save-every",
+        "1",
+        "--overlong-buffer",
+        "6",
+        "--lr",
+        "1e-3",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run([sys.executable, "-m", "rlep.flows.cli", *common, "--steps", "2", "--out", str(out)], env=env,
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    first = subprocess.run(
+        [sys.executable, "-m", "rlep.flows.cli", *common, "--steps", "2", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    resumed = subprocess.run([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", "--resume", str(out), "--steps", "3"],
-                             env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", "--resume", str(out), "--steps", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     metrics = pq.read_table(out / "metrics.parquet").to_pylist()
     assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)

@@ -30,15 +30,28 @@ G, PROMPTS = 4, 8
 
 def _rollout(pid, version, sample, reward, gen, origin="fresh"):
     response = torch.randint(3, 40, (2 + (sample * 3 + int(pid[1:])) % 5,), generator=gen).tolist()
-    return Rollout(problem_id=pid, data_source="d", prompt=f"Q {pid}", gold_answer="1", response=f"{pid}-{version}-{sample}",
-                   response_token_ids=response, policy_version=version, origin=origin,
-                   prompt_token_ids=torch.randint(3, 40, (4,), generator=gen).tolist(),
-                   behaviour_logprobs=(-torch.rand(len(response), generator=gen) - 0.5).tolist(), reward=reward,
-                   correct=reward > 0, sample_index=sample)  # fmt: skip
+    return Rollout(
+        problem_id=pid,
+        data_source="d",
+        prompt=f"Q {pid}",
+        gold_answer="1",
+        response=f"{pid}-{version}-{sample}",
+        response_token_ids=response,
+        policy_version=version,
+        origin=origin,
+        prompt_token_ids=torch.randint(3, 40, (4,), generator=gen).tolist(),
+        behaviour_logprobs=(-torch.rand(len(response), generator=gen) - 0.5).tolist(),
+        reward=reward,
+        correct=reward > 0,
+        sample_index=sample,
+    )
 
 
 def _fresh(step, gen):
-    return [Group(f"p{i}", [_rollout(f"p{i}", step - 1, j, float((i + j) % 2), gen) for j in range(G)]) for i in range(PROMPTS)]
+    return [
+        Group(f"p{i}", [_rollout(f"p{i}", step - 1, j, float((i + j) % 2), gen) for j in range(G)])
+        for i in range(PROMPTS)
+    ]
 
 
 def _strategy(kind):
@@ -46,8 +59,14 @@ def _strategy(kind):
     if kind == "rlep":
         pool = {("d", f"p{i}"): [_rollout(f"p{i}", -1, 9, 1.0, gen) for _ in range(3)] for i in range(0, PROMPTS, 2)}
         return RLEPReplay(RLEPReplayConfig(pool="x", replay_per_group=2, rescore=False), pool, seed=0)
-    return make_replay({"none": NoReplayConfig(), "fifo": FIFOReplayConfig(batch_size=PROMPTS * G, buffer_size=256),
-                        "prioritized": PrioritizedReplayConfig(replay_fraction=0.5)}[kind], seed=0)  # fmt: skip
+    return make_replay(
+        {
+            "none": NoReplayConfig(),
+            "fifo": FIFOReplayConfig(batch_size=PROMPTS * G, buffer_size=256),
+            "prioritized": PrioritizedReplayConfig(replay_fraction=0.5),
+        }[kind],
+        seed=0,
+    )
 
 
 def _count_steps(optimizer):
@@ -62,8 +81,12 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
     # whatever replay adds, each step makes 2 x 8 / 2 = 8 optimizer updates, and the rows replay adds ride
     # inside the mini-batches.
     settings = dict(prompts_per_step=PROMPTS, samples_per_prompt=G, mini_batch_prompts=2, ppo_epochs=2)
-    replay = {"none": {"kind": "none"}, "rlep": {"kind": "rlep", "pool": "x"}, "prioritized": {"kind": "prioritized"},
-              "fifo": {"kind": "fifo", "batch_size": PROMPTS * G}}[kind]  # fmt: skip
+    replay = {
+        "none": {"kind": "none"},
+        "rlep": {"kind": "rlep", "pool": "x"},
+        "prioritized": {"kind": "prioritized"},
+        "fifo": {"kind": "fifo", "batch_size": PROMPTS * G},
+    }[kind]
     config = TrainConfig.model_validate({**settings, "replay": replay})
     assert config.updates_per_epoch() == 4
     model = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
@@ -79,9 +102,18 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
         sizes.append(len(rollouts))
         batch = build_batch(rollouts, 0, step, group_ids(groups, rollouts, config.replay.batch_from_buffer))
         before = len(calls)
-        metrics = policy_update(model, optimizer, scheduler, batch, config.loss, 1.0, ppo_epochs=config.ppo_epochs,
-                                updates_per_epoch=config.updates_per_epoch(), micro_batch_size=7,
-                                generator=torch.Generator().manual_seed(step))  # fmt: skip
+        metrics = policy_update(
+            model,
+            optimizer,
+            scheduler,
+            batch,
+            config.loss,
+            1.0,
+            ppo_epochs=config.ppo_epochs,
+            updates_per_epoch=config.updates_per_epoch(),
+            micro_batch_size=7,
+            generator=torch.Generator().manual_seed(step),
+        )
         assert len(calls) - before == metrics["optimizer_updates"] == 8
         assert metrics["tokens_trained"] == 2 * int(batch.mask.sum())  # every token, once per epoch
     if kind in ("rlep", "prioritized"):
@@ -110,8 +142,14 @@ def test_mini_batch_prompts_must_divide_the_prompts():
     assert TrainConfig(prompts_per_step=3, mini_batch_prompts=8).updates_per_epoch() == 1
     assert TrainConfig(prompts_per_step=32, mini_batch_prompts=None).updates_per_epoch() == 1
     # FIFO in its own unit: 24 prompts generated, a batch of 256 rollouts = 32 prompts' worth of G = 8.
-    fifo = TrainConfig.model_validate({"prompts_per_step": 24, "samples_per_prompt": 8, "mini_batch_prompts": 8,
-                                       "replay": {"kind": "fifo", "batch_size": 256}})  # fmt: skip
+    fifo = TrainConfig.model_validate(
+        {
+            "prompts_per_step": 24,
+            "samples_per_prompt": 8,
+            "mini_batch_prompts": 8,
+            "replay": {"kind": "fifo", "batch_size": 256},
+        }
+    )
     assert fifo.updates_per_epoch() == 4
 
 
@@ -170,7 +208,9 @@ def test_truncated_importance_weights_use_the_configured_cap_on_stale_rows_only(
     assert weights[0].tolist() == pytest.approx([3.0, 0.5])
     # A fresh rollout generated by an older policy (async) is stale as well.
     old, part = _part([[0.9, 0.2]], [[0.3, 0.4]], [False], [1])
-    torch.testing.assert_close(off_policy_terms(old, part, LossConfig(is_correction="truncate", is_cap=1.5))[1], torch.tensor([[1.5, 0.5]]))
+    torch.testing.assert_close(
+        off_policy_terms(old, part, LossConfig(is_correction="truncate", is_cap=1.5))[1], torch.tensor([[1.5, 0.5]])
+    )
     assert off_policy_terms(old, part, LossConfig())[1] is None
 
 
@@ -178,7 +218,9 @@ def test_behaviour_correction_clips_against_the_generating_policy():
     old, part = _part([[0.9, 0.2], [0.9, 0.2]], [[0.3, 0.4], [0.3, 0.4]], [True, False], [0, 0])
     base, weights = off_policy_terms(old, part, LossConfig(is_correction="behaviour"))
     assert weights is None
-    torch.testing.assert_close(base.exp(), torch.tensor([[0.3, 0.4], [0.9, 0.2]]))  # mu for the stale row, pi_old for the fresh
+    torch.testing.assert_close(
+        base.exp(), torch.tensor([[0.3, 0.4], [0.9, 0.2]])
+    )  # mu for the stale row, pi_old for the fresh
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
@@ -196,8 +238,15 @@ def test_the_configured_aggregation_reaches_the_update(fixture_model, aggregatio
     aggregate(-batch.advantages.unsqueeze(-1) * logp, batch.mask, aggregation, horizon=12).backward()
     updated = copy.deepcopy(model)
     opt = torch.optim.SGD(updated.parameters(), lr=1.0)
-    policy_update(updated, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0), batch,
-                  LossConfig(aggregation=aggregation, dual_clip=None), grad_clip=1e9, horizon=12)  # fmt: skip
+    policy_update(
+        updated,
+        opt,
+        torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
+        batch,
+        LossConfig(aggregation=aggregation, dual_clip=None),
+        grad_clip=1e9,
+        horizon=12,
+    )
     for p0, p1, pm in zip(model.parameters(), updated.parameters(), manual.parameters()):
         torch.testing.assert_close((p0 - p1).detach(), pm.grad, rtol=1e-4, atol=1e-7)
 
@@ -213,8 +262,15 @@ def test_token_mean_over_fresh_never_divides_by_one(fixture_model):
     replay_only = build_batch(rows, 0, 1, groups=[0, 0, 1])  # rows 0-1 (replayed) together, row 2 (fresh) alone
     fresh_tokens = int((replay_only.mask[2]).sum())
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    m = policy_update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0), replay_only,
-                      LossConfig(token_mean_over="fresh"), grad_clip=1e9, updates_per_epoch=2)  # fmt: skip
+    m = policy_update(
+        model,
+        opt,
+        torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
+        replay_only,
+        LossConfig(token_mean_over="fresh"),
+        grad_clip=1e9,
+        updates_per_epoch=2,
+    )
     replay_tokens = int(replay_only.mask[:2].sum())
     # The replayed mini-batch's loss is its token sum / (fresh tokens / 2 updates), never / 1: its mean
     # per-token loss is -1 (A = 1, ratio 1), so the scaled loss is -replay_tokens / (fresh_tokens / 2).

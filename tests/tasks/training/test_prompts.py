@@ -13,7 +13,9 @@ from rlep.tasks.training.prompts import fitting
 
 def test_training_prompts_must_leave_room_for_an_answer(fixture_model):
     tokenizer = AutoTokenizer.from_pretrained(fixture_model)
-    config = TrainConfig.model_validate({"problems": {"source": "tiny-math", "split": "train", "limit": 12}, "max_tokens": 24})
+    config = TrainConfig.model_validate(
+        {"problems": {"source": "tiny-math", "split": "train", "limit": 12}, "max_tokens": 24}
+    )
     problems = load_problems(config.problems)
     assert fitting(problems, config, tokenizer) == problems  # the defaults fit (256 tokens of context)
     lengths = sorted(len(tokenizer(render_prompt(p), add_special_tokens=False).input_ids) for p in problems)
@@ -21,6 +23,8 @@ def test_training_prompts_must_leave_room_for_an_answer(fixture_model):
     tight = config.model_copy(update={"engine": config.engine.model_copy(update={"max_model_len": middle})})
     with pytest.raises(PromptTooLongError, match=f"max_model_len {middle} - max new tokens 24"):
         fitting(problems, tight, tokenizer)
-    lenient = tight.model_copy(update={"prompt_length": tight.prompt_length.model_copy(update={"overlong_prompts": "filter"})})
+    lenient = tight.model_copy(
+        update={"prompt_length": tight.prompt_length.model_copy(update={"overlong_prompts": "filter"})}
+    )
     kept = fitting(problems, lenient, tokenizer)
     assert 0 < len(kept) < len(problems)

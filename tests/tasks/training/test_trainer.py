@@ -29,9 +29,25 @@ from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.trainer import Trainer
 
-METRIC_COLUMNS = ["step", "reward_mean", "accuracy", "zero_std_group_frac", "clip_frac_low", "clip_frac_high", "kl",
-                  "entropy", "is_ratio_mean", "replay_share", "replay_age_mean", "grad_norm", "time_generate",
-                  "time_verify", "time_train", "time_sync", "tokens_generated_total"]  # fmt: skip
+METRIC_COLUMNS = [
+    "step",
+    "reward_mean",
+    "accuracy",
+    "zero_std_group_frac",
+    "clip_frac_low",
+    "clip_frac_high",
+    "kl",
+    "entropy",
+    "is_ratio_mean",
+    "replay_share",
+    "replay_age_mean",
+    "grad_norm",
+    "time_generate",
+    "time_verify",
+    "time_train",
+    "time_sync",
+    "tokens_generated_total",
+]
 EVAL_COLUMNS = ["step", "data_source", "avg_at_k", "pass_at_k", "maj_at_k", "k"]
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 REWARD_MARGIN = 0.2  # seed 0 measured: -0.61 (first two steps) -> -0.04 (last two)
@@ -43,19 +59,47 @@ def gold_pool(tmp_path_factory):
     rows = []
     for problem in load_problems(ProblemSourceConfig(**PROBLEMS)):
         for i, text in enumerate([f"\\boxed{{{problem.answer}}}", f"\\boxed{{ {problem.answer} }}"]):
-            rows.append(trajectory_row(problem, render_prompt(problem), response=text, response_token_ids=[], behaviour_logprobs=[],
-                                       finish_reason="stop", correct=True, extracted_answer=problem.answer, verdict_reason="equal",
-                                       reward=1.0, run_id="gold", policy_version=0, model="gold", sampling={}, sample_index=i))  # fmt: skip
+            rows.append(
+                trajectory_row(
+                    problem,
+                    render_prompt(problem),
+                    response=text,
+                    response_token_ids=[],
+                    behaviour_logprobs=[],
+                    finish_reason="stop",
+                    correct=True,
+                    extracted_answer=problem.answer,
+                    verdict_reason="equal",
+                    reward=1.0,
+                    run_id="gold",
+                    policy_version=0,
+                    model="gold",
+                    sampling={},
+                    sample_index=i,
+                )
+            )
     path = tmp_path_factory.mktemp("pool") / "pool.parquet"
     write_parquet_atomic(path, to_table(rows))
     return path
 
 
 def _config(model, out, replay, **kw):
-    settings = dict(model=model, out=str(out), steps=3, prompts_per_step=3, samples_per_prompt=4, max_tokens=12,
-                    eval_every=2, save_every=2, problems=PROBLEMS, engine={"backend": "vllm", "max_num_seqs": 64},
-                    eval_problems={"source": "tiny-math", "split": "test", "limit": 8}, replay=replay,
-                    loss={"overlong_buffer": 8}, optimizer={"lr": 1e-3})  # fmt: skip
+    settings = dict(
+        model=model,
+        out=str(out),
+        steps=3,
+        prompts_per_step=3,
+        samples_per_prompt=4,
+        max_tokens=12,
+        eval_every=2,
+        save_every=2,
+        problems=PROBLEMS,
+        engine={"backend": "vllm", "max_num_seqs": 64},
+        eval_problems={"source": "tiny-math", "split": "test", "limit": 8},
+        replay=replay,
+        loss={"overlong_buffer": 8},
+        optimizer={"lr": 1e-3},
+    )
     settings.update(kw)
     return TrainConfig.model_validate(settings)
 
@@ -67,8 +111,12 @@ def _weights(path):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "replay",
-    [{"kind": "none"}, {"kind": "rlep", "replay_per_group": 2}, {"kind": "fifo", "replay_ratio": 0.25},
-     {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2}],  # fmt: skip
+    [
+        {"kind": "none"},
+        {"kind": "rlep", "replay_per_group": 2},
+        {"kind": "fifo", "replay_ratio": 0.25},
+        {"kind": "prioritized", "replay_fraction": 0.5, "max_age": 2},
+    ],
     ids=lambda r: r["kind"],
 )
 def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, replay, capsys):
@@ -105,7 +153,9 @@ def test_every_strategy_trains_end_to_end(fixture_model, gold_pool, tmp_path, re
         assert (metrics.replay_accuracy == 1.0).all() and metrics.zero_std_group_frac.max() < 1
         # The gold pool answers every training problem twice: coverage printed and recorded.
         assert f"replay pool {gold_pool}: answers for 6 of 6 training problems (100%)" in capsys.readouterr().out
-        assert metrics[["replay_pool_coverage", "replay_pool_problems", "replay_pool_answers"]].drop_duplicates().values.tolist() == [[1.0, 6, 12]]
+        assert metrics[
+            ["replay_pool_coverage", "replay_pool_problems", "replay_pool_answers"]
+        ].drop_duplicates().values.tolist() == [[1.0, 6, 12]]
     else:
         assert metrics.replay_share.iloc[0] == 0 and (metrics.replay_share.iloc[1:] > 0).all()
         assert (metrics.replay_age_mean.iloc[1:] >= 1).all()
@@ -125,10 +175,22 @@ def _run(config, spy=None):
 @pytest.mark.slow
 def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
     # Default loss and mini-batches (8 prompts): 16 prompts per step = 2 updates per step.
-    config = TrainConfig.model_validate(dict(
-        model=fixture_model, out=str(tmp_path / "clip"), steps=2, prompts_per_step=16, samples_per_prompt=8, max_tokens=12,
-        eval_every=0, save_every=0, problems={**PROBLEMS, "limit": 32}, engine={"backend": "vllm", "max_num_seqs": 64},
-        eval_problems={"source": "tiny-math", "split": "test", "limit": 4}, loss={"overlong_buffer": 8}))  # fmt: skip
+    config = TrainConfig.model_validate(
+        dict(
+            model=fixture_model,
+            out=str(tmp_path / "clip"),
+            steps=2,
+            prompts_per_step=16,
+            samples_per_prompt=8,
+            max_tokens=12,
+            eval_every=0,
+            save_every=0,
+            problems={**PROBLEMS, "limit": 32},
+            engine={"backend": "vllm", "max_num_seqs": 64},
+            eval_problems={"source": "tiny-math", "split": "test", "limit": 4},
+            loss={"overlong_buffer": 8},
+        )
+    )
     assert config.updates_per_epoch() == 2 and config.loss == type(config.loss)(overlong_buffer=8)
     metrics = _run(config)
     assert (metrics.clip_frac_low + metrics.clip_frac_high > 0).all()
@@ -159,8 +221,14 @@ def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_po
         trainer.replay.mix = recording_mix
 
     monkeypatch.setattr(backend_module, "policy_update", recording_update)
-    config = _config(fixture_model, tmp_path / "rlep", {"kind": "rlep", "pool": str(gold_pool), "replay_per_group": 2},
-                     steps=2, eval_every=0, save_every=0)  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "rlep",
+        {"kind": "rlep", "pool": str(gold_pool), "replay_per_group": 2},
+        steps=2,
+        eval_every=0,
+        save_every=0,
+    )
     _run(config, spy)
     assert len(batches) == len(groups_seen) == 2
     differs = 0
@@ -185,11 +253,21 @@ def test_truncated_is_weights_apply_to_stale_rows_only(fixture_model, tmp_path, 
 
     weights, parts = [], []
     loss_fn, add = update.clipped_policy_loss, update._Accumulator.add
-    monkeypatch.setattr(update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1])
+    monkeypatch.setattr(
+        update, "clipped_policy_loss", lambda *a, **k: (weights.append(k["token_weights"]), loss_fn(*a, **k))[1]
+    )
     monkeypatch.setattr(update._Accumulator, "add", lambda self, part, *a: (parts.append(part), add(self, part, *a))[1])
     replay = {"kind": "fifo", "batch_size": 16, "buffer_size": 64}
-    config = _config(fixture_model, tmp_path / "tis", replay, steps=3, eval_every=0, save_every=0, mini_batch_prompts=1,
-                     loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8})  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "tis",
+        replay,
+        steps=3,
+        eval_every=0,
+        save_every=0,
+        mini_batch_prompts=1,
+        loss={"is_correction": "truncate", "is_cap": 2.0, "overlong_buffer": 8},
+    )
     metrics = _run(config)
     assert len(weights) == len(parts) > 0
     stale_rows = fresh_rows = 0
@@ -203,7 +281,9 @@ def test_truncated_is_weights_apply_to_stale_rows_only(fixture_model, tmp_path, 
             else:
                 fresh_rows += 1
                 assert (values == 1.0).all()
-    replay_values = torch.cat([w[r][p.mask.bool()[r]] for w, p in zip(weights, parts) for r in range(len(p)) if p.is_replay[r]])
+    replay_values = torch.cat(
+        [w[r][p.mask.bool()[r]] for w, p in zip(weights, parts) for r in range(len(p)) if p.is_replay[r]]
+    )
     assert stale_rows > 0 and fresh_rows > 0 and (replay_values != 1.0).any()
     assert (metrics.is_ratio_mean.iloc[1:] != 1.0).all()  # replayed rows from step 2 on, with behaviour log-probs
 
@@ -213,7 +293,11 @@ def test_fifo_generates_fewer_tokens_than_it_trains_on(fixture_model, tmp_path):
     common = dict(steps=3, eval_every=0, save_every=0, prompts_per_step=4)
     base = _run(_config(fixture_model, tmp_path / "base", {"kind": "none"}, **common))
     # Compute-matched: 2 prompts x 4 generated per step, a batch of 16 (the baseline's) drawn from the buffer.
-    fifo = _run(_config(fixture_model, tmp_path / "fifo", {"kind": "fifo", "batch_size": 16}, **{**common, "prompts_per_step": 2}))
+    fifo = _run(
+        _config(
+            fixture_model, tmp_path / "fifo", {"kind": "fifo", "batch_size": 16}, **{**common, "prompts_per_step": 2}
+        )
+    )
     assert base.batch_size.tolist() == [16, 16, 16]
     assert fifo.batch_size.tolist() == [8, 16, 16]  # step 1: the buffer holds only its 8 rollouts
     assert (fifo.tokens_generated_total < base.tokens_generated_total).all()
@@ -223,8 +307,16 @@ def test_fifo_generates_fewer_tokens_than_it_trains_on(fixture_model, tmp_path):
 
 @pytest.mark.slow
 def test_asymre_with_fifo_trains(fixture_model, tmp_path):
-    config = _config(fixture_model, tmp_path / "asymre", {"kind": "fifo", "batch_size": 16}, steps=3, eval_every=0,
-                     save_every=3, prompts_per_step=2, loss={"objective": "asymre", "asymre_delta_v": -0.1, "overlong_buffer": 8})  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "asymre",
+        {"kind": "fifo", "batch_size": 16},
+        steps=3,
+        eval_every=0,
+        save_every=3,
+        prompts_per_step=2,
+        loss={"objective": "asymre", "asymre_delta_v": -0.1, "overlong_buffer": 8},
+    )
     metrics = _run(config)
     assert "clip_frac_low" not in metrics.columns and (metrics.positive_token_frac > 0).all()
     before, after = _weights(fixture_model), _weights(latest_checkpoint(config.out))
@@ -235,8 +327,16 @@ def test_asymre_with_fifo_trains(fixture_model, tmp_path):
 def test_reward_rises_on_a_fixed_seed(fixture_model, tmp_path):
     # The fixture model is almost never right; DAPO's overlong penalty rewards shorter answers, and GRPO must
     # learn that: the mean reward of the last steps is above that of the first ones.
-    config = _config(fixture_model, tmp_path / "learn", {"kind": "none"}, steps=8, eval_every=0, save_every=0,
-                     prompts_per_step=6, loss={"overlong_buffer": 10})  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "learn",
+        {"kind": "none"},
+        steps=8,
+        eval_every=0,
+        save_every=0,
+        prompts_per_step=6,
+        loss={"overlong_buffer": 10},
+    )
     metrics = _run(config)
     first, last = metrics.reward_mean.iloc[:2].mean(), metrics.reward_mean.iloc[-2:].mean()
     assert last > first + REWARD_MARGIN
@@ -245,8 +345,15 @@ def test_reward_rises_on_a_fixed_seed(fixture_model, tmp_path):
 @pytest.mark.slow
 def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
     replay = {"kind": "rlep", "pool": str(gold_pool)}
-    config = _config(fixture_model, tmp_path / "kl", replay, steps=2, eval_every=0, save_every=0,
-                     loss={"kl_coef": 0.1, "kl_estimator": "k3", "is_correction": "truncate", "overlong_buffer": 8})  # fmt: skip
+    config = _config(
+        fixture_model,
+        tmp_path / "kl",
+        replay,
+        steps=2,
+        eval_every=0,
+        save_every=0,
+        loss={"kl_coef": 0.1, "kl_estimator": "k3", "is_correction": "truncate", "overlong_buffer": 8},
+    )
     trainer = Trainer(config, progress=False)
     assert trainer.backend.reference is not None
     try:
@@ -267,27 +374,70 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
 
 def _train_cli(args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args], env=env,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "engine, replay",
-    [("transformers", ["--replay", "fifo", "--replay-ratio", "0.25"]),
-     ("vllm", ["--replay", "rlep", "--replay-per-group", "1"]),  # 1 of the 2 pooled answers: the draw matters
-     ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"])],  # fmt: skip
+    [
+        ("transformers", ["--replay", "fifo", "--replay-ratio", "0.25"]),
+        ("vllm", ["--replay", "rlep", "--replay-per-group", "1"]),  # 1 of the 2 pooled answers: the draw matters
+        ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"]),
+    ],
     ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
 )
-def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_pool, tmp_path, engine, replay, assert_same_run):
+def test_kill_and_resume_reproduces_the_uninterrupted_run(
+    fixture_model, gold_pool, tmp_path, engine, replay, assert_same_run
+):
     store = PoolStore(tmp_path / "pools")
     if "rlep" in replay:  # a pool store: the run pins the version it starts with (v1) and resumes with it
         v1 = store.publish(gold_pool, {"run_dir": "gold"})
         replay = [*replay, "--pool", str(store.root)]
-    common = ["--model", fixture_model, "--engine", engine, "--steps", "5", "--prompts-per-step", "3",
-              "--samples-per-prompt", "4", "--max-tokens", "12", "--problems-limit", "6", "--eval-problems-limit", "6",
-              "--problems-families", "add", "sub", "mul", "frac", "decimal", "--problems-levels", "1", "2", "3",  # = PROBLEMS
-              "--eval-every", "2", "--save-every", "1", "--overlong-buffer", "8", "--lr", "1e-3", *replay]  # fmt: skip
+    common = [
+        "--model",
+        fixture_model,
+        "--engine",
+        engine,
+        "--steps",
+        "5",
+        "--prompts-per-step",
+        "3",
+        "--samples-per-prompt",
+        "4",
+        "--max-tokens",
+        "12",
+        "--problems-limit",
+        "6",
+        "--eval-problems-limit",
+        "6",
+        "--problems-families",
+        "add",
+        "sub",
+        "mul",
+        "frac",
+        "decimal",
+        "--problems-levels",
+        "1",
+        "2",
+        "3",  # = PROBLEMS
+        "--eval-every",
+        "2",
+        "--save-every",
+        "1",
+        "--overlong-buffer",
+        "8",
+        "--lr",
+        "1e-3",
+        *replay,
+    ]
     reference = _train_cli([*common, "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output
@@ -305,8 +455,11 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
     proc.wait()
     if "rlep" in replay:  # a newer version with more answers per problem: replaying it would change the draws
         table = pq.read_table(gold_pool)
-        more = table.set_column(table.schema.get_field_index("response"), "response",
-                                pc.binary_join_element_wise("The answer is ", table["response"], ""))  # fmt: skip
+        more = table.set_column(
+            table.schema.get_field_index("response"),
+            "response",
+            pc.binary_join_element_wise("The answer is ", table["response"], ""),
+        )
         write_parquet_atomic(tmp_path / "more.parquet", more)
         store.publish(tmp_path / "more.parquet", {"run_dir": "more"})
         assert store.versions() == [1, 2]
@@ -315,6 +468,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(fixture_model, gold_po
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 
-    assert_same_run(tmp_path / "straight", out, 5, ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss"))
+    assert_same_run(
+        tmp_path / "straight", out, 5, ("reward_mean", "accuracy", "replay_share", "tokens_generated_total", "loss")
+    )
     evals = pq.read_table(out / "eval.parquet").to_pandas()
     assert sorted(set(evals.step)) == [0, 2, 4, 5] and not evals.duplicated(["step", "data_source"]).any()

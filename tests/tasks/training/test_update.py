@@ -19,10 +19,19 @@ def _batch(n=7):
     for i in range(n):
         prompt = torch.randint(3, 40, (5 + i % 3,), generator=g).tolist()
         response = torch.randint(3, 40, (2 + (i * 5) % 7,), generator=g).tolist()
-        r = Rollout(problem_id=str(i), data_source="t", prompt="p", gold_answer="1", response="r",
-                    response_token_ids=response, policy_version=0, prompt_token_ids=prompt,
-                    behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist(), finish_reason="stop",
-                    sample_index=i)  # fmt: skip
+        r = Rollout(
+            problem_id=str(i),
+            data_source="t",
+            prompt="p",
+            gold_answer="1",
+            response="r",
+            response_token_ids=response,
+            policy_version=0,
+            prompt_token_ids=prompt,
+            behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist(),
+            finish_reason="stop",
+            sample_index=i,
+        )
         r.origin = "replay" if i % 3 == 0 else "fresh"
         r.advantage = float(torch.randn((), generator=g))
         rollouts.append(r)
@@ -33,9 +42,20 @@ def _step(model, batch, loss, micro, ref=None, epochs=1, updates=1, lr=0.1):
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
-    metrics = policy_update(model, opt, sched, batch, loss, grad_clip=1e9, ppo_epochs=epochs, updates_per_epoch=updates,
-                            micro_batch_size=micro, ref_model=ref, horizon=12,
-                            generator=torch.Generator().manual_seed(1))  # fmt: skip
+    metrics = policy_update(
+        model,
+        opt,
+        sched,
+        batch,
+        loss,
+        grad_clip=1e9,
+        ppo_epochs=epochs,
+        updates_per_epoch=updates,
+        micro_batch_size=micro,
+        ref_model=ref,
+        horizon=12,
+        generator=torch.Generator().manual_seed(1),
+    )
     return model, metrics
 
 
