@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlep.tasks.model_errors import ModelNotFound  # noqa: F401  (raised here; callers import it from here)
+
 TINY_MODEL = "tiny"
 TINY_WORKED_MODEL = "tiny-worked"
 # Real pretrained models fetched from a registry package and converted once (tasks/real_model.py).
 REAL_MODEL_NAMES = ("smollm2",)
-
-
-class ModelNotFound(ValueError):
-    """A model path that does not hold an HF-format model."""
 
 
 def resolve_model(model: str, progress: bool = True) -> str:

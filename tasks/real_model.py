@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlep.data.fs import atomic_dir, write_text_atomic
-from rlep.tasks.models import ModelNotFound
+from rlep.tasks.model_errors import ModelNotFound
 
 INFO_FILE = "rlep_real_model.json"
 # Bump when the conversion writes something different from the same GGUF file, so cached copies are redone.
