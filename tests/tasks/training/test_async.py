@@ -151,7 +151,7 @@ def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path,
 
 def _slow_trainer(seconds):
     def spy(trainer):
-        import rlep.tasks.training.trainer as module
+        import rlep.tasks.training.backend as module
 
         update = module.policy_update
 
@@ -171,7 +171,7 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
     monkeypatch.setenv(DELAY_ENV, "0.4")  # the generator sleeps before each request
     slow_generator = _run(_config(fixture_model, tmp_path / "slow-gen", **common))
     monkeypatch.delenv(DELAY_ENV)
-    import rlep.tasks.training.trainer as module
+    import rlep.tasks.training.backend as module
 
     monkeypatch.setattr(module, "policy_update", module.policy_update)  # restored after the test
     slow_trainer = _run(_config(fixture_model, tmp_path / "slow-train", **common), spy=_slow_trainer(0.4))
@@ -329,7 +329,7 @@ def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_m
 
 @pytest.mark.slow
 def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch):
-    import rlep.tasks.training.trainer as module
+    import rlep.tasks.training.backend as module
 
     update = module.policy_update
     calls = []
@@ -376,12 +376,20 @@ def _cmdline(pid):
         return ""
 
 
+def _interruptible():
+    # A run started from a background job inherits SIGINT ignored (POSIX: asynchronous commands of a shell without
+    # job control), and Python then installs no KeyboardInterrupt handler: give it a terminal's default, so
+    # Ctrl-C means the same here wherever the test suite itself was started from.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _train_cli(args):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
         env=env,
         start_new_session=True,
+        preexec_fn=_interruptible,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -455,7 +463,11 @@ def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
     workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
     assert len(workers) == 1
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
-    proc.communicate(timeout=60)
+    try:
+        proc.communicate(timeout=60)
+    finally:  # never leave a 10,000-step run behind
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
     assert not _alive(workers[0])
 
