@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -147,3 +150,43 @@ def prefect_server():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
+
+
+# `rlep train` flags of the tests' small runs: PROBLEMS' cells (6 training, 6 held-out problems), 5 steps of 3 prompts x 4
+# answers, a checkpoint every step.
+SMALL_RUN = (
+    "--steps 5 --prompts-per-step 3 --samples-per-prompt 4 --max-tokens 12 --problems-limit 6 --eval-problems-limit 6 "
+    "--problems-families add sub mul frac decimal --problems-levels 1 2 3 --eval-every 2 --save-every 1 "
+    "--overlong-buffer 8 --lr 1e-3"
+)
+
+
+@pytest.fixture
+def small_run_flags(fixture_model) -> list[str]:
+    """The flags of a small `rlep train` run from the fixture model (tests add the mode, engine and replay)."""
+    return ["--model", fixture_model, *SMALL_RUN.split()]
+
+
+def _interruptible() -> None:
+    # A run started from a background job inherits SIGINT ignored (POSIX: asynchronous commands of a shell without
+    # job control), and Python then installs no KeyboardInterrupt handler: give it a terminal's default, so
+    # Ctrl-C means the same here wherever the test suite itself was started from.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start_train(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+        preexec_fn=_interruptible,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.fixture
+def train_cli():
+    """Start `rlep train --no-prefect ARGS` in its own session, output piped, Ctrl-C as from a terminal."""
+    return _start_train

@@ -9,8 +9,6 @@ an error on either side and Ctrl-C, with no generator process left; kill-and-res
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pyarrow.compute as pc
@@ -376,70 +374,10 @@ def _cmdline(pid):
         return ""
 
 
-def _interruptible():
-    # A run started from a background job inherits SIGINT ignored (POSIX: asynchronous commands of a shell without
-    # job control), and Python then installs no KeyboardInterrupt handler: give it a terminal's default, so
-    # Ctrl-C means the same here wherever the test suite itself was started from.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _train_cli(args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
-        env=env,
-        start_new_session=True,
-        preexec_fn=_interruptible,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _cli_args(model):
+def _async_flags(small_run_flags):
     return [
-        "--model",
-        model,
-        "--mode",
-        "async",
-        "--engine",
-        "vllm",
-        "--steps",
-        "5",
-        "--prompts-per-step",
-        "3",
-        "--samples-per-prompt",
-        "4",
-        "--max-tokens",
-        "12",
-        "--problems-limit",
-        "6",
-        "--eval-problems-limit",
-        "6",
-        "--problems-families",
-        "add",
-        "sub",
-        "mul",
-        "frac",
-        "decimal",
-        "--problems-levels",
-        "1",
-        "2",
-        "3",  # = PROBLEMS
-        "--eval-every",
-        "2",
-        "--save-every",
-        "1",
-        "--overlong-buffer",
-        "8",
-        "--lr",
-        "1e-3",
-        "--replay",
-        "fifo",
-        "--batch-size",
-        "16",
-        "--is-correction",
-        "truncate",
+        *small_run_flags,
+        *"--mode async --engine vllm --replay fifo --batch-size 16 --is-correction truncate".split(),
     ]
 
 
@@ -452,13 +390,13 @@ def _wait_for_checkpoint(proc, out, names, deadline=300):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
+def test_ctrl_c_stops_trainer_and_generator(small_run_flags, train_cli, tmp_path):
     out = tmp_path / "interrupted"
     # Far more steps than it can finish while the test reacts, however slow or loaded the machine: the run is
     # always still going when Ctrl-C arrives (with 5 steps a loaded machine once finished first, exit 0).
-    args = _cli_args(fixture_model)
+    args = _async_flags(small_run_flags)
     args[args.index("--steps") + 1] = "10000"
-    proc = _train_cli([*args, "--out", str(out)])
+    proc = train_cli([*args, "--out", str(out)])
     _wait_for_checkpoint(proc, out, tuple(f"step-{n}" for n in range(1, 10000)))
     workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
     assert len(workers) == 1
@@ -473,13 +411,13 @@ def test_ctrl_c_stops_trainer_and_generator(fixture_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, tmp_path, assert_same_run):
-    reference = _train_cli([*_cli_args(fixture_model), "--out", str(tmp_path / "straight")])
+def test_kill_and_resume_reproduces_the_uninterrupted_async_run(small_run_flags, train_cli, tmp_path, assert_same_run):
+    reference = train_cli([*_async_flags(small_run_flags), "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output
 
     out = tmp_path / "killed"
-    proc = _train_cli([*_cli_args(fixture_model), "--out", str(out)])
+    proc = train_cli([*_async_flags(small_run_flags), "--out", str(out)])
     _wait_for_checkpoint(proc, out, ("step-2", "step-3"))
     workers = [c for c in _children(proc.pid) if "generator_worker" in _cmdline(c)]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -488,7 +426,7 @@ def test_kill_and_resume_reproduces_the_uninterrupted_async_run(fixture_model, t
     while any(_alive(w) for w in workers) and time.time() < end:
         time.sleep(0.1)
     assert workers and not any(_alive(w) for w in workers)
-    resumed = _train_cli(["--resume", str(out)])
+    resumed = train_cli(["--resume", str(out)])
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 

@@ -9,8 +9,6 @@ answers of different lengths different rewards. Either way advantages are non-ze
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pyarrow.compute as pc
@@ -372,18 +370,6 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
         no_kl.close()
 
 
-def _train_cli(args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlep.flows.cli", "train", "--no-prefect", *args],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "engine, replay",
@@ -395,57 +381,21 @@ def _train_cli(args):
     ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
 )
 def test_kill_and_resume_reproduces_the_uninterrupted_run(
-    fixture_model, gold_pool, tmp_path, engine, replay, assert_same_run
+    small_run_flags, train_cli, gold_pool, tmp_path, engine, replay, assert_same_run
 ):
     store = PoolStore(tmp_path / "pools")
     if "rlep" in replay:  # a pool store: the run pins the version it starts with (v1) and resumes with it
         v1 = store.publish(gold_pool, {"run_dir": "gold"})
         replay = [*replay, "--pool", str(store.root)]
-    common = [
-        "--model",
-        fixture_model,
-        "--engine",
-        engine,
-        "--steps",
-        "5",
-        "--prompts-per-step",
-        "3",
-        "--samples-per-prompt",
-        "4",
-        "--max-tokens",
-        "12",
-        "--problems-limit",
-        "6",
-        "--eval-problems-limit",
-        "6",
-        "--problems-families",
-        "add",
-        "sub",
-        "mul",
-        "frac",
-        "decimal",
-        "--problems-levels",
-        "1",
-        "2",
-        "3",  # = PROBLEMS
-        "--eval-every",
-        "2",
-        "--save-every",
-        "1",
-        "--overlong-buffer",
-        "8",
-        "--lr",
-        "1e-3",
-        *replay,
-    ]
-    reference = _train_cli([*common, "--out", str(tmp_path / "straight")])
+    common = [*small_run_flags, "--engine", engine, *replay]
+    reference = train_cli([*common, "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output
     assert "Artifact creation outside" not in output  # --no-prefect does not talk to Prefect
     assert (tmp_path / "straight" / "learning_curve.png").stat().st_size > 5_000
 
     out = tmp_path / "killed"
-    proc = _train_cli([*common, "--out", str(out)])
+    proc = train_cli([*common, "--out", str(out)])
     deadline = time.time() + 300
     while latest_checkpoint(out) is None or latest_checkpoint(out).name not in ("step-2", "step-3"):
         assert proc.poll() is None, proc.stdout.read()
@@ -464,7 +414,7 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(
         store.publish(tmp_path / "more.parquet", {"run_dir": "more"})
         assert store.versions() == [1, 2]
         assert json.loads((TrainRunLayout(out).config).read_text())["replay"]["pool"] == str(v1 / "pool.parquet")
-    resumed = _train_cli(["--resume", str(out)])
+    resumed = train_cli(["--resume", str(out)])
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
 
