@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.training.step_metrics import PHASES
 
 if TYPE_CHECKING:
     from rlep.tasks.training.config import TrainConfig
@@ -43,7 +44,6 @@ log = logging.getLogger("rlep.train")
 
 OnStep = Callable[[dict, "list[dict] | None"], None]
 # Phase timings shown in a step's log line, in the step's order (tasks/training/trainer.py PHASES).
-PHASES = ("generate", "replay", "verify", "advantage", "train", "sync")
 
 
 class TrackerUnavailable(ValueError):
