@@ -231,3 +231,7 @@ class StudyLayout:
 
     def collect(self, seed: int) -> CollectRunLayout:
         return CollectRunLayout(self.root / "collect" / f"seed-{seed}")
+
+    def living_pool(self, arm: str, seed: int) -> Path:
+        """The pool store of a living-pool arm at `seed` (`tasks.living_pool`): its versions and re-collections."""
+        return self.root / "pools" / arm / f"seed-{seed}"

@@ -8,6 +8,11 @@ An rlep arm without a pool gets RLEP's order (`tasks.rlep_order`, the pipeline's
 by every arm that needs it: an exploration run (plain GRPO from the start; the baseline arm's own run when it is
 the same run), then a collection from its last checkpoint. Each arm is charged in full for the runs it depends on (`needs`),
 even when they are shared or are the baseline's own run (`runs.gather`).
+
+An rlep arm that follows its pool (`replay: {follow: true, refresh_every: K}`) and names none is a living-pool
+arm (`tasks.living_pool`): it starts from the same collected pool, and every K steps its own checkpoint is
+sampled again with the study's collection settings and a new version of its own store published; every
+re-collection is charged to it from the step it was paid on.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rlep.data.run_layout import StudyLayout, TrainRunLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.living_pool import LivingPool
 from rlep.tasks.rlep_order import RLEPOrder, exploration, rlep_order
 from rlep.tasks.runner import RunnerConfig
 from rlep.tasks.training.config import TrainConfig
@@ -144,6 +150,7 @@ class Run:
     config: TrainConfig | CollectConfig
     evaluate: EvalConfig | None = None
     needs: list[str] = field(default_factory=list)  # keys of runs whose results this one uses
+    living: LivingPool | None = None  # a living-pool arm: its store and re-collections
 
 
 def _validated(model, settings: dict, where: str):
@@ -179,8 +186,12 @@ def plan(config: StudyConfig) -> list[Run]:
             key = f"{arm}/seed-{seed}"
             if key in first:
                 continue
+            living = None
             if arm in order.pooled:
                 pool = StudyLayout(config.out).collect(seed).pool
+                if getattr(train_config.replay, "follow", False):
+                    living = _living_pool(config, train_config, arm, seed, pool)
+                    pool = living.store
                 train_config = train_config.model_copy(
                     update={"replay": train_config.replay.model_copy(update={"pool": pool})}
                 )
@@ -193,9 +204,22 @@ def plan(config: StudyConfig) -> list[Run]:
                     train_config,
                     _evaluation(config, train_config, arm),
                     needs=[collect_key] if arm in order.pooled else [],
+                    living=living,
                 )
             )
     return runs
+
+
+def _living_pool(config: StudyConfig, train_config: TrainConfig, arm: str, seed: int, first_pool: Path) -> LivingPool:
+    """A living-pool arm's store under the study, re-collected with the study's collection settings."""
+    every = train_config.replay.refresh_every
+    if every >= train_config.steps:
+        raise StudyError(
+            f"arms.{arm}: replay.refresh_every ({every}) must be below steps ({train_config.steps}), "
+            "or the pool is never re-collected"
+        )
+    collect = _validated(CollectConfig, {**config.collect, "seed": seed}, "collect")
+    return LivingPool(StudyLayout(config.out).living_pool(arm, seed), first_pool, every, collect)
 
 
 def _explore_run(

@@ -38,16 +38,23 @@ def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threa
     from rlep.tasks.training.checkpoint import latest_checkpoint
     from rlep.tasks.training.trainer import train
 
-    trained = train(run.config, resume=latest_checkpoint(out) is not None, progress=progress)  # tracker + step lines
+    if run.living is not None:  # trains and re-collects in turns, resuming wherever it stopped
+        from rlep.tasks.living_pool import train_living
+
+        final_checkpoint = train_living(run.config, run.living, progress=progress)
+    else:  # tracker + step lines
+        final_checkpoint = train(
+            run.config, resume=latest_checkpoint(out) is not None, progress=progress
+        ).final_checkpoint
     record = {
         "key": run.key,
         "out": str(out),
-        "final_checkpoint": str(trained.final_checkpoint),
+        "final_checkpoint": str(final_checkpoint),
         "start_weights": start,
     }
     if run.evaluate is not None:
         try:
-            evaluate(run.evaluate.model_copy(update={"model": str(trained.final_checkpoint)}), progress=progress)
+            evaluate(run.evaluate.model_copy(update={"model": str(final_checkpoint)}), progress=progress)
         finally:
             release_engines()
         record["final_eval"] = str(run.evaluate.out)
@@ -85,7 +92,19 @@ def run_cost(run: Run) -> dict[str, float]:
 
         return collection_cost(out)
     metrics = pd.read_parquet(TrainRunLayout(out).metrics, columns=["step", "tokens_generated_total", "time_step"])
-    return {"tokens_generated": float(metrics.tokens_generated_total.max()), "seconds": float(metrics.time_step.sum())}
+    cost = {"tokens_generated": float(metrics.tokens_generated_total.max()), "seconds": float(metrics.time_step.sum())}
+    for _, refresh in _refreshes(run):
+        cost = {name: cost[name] + refresh[name] for name in cost}
+    return cost
+
+
+def _refreshes(run: Run) -> list[tuple[int, dict[str, float]]]:
+    """A living-pool arm's re-collections: (the step each followed, its cost); none for any other run."""
+    if run.living is None:
+        return []
+    from rlep.tasks.living_pool import refresh_costs
+
+    return refresh_costs(run.living.store)
 
 
 def dependency_cost(run: Run, by_key: dict[str, Run]) -> dict[str, float]:
@@ -112,7 +131,8 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     Per step: arm, seed, step, accuracy (held-out avg@k of the training run's evaluation), tokens_generated
     (generated so far by the run), wall_seconds (its training seconds so far, evaluation excluded),
-    tokens_charged / seconds_charged (the same plus the full cost of the runs it depends on), optimizer_updates
+    tokens_charged / seconds_charged (the same plus the full cost of the runs it depends on, and of a living-pool
+    arm's re-collections from the step after each), optimizer_updates
     and tokens_trained so far. Final: arm, seed, k, avg_at_k, pass_at_k, maj_at_k of the final evaluation.
     """
     by_key = {run.key: run for run in runs}
@@ -139,6 +159,10 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         )
         progress["tokens_charged"] = progress.tokens_generated + charged["tokens_generated"]
         progress["seconds_charged"] = progress.wall_seconds + charged["seconds"]
+        for after_step, refresh in _refreshes(run):  # paid before step after_step + 1 trained
+            paid = progress.step > after_step
+            progress.loc[paid, "tokens_charged"] += refresh["tokens_generated"]
+            progress.loc[paid, "seconds_charged"] += refresh["seconds"]
         rows = ev.merge(progress, on="step", how="left").rename(columns={"avg_at_k": "accuracy"})
         steps.append(rows.assign(arm=run.arm, seed=run.seed))
         final = layout.final_eval.eval

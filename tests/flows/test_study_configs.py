@@ -19,6 +19,7 @@ def test_the_study_configurations_are_shipped():
         "study-hard-quick",
         "study-reasoning",
         "study-reasoning-quick",
+        "study-living-quick",
     }
 
 

@@ -186,3 +186,58 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
         for arm in ("baseline", "fifo")
         for s in (0, 1)
     )
+
+
+LIVING = {"replay": {"kind": "rlep", "follow": True, "refresh_every": 2}}
+
+
+def test_a_living_arm_plans_its_own_store_and_refuses_a_refresh_it_never_reaches(tmp_path):
+    settings = _settings("tiny", tmp_path, {**ARMS, "living": LIVING})
+    settings["train"]["steps"] = 7
+    runs = {r.key: r for r in plan(StudyConfig.model_validate(settings))}
+    living = runs["living/seed-1"]
+    assert living.needs == ["collect/seed-1"] and runs["rlep/seed-1"].living is None
+    assert living.config.replay.pool == living.living.store == tmp_path / "pools" / "living" / "seed-1"
+    assert living.living.first_pool == tmp_path / "collect" / "seed-1" / "pool.parquet"
+    assert living.living.refresh_steps(7) == [2, 4, 6] and living.living.collect.seed == 1
+    settings["train"]["steps"] = 2
+    with pytest.raises(StudyError, match=r"arms.living: replay.refresh_every \(2\) must be below steps \(2\)"):
+        plan(StudyConfig.model_validate(settings))
+
+
+@pytest.mark.slow
+def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
+    fixture_model, tmp_path, half_right_collection
+):
+    settings = _settings(fixture_model, tmp_path / "study", {**ARMS, "living": LIVING}, seeds=[0])
+    settings["train"]["steps"] = 5
+    paths = run_study(StudyConfig.model_validate(settings), progress=False)
+    runs = tmp_path / "study" / "runs"
+    # Re-collected after steps 2 and 4 from the arm's own checkpoints (the first pool from the baseline's).
+    assert sorted(set(half_right_collection)) == sorted(
+        [str(runs / "baseline" / "seed-0" / "checkpoints" / "step-5")]
+        + [str(runs / "living" / "seed-0" / "checkpoints" / f"step-{s}") for s in (2, 4)]
+    )
+    from rlep.data.pool import PoolStore
+
+    store = PoolStore(tmp_path / "study" / "pools" / "living" / "seed-0")
+    assert store.versions() == [1, 2, 3]
+    assert [c["after_step"] for c in store.lineage(3)["contributions"]] == [0, 2, 4]
+    metrics = pd.read_parquet(runs / "living" / "seed-0" / "metrics.parquet")
+    assert metrics.step.tolist() == [1, 2, 3, 4, 5]  # one run, resumed at each re-collection
+    assert metrics.replay_pool_version.tolist() == [1, 1, 2, 2, 3]  # each version from the step after it
+    # Charged: the same collection as rlep (its dependency) plus each re-collection from the step after it.
+    study = pd.read_parquet(paths["study"]).set_index(["arm", "step"])
+    extra = study.tokens_charged - study.tokens_generated
+    from rlep.tasks.living_pool import refresh_costs
+
+    (_, first), (_, second) = refresh_costs(store.root)
+    assert first["tokens_generated"] > 0 and second["tokens_generated"] > 0
+    for step, refreshes in (
+        (1, 0),
+        (2, 0),
+        (3, first["tokens_generated"]),
+        (5, first["tokens_generated"] + second["tokens_generated"]),
+    ):
+        assert extra["living", step] == pytest.approx(extra["rlep", step] + refreshes)
+    assert set(pd.read_parquet(paths["final"]).arm) == {"baseline", "rlep", "living"}
