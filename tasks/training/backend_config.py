@@ -20,7 +20,7 @@ class BackendConfig(BaseModel):
         1,
         ge=1,
         le=1024,
-        description="Training processes on this node (`torchrun --standalone`, one per GPU). 1 = one process without "
+        description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. 1 = one process without "
         "torch.distributed (the default). With more, rank 0 generates, verifies, writes files and syncs the engine; "
         "every rank trains on its share of each mini-batch's groups.",
     )
@@ -38,6 +38,20 @@ class BackendConfig(BaseModel):
     activation_checkpointing: bool = Field(
         False,
         description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute.",
+    )
+    launcher: Literal["torchrun", "ray"] = Field(
+        "torchrun",
+        description="nproc > 1: how the ranks start. `torchrun`: processes on this node. `ray`: one Ray actor per rank, "
+        "placed by a placement group on a local Ray or the cluster at `ray_address` (several nodes); the run directory "
+        "must be on storage every node sees.",
+    )
+    ray_address: str | None = Field(
+        None, description="launcher ray: cluster address (`auto`, `ray://host:10001`); none: start a local Ray."
+    )
+    cpus_per_rank: float = Field(1.0, gt=0, le=1024, description="launcher ray: CPUs of each rank (its threads too).")
+    gpus_per_rank: float = Field(0.0, ge=0, le=64, description="launcher ray: GPUs of each rank (1 on GPU nodes).")
+    ray_placement_timeout: float = Field(
+        120.0, ge=1, le=86_400, description="launcher ray: seconds to wait for the cluster to place every rank."
     )
     collective_timeout: float = Field(
         300.0,

@@ -219,6 +219,11 @@ class TrainConfig(BaseModel):
                     f"backend.nproc {self.backend.nproc}: needs mode async (the engine in its own process); "
                     "max_staleness 0 keeps sync's on-policy steps"
                 )
+            if self.generator_gpus and self.backend.launcher == "ray":
+                raise ValueError(
+                    f"generator_gpus {self.generator_gpus}: not supported with backend.launcher ray (rank 0's actor sees "
+                    "only its own GPUs); use launcher torchrun on one node"
+                )
             if self.generator_gpus and min(self.generator_gpus) < self.backend.nproc:
                 raise ValueError(
                     f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "

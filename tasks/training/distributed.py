@@ -96,7 +96,7 @@ def init_distributed(config: BackendConfig) -> int:
         )
     world = int(os.environ["WORLD_SIZE"])
     if world != config.nproc:
-        raise DistributedError(f"nproc {config.nproc} but torchrun started {world} processes")
+        raise DistributedError(f"nproc {config.nproc} but the launcher ({config.launcher}) started {world} processes")
     _GROUP.local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
     cuda = torch.cuda.is_available()
     if cuda:
@@ -460,7 +460,8 @@ def launch(module: str, arguments: list[str], nproc: int) -> None:
 
 
 def train_distributed(config, resume: bool = False):
-    """`tasks.training.trainer.train` on `config.backend.nproc` processes; returns rank 0's TrainResult."""
+    """`tasks.training.trainer.train` on `config.backend.nproc` processes (torchrun on this node, or Ray actors:
+    `backend.launcher`); returns rank 0's TrainResult."""
     from rlep.data.fs import write_text_atomic
     from rlep.data.run_layout import TrainRunLayout
     from rlep.tasks.training.checkpoint import latest_checkpoint
@@ -470,11 +471,13 @@ def train_distributed(config, resume: bool = False):
     out.mkdir(parents=True, exist_ok=True)
     request = out / "launch_config.json"  # what every rank reads; the run's own config.json is rank 0's to write
     write_text_atomic(request, config.model_dump_json(indent=2))
-    launch(
-        "rlep.tasks.training.distributed",
-        ["--config", str(request), *(["--resume"] if resume else [])],
-        config.backend.nproc,
-    )
+    arguments = ["--config", str(request), *(["--resume"] if resume else [])]
+    if config.backend.launcher == "ray":
+        from rlep.tasks.training.ray_launch import launch_on_ray
+
+        launch_on_ray(arguments, config.backend)
+    else:
+        launch("rlep.tasks.training.distributed", arguments, config.backend.nproc)
     layout = TrainRunLayout(out)
     return TrainResult(out, config.steps, latest_checkpoint(out), layout.metrics, layout.eval)
 
