@@ -235,3 +235,7 @@ class StudyLayout:
     def living_pool(self, arm: str, seed: int) -> Path:
         """The pool store of a living-pool arm at `seed` (`tasks.living_pool`): its versions and re-collections."""
         return self.root / "pools" / arm / f"seed-{seed}"
+
+    def evaluation(self, name: str, seed: int, run_out: Path) -> Path:
+        """The final evaluation of a training run: inside its directory."""
+        return TrainRunLayout(run_out).final_eval.root

@@ -326,7 +326,8 @@ def _print_train(result) -> None:
 
 def _run_pipeline(args: argparse.Namespace) -> int:
     from rlep.tasks.collect import preflight
-    from rlep.tasks.pipeline import PipelineConfig, local_stages, run_pipeline
+    from rlep.tasks.execute import local_stages
+    from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 
     config = _config(PipelineConfig, args)
     preflight(config.collect)

@@ -6,7 +6,8 @@
       -> train each arm (Phase II, rlep restarted from the start; the baseline) and evaluate its last checkpoint
       -> report (report.md + held-out accuracy PNG comparing the arms)
 
-The order lives in `tasks.pipeline.run_pipeline`; this flow only hands it the Prefect subflows.
+The runs come from the study's planner and execute through its executor (`tasks.pipeline.run_pipeline`); this
+flow only hands them the Prefect subflows.
 `rlep pipeline --config flows/configs/demo.yaml` runs it (that is `make demo`); `pipeline_flow(PipelineConfig())`
 in Python; or the `pipeline` deployment of `rlep serve` from the UI.
 """
@@ -21,7 +22,8 @@ from prefect.artifacts import create_markdown_artifact
 from rlep.flows.collect import collect_flow
 from rlep.flows.evaluate import evaluate_flow
 from rlep.flows.train import train_flow
-from rlep.tasks.pipeline import PipelineConfig, PipelineStages, run_pipeline
+from rlep.tasks.execute import Stages
+from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 from rlep.tasks.report import write_report
 
 
@@ -35,7 +37,7 @@ def report_task(out: Path, arms: dict, evaluations: dict, collect_dir: Path | No
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(config: PipelineConfig = PipelineConfig()) -> str:
     """Run evaluate -> [explore] -> collect -> train (replay, baseline) -> evaluate -> report; returns the report's path."""
-    stages = PipelineStages(collect=collect_flow, train=train_flow, evaluate=evaluate_flow, report=report_task)
-    report = run_pipeline(config, stages).report
+    stages = Stages(collect=collect_flow, train=lambda c, resume: train_flow(c, resume=resume), evaluate=evaluate_flow)
+    report = run_pipeline(config, stages, report_task).report
     print(f"report: {report}")
     return str(report)

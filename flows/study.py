@@ -2,7 +2,8 @@
 
 `runner.kind: ray` hands the tasks to prefect-ray's `RayTaskRunner`: a local Ray started for the study
 (`runner.max_parallel` CPUs), or an existing cluster at `runner.address`. Each run asks Ray for
-`runner.cpus_per_run` CPUs and `runner.gpus_per_run` GPUs and uses that many torch threads. A run that
+`runner.cpus_per_run` CPUs and `runner.gpus_per_run` GPUs, uses that many torch threads, and runs in a worker
+process of its own (started for it, gone after it). A run that
 needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
 waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
 after another in this process. Finished runs are skipped, so a killed study resumes where it stopped.
@@ -14,7 +15,6 @@ the UI, on a Ray worker too (the worker sends them to the same Prefect API).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pandas as pd
 from prefect import flow, task
@@ -81,14 +81,7 @@ def study_runs_flow(runs: list, cpus_per_run: float, gpus_per_run: float) -> dic
     futures = {}
     for run in runs:
         needs = {key: futures[key] for key in run.needs}
-        with remote_options(num_cpus=cpus_per_run, num_gpus=gpus_per_run):
+        # max_calls=1: each run gets a fresh worker process, so its timings carry nothing an earlier run left behind
+        with remote_options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_calls=1):
             futures[run.key] = study_run_task.submit(run, needs, threads, wait_for=list(needs.values()))
     return {key: future.result() for key, future in futures.items()}
-
-
-def study_from_file(path: Path, **overrides) -> StudyConfig:
-    import yaml
-
-    settings = yaml.safe_load(Path(path).read_text()) or {}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    return StudyConfig.model_validate(settings)

@@ -1,4 +1,4 @@
-"""The whole pipeline, written once: settings (`PipelineConfig`) and the loop (`run_pipeline`).
+"""The whole pipeline: settings (`PipelineConfig`) and the loop (`run_pipeline`).
 
     evaluate the start -> [explore: GRPO from the start] -> collect (Phase I pool) -> train each arm
     (Phase II) and evaluate its last checkpoint -> report
@@ -9,11 +9,11 @@ GRPO run from `train.model` explores first, the collection samples its final che
 trains from `train.model` again. When that exploration run would be the baseline arm itself (same settings,
 same seed, same steps), the baseline run is reused as the exploration and nothing is trained twice.
 
-The loop has no Prefect in it: the stage functions are injected. `flows/pipeline.py` passes the Prefect
-subflows, `local_stages()` plain functions (used by `rlep pipeline --no-prefect` and `rlep bench train`).
-The study (`tasks/study/`) lays the same phases out as a grid of runs with dependencies, so that a runner can
-run independent ones at once; each run calls the same collection, training and evaluation functions. Both take
-RLEP's order (which arms replay a collected pool, which run explores) from one function, `tasks.rlep_order`.
+The runs are the study's planner's for one seed (`tasks.plan.plan_seed`), with the start evaluated first, and
+they execute through the study's executor (`tasks.execute.execute_run`): one place decides RLEP's order and
+what is evaluated, one carries runs out. The loop has no Prefect in it: `flows/pipeline.py` passes Prefect
+subflows as the stages, `tasks.execute.local_stages()` plain functions (`rlep pipeline --no-prefect`, `rlep
+bench train`). A finished run with the same settings is not run again, so a killed pipeline resumes.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlep.data.run_layout import PipelineLayout
+from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.execute import Stages, execute_run
+from rlep.tasks.plan import Run, plan_seed
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
-from rlep.tasks.rlep_order import RLEPOrder, exploration, rlep_order
 from rlep.tasks.training.config import TrainConfig
 
 
@@ -74,7 +75,7 @@ class PipelineConfig(BaseModel):
     def layout(self) -> PipelineLayout:
         return PipelineLayout(self.out)
 
-    def _arm_settings(self) -> dict[str, TrainConfig]:
+    def arm_settings(self) -> dict[str, TrainConfig]:
         """Training settings per arm, as given (no pool filled in yet), with their output directories."""
         replay = self.train.replay
         arms = {replay.kind: self.train.model_copy(update={"out": self.layout().arm(replay.kind)})}
@@ -83,42 +84,6 @@ class PipelineConfig(BaseModel):
                 update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")}
             )
         return arms
-
-    def order(self) -> RLEPOrder:
-        """RLEP's order for these arms (tasks.rlep_order, shared with the study)."""
-        return rlep_order(self._arm_settings(), "baseline", self.explore_steps, self.pool_from)
-
-    def pooled_rlep(self) -> bool:
-        """True when the arm's design needs a pool and none is given: it replays the one this pipeline collects."""
-        return bool(self.order().pooled)
-
-    def explores(self) -> bool:
-        return self.order().explores
-
-    def arms(self) -> dict[str, TrainConfig]:
-        """Training settings per arm, with the pool and output directories filled in."""
-        arms = self._arm_settings()
-        for name in self.order().pooled:
-            replay = arms[name].replay.model_copy(update={"pool": self.layout().collect.pool})
-            arms[name] = arms[name].model_copy(update={"replay": replay})
-        return arms
-
-    def explore_run(self) -> tuple[str, TrainConfig]:
-        """(name, settings) of the exploration run: the baseline arm when it is the same run, else OUT/explore."""
-        order = self.order()
-        if order.explore_arm is not None:
-            return order.explore_arm, self.arms()[order.explore_arm]
-        return "explore", exploration(self.train, order.explore_steps, self.layout().explore)
-
-
-@dataclass
-class PipelineStages:
-    """The stage functions `run_pipeline` calls (Prefect subflows, or plain functions)."""
-
-    collect: Callable[[CollectConfig], dict]  # -> at least {"run_dir": ...}
-    train: Callable[[TrainConfig], Any]  # -> an object with `.out` and `.final_checkpoint`
-    evaluate: Callable[[EvalConfig], Any]
-    report: Callable[..., Any]  # (out, arms, evaluations, collect_dir, pool_source) -> report path
 
 
 @dataclass
@@ -130,65 +95,86 @@ class PipelineResult:
     pool_source: dict | None = None  # the exploration checkpoint the pool was sampled from
 
 
-def run_pipeline(config: PipelineConfig, stages: PipelineStages) -> PipelineResult:
-    """Run the pipeline of `config` with `stages`; see the module docstring for the order."""
+class _PlanLayout:
+    """The pipeline's directories as the planner asks for them (one seed: the seed is not in the paths)."""
+
+    def __init__(self, layout: PipelineLayout) -> None:
+        self.layout = layout
+
+    def run(self, arm: str, seed: int) -> Path:
+        return self.layout.arm(arm)
+
+    def explore(self, seed: int) -> Path:
+        return self.layout.explore
+
+    def collect(self, seed: int) -> CollectRunLayout:
+        return self.layout.collect
+
+    def living_pool(self, arm: str, seed: int) -> Path:
+        return self.layout.root / "pools" / arm
+
+    def evaluation(self, name: str, seed: int, run_out: Path) -> Path:
+        return self.layout.evaluation(name).root
+
+
+def plan(config: PipelineConfig) -> list[Run]:
+    """The pipeline's runs: the start's evaluation, then one seed of the planner's runs."""
+    layout = config.layout()
+    start = Run(
+        "evaluate/base",
+        "evaluate",
+        config.train.seed,
+        None,
+        config.evaluate.model_copy(update={"model": config.train.model, "out": layout.evaluation("base").root}),
+    )
+    return [
+        start,
+        *plan_seed(
+            config.arm_settings(),
+            config.train.seed,
+            config.train,
+            config.collect,
+            lambda train, name, out: config.evaluate.model_copy(update={"out": out}),
+            _PlanLayout(layout),
+            "baseline",
+            config.explore_steps,
+            config.pool_from,
+            always_collect=True,
+        ),
+    ]
+
+
+def run_pipeline(
+    config: PipelineConfig, stages: Stages, report: Callable[..., Any] | None = None, reuse: bool = True
+) -> PipelineResult:
+    """Run the pipeline of `config` with `stages`, then `report(out, arms, evaluations, collect_dir,
+    pool_source)` (default `tasks.report.write_report`); see the module docstring for the order. `reuse`:
+    keep finished runs with the same settings (False: run everything again)."""
+    if report is None:
+        from rlep.tasks.report import write_report as report
+    runs = plan(config)
+    records: dict[str, dict] = {}
+    for run in runs:
+        records[run.key] = execute_run(run, {key: records[key] for key in run.needs}, stages, reuse=reuse)
     result = PipelineResult(report=config.layout().report)
-
-    def evaluate(name: str, model: str) -> Path:
-        out = config.layout().evaluation(name).root
-        stages.evaluate(config.evaluate.model_copy(update={"model": model, "out": out}))
-        result.evaluations[name] = out
-        return out
-
-    def train_arm(name: str, train_config: TrainConfig) -> Any:
-        run = stages.train(train_config)
-        result.arms[name] = Path(run.out)
-        evaluate(name, str(run.final_checkpoint))
-        return run
-
-    evaluate("base", config.train.model)  # the start, so the final numbers have a "before"
-    arms = config.arms()
-    collect_config = config.collect
-    if config.explores():
-        name, explore_config = config.explore_run()
-        if name == "baseline":
-            explored = train_arm("baseline", arms.pop("baseline"))
-        else:
-            explored = stages.train(explore_config)
-            evaluate("explore", str(explored.final_checkpoint))
-        collect_config = collect_config.model_copy(update={"model": str(explored.final_checkpoint)})
-        result.pool_source = {
-            "run": name,
-            "checkpoint": str(explored.final_checkpoint),
-            "eval": str(result.evaluations[name]),
-        }
-    collected = stages.collect(collect_config)
-    result.collect_dir = Path(collected["run_dir"])
-    for name, train_config in arms.items():
-        train_arm(name, train_config)
-    result.report = Path(
-        stages.report(config.out, result.arms, result.evaluations, result.collect_dir, result.pool_source)
-    )
+    by_key = {run.key: run for run in runs}
+    for run in runs:
+        if run.kind == "evaluate":
+            result.evaluations["base"] = Path(run.config.out)
+        elif run.kind == "train":
+            if run.arm is not None:
+                result.arms[run.arm] = Path(run.config.out)
+            result.evaluations[run.arm or "explore"] = Path(run.evaluate.out)
+    for run in runs:
+        if run.kind == "collect":
+            result.collect_dir = Path(records[run.key]["out"])
+            if run.needs:
+                explore = by_key[run.needs[0]]
+                name = explore.arm or "explore"
+                result.pool_source = {
+                    "run": name,
+                    "checkpoint": records[explore.key]["final_checkpoint"],
+                    "eval": str(result.evaluations[name]),
+                }
+    result.report = Path(report(config.out, result.arms, result.evaluations, result.collect_dir, result.pool_source))
     return result
-
-
-def local_stages(progress: bool = True) -> PipelineStages:
-    """Plain (Prefect-free) stage functions: each stage runs in this process."""
-    from rlep.tasks.collect import run_collection
-    from rlep.tasks.engines.cache import release_engines
-    from rlep.tasks.evaluate import evaluate
-    from rlep.tasks.report import write_report
-    from rlep.tasks.training.trainer import train
-
-    def collect(collect_config: CollectConfig) -> dict:
-        try:
-            return run_collection(collect_config, progress=progress)
-        finally:
-            release_engines()
-
-    return PipelineStages(
-        collect=collect,
-        train=lambda train_config: train(train_config, progress=progress),
-        evaluate=lambda eval_config: evaluate(eval_config, progress=progress),
-        report=write_report,
-    )

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from rlep.data.run_layout import CollectRunLayout
 from rlep.tasks.bench.report import write_bench_report
-from rlep.tasks.pipeline import PipelineConfig, local_stages, run_pipeline
+from rlep.tasks.execute import local_stages
+from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 from rlep.tasks.report import arm_summary, replay_overhead
 
 
 def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"), progress: bool = True) -> dict:
-    result = run_pipeline(config, local_stages(progress=progress))
+    result = run_pipeline(config, local_stages(progress=progress), reuse=False)  # a benchmark measures every run
     arms = {name: arm_summary(run_dir) for name, run_dir in result.arms.items()}
     for name, a in arms.items():
         print(

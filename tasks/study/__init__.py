@@ -1,7 +1,8 @@
 """`rlep study`: replay designs compared arm against arm over several seeds, paired, with claims fixed beforehand.
 
-- `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order;
-- `runs`: execute one run (skipped when finished), gather the results as tables;
+- `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order
+  (each seed's from `tasks.plan.plan_seed`, the pipeline's planner too); runs execute in `tasks.execute`;
+- `runs`: gather the finished runs' results as tables, with the cost each arm is charged;
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `report`: study.parquet, summary.parquet, claims, plots, report.md.
 
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlep.tasks.study.config import Run, StudyConfig, StudyError, plan, with_models_resolved
+from rlep.tasks.execute import execute_run
+from rlep.tasks.plan import Run
+from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
-from rlep.tasks.study.runs import execute_run, gather
+from rlep.tasks.study.runs import gather
 
 __all__ = [
     "Run",

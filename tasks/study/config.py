@@ -18,22 +18,20 @@ re-collection is charged to it from the step it was paid on.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rlep.data.run_layout import StudyLayout, TrainRunLayout
+from rlep.data.run_layout import StudyLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.living_pool import LivingPool
-from rlep.tasks.rlep_order import RLEPOrder, exploration, rlep_order
+from rlep.tasks.plan import PlanError, Run, plan_seed
 from rlep.tasks.runner import RunnerConfig
 from rlep.tasks.training.config import TrainConfig
 
 
-class StudyError(ValueError):
+class StudyError(PlanError):
     """A study configuration that cannot run; the message names the arm and the field."""
 
 
@@ -139,20 +137,6 @@ def deep_merge(base: dict, override: dict) -> dict:
     return merged
 
 
-@dataclass
-class Run:
-    """One unit of work: a training run (arm, seed) with its final evaluation, an exploration run, or a collection."""
-
-    key: str  # e.g. "rlep/seed-0", "explore/seed-0", "collect/seed-0"
-    kind: Literal["train", "collect"]
-    seed: int
-    arm: str | None
-    config: TrainConfig | CollectConfig
-    evaluate: EvalConfig | None = None
-    needs: list[str] = field(default_factory=list)  # keys of runs whose results this one uses
-    living: LivingPool | None = None  # a living-pool arm: its store and re-collections
-
-
 def _validated(model, settings: dict, where: str):
     try:
         return model.model_validate(settings)
@@ -162,89 +146,41 @@ def _validated(model, settings: dict, where: str):
 
 
 def plan(config: StudyConfig) -> list[Run]:
-    """Every run of the study in an order that respects `needs`; all settings validated before anything runs."""
+    """Every run of the study in an order that respects `needs` (`tasks.plan.plan_seed` for each seed, the
+    pipeline's planner too); all settings validated before anything runs."""
+    layout = StudyLayout(config.out)
     runs: list[Run] = []
     for seed in config.seeds:
         arms = {}
         for arm, override in config.arms.items():
             settings = deep_merge(config.train, override)
-            settings.update(seed=seed, out=str(StudyLayout(config.out).run(arm, seed)))
+            settings.update(seed=seed, out=str(layout.run(arm, seed)))
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-        order = rlep_order(arms, config.baseline_arm, config.explore_steps)
-        collect_key = f"collect/seed-{seed}"
-        first: list[str] = []
-        if order.pooled:
-            explore_key = _explore_run(config, arms, order, seed, runs)
-            first = [explore_key] if order.explore_arm is not None else []
-            collect = _validated(
-                CollectConfig,
-                {**config.collect, "seed": seed, "out": str(StudyLayout(config.out).collect(seed).root)},
-                "collect",
+        base = _validated(TrainConfig, {**config.train, "seed": seed}, "train")
+        collect = _validated(CollectConfig, {**config.collect, "seed": seed}, "collect")
+        try:
+            runs += plan_seed(
+                arms,
+                seed,
+                base,
+                collect,
+                lambda train, name, out: _evaluation(config, train, name, out),
+                layout,
+                config.baseline_arm,
+                config.explore_steps,
             )
-            runs.append(Run(collect_key, "collect", seed, None, collect, needs=[explore_key]))
-        for arm, train_config in arms.items():
-            key = f"{arm}/seed-{seed}"
-            if key in first:
-                continue
-            living = None
-            if arm in order.pooled:
-                pool = StudyLayout(config.out).collect(seed).pool
-                if getattr(train_config.replay, "follow", False):
-                    living = _living_pool(config, train_config, arm, seed, pool)
-                    pool = living.store
-                train_config = train_config.model_copy(
-                    update={"replay": train_config.replay.model_copy(update={"pool": pool})}
-                )
-            runs.append(
-                Run(
-                    key,
-                    "train",
-                    seed,
-                    arm,
-                    train_config,
-                    _evaluation(config, train_config, arm),
-                    needs=[collect_key] if arm in order.pooled else [],
-                    living=living,
-                )
-            )
+        except PlanError as err:
+            raise StudyError(str(err)) from None
     return runs
 
 
-def _living_pool(config: StudyConfig, train_config: TrainConfig, arm: str, seed: int, first_pool: Path) -> LivingPool:
-    """A living-pool arm's store under the study, re-collected with the study's collection settings."""
-    every = train_config.replay.refresh_every
-    if every >= train_config.steps:
-        raise StudyError(
-            f"arms.{arm}: replay.refresh_every ({every}) must be below steps ({train_config.steps}), "
-            "or the pool is never re-collected"
-        )
-    collect = _validated(CollectConfig, {**config.collect, "seed": seed}, "collect")
-    return LivingPool(StudyLayout(config.out).living_pool(arm, seed), first_pool, every, collect)
-
-
-def _explore_run(
-    config: StudyConfig, arms: dict[str, TrainConfig], order: RLEPOrder, seed: int, runs: list[Run]
-) -> str:
-    """Add the exploration run of `seed` (`order`: the baseline arm's own run, or a separate one) and return its key."""
-    if order.explore_arm is not None:
-        key = f"{order.explore_arm}/seed-{seed}"
-        arm = arms[order.explore_arm]
-        runs.append(Run(key, "train", seed, order.explore_arm, arm, _evaluation(config, arm, order.explore_arm)))
-        return key
-    base = _validated(TrainConfig, {**config.train, "seed": seed}, "train")
-    explore = exploration(base, order.explore_steps, StudyLayout(config.out).explore(seed))
-    key = f"explore/seed-{seed}"
-    runs.append(Run(key, "train", seed, None, explore))
-    return key
-
-
-def _evaluation(config: StudyConfig, train_config: TrainConfig, arm: str) -> EvalConfig:
+def _evaluation(config: StudyConfig, train_config: TrainConfig, name: str, out: Path) -> EvalConfig:
     settings = {
         "problems": train_config.eval_problems.model_dump(),
         "max_tokens": train_config.max_tokens,
         "engine": train_config.engine.model_dump(),
         **config.evaluate,
         "seed": train_config.seed,
-        "out": str(TrainRunLayout(train_config.out).final_eval.root),
+        "out": str(out),
     }
-    return _validated(EvalConfig, settings, f"evaluate (arm {arm})")
+    return _validated(EvalConfig, settings, f"evaluate (run {name})")

@@ -1,86 +1,15 @@
-"""Execute a study's runs (each skipped when a finished copy is on disk) and gather their results as tables."""
+"""A study's finished runs gathered as tables, with the cost each arm is charged (runs execute in `tasks.execute`)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from rlep.data.fs import write_text_atomic
 from rlep.data.metrics import ALL_SOURCES
-from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
-from rlep.tasks.runner import limit_threads
-from rlep.tasks.study.config import Run
-
-DONE_FILE = "study_run.json"  # written last: a run directory holding it is finished
-
-
-def execute_run(run: Run, results: dict[str, dict], progress: bool = True, threads: int | None = None) -> dict:
-    """Run `run` (its `needs` results in `results`) unless it already finished; returns its result record."""
-    if threads is not None:  # one run per Ray worker: its share of the cores, not all of them
-        limit_threads(threads)
-    if run.kind == "collect":
-        return _collect(run, results, progress)
-    out = Path(run.config.out)
-    start = _start_weights(run.config.model)
-    if (out / DONE_FILE).is_file():
-        done = json.loads((out / DONE_FILE).read_text())
-        if done.get("start_weights") == start:
-            return done
-        # Finished from other starting weights (the default model changed since): not comparable, run again.
-        import shutil
-
-        shutil.rmtree(out)
-    from rlep.tasks.engines.cache import release_engines
-    from rlep.tasks.evaluate import evaluate
-    from rlep.tasks.training.checkpoint import latest_checkpoint
-    from rlep.tasks.training.trainer import train
-
-    if run.living is not None:  # trains and re-collects in turns, resuming wherever it stopped
-        from rlep.tasks.living_pool import train_living
-
-        final_checkpoint = train_living(run.config, run.living, progress=progress)
-    else:  # tracker + step lines
-        final_checkpoint = train(
-            run.config, resume=latest_checkpoint(out) is not None, progress=progress
-        ).final_checkpoint
-    record = {
-        "key": run.key,
-        "out": str(out),
-        "final_checkpoint": str(final_checkpoint),
-        "start_weights": start,
-    }
-    if run.evaluate is not None:
-        try:
-            evaluate(run.evaluate.model_copy(update={"model": str(final_checkpoint)}), progress=progress)
-        finally:
-            release_engines()
-        record["final_eval"] = str(run.evaluate.out)
-    write_text_atomic(out / DONE_FILE, json.dumps(record, indent=2))
-    return record
-
-
-def _start_weights(model: str) -> str | None:
-    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
-    from rlep.data.fs import weights_hash
-
-    return weights_hash(model) if Path(model).is_dir() else None
-
-
-def _collect(run: Run, results: dict[str, dict], progress: bool) -> dict:
-    out = Path(run.config.out)
-    explore = results[run.needs[0]]
-    if not CollectRunLayout(out).manifest.is_file():  # a killed collection resumes its own shards
-        from rlep.tasks.collect import run_collection
-        from rlep.tasks.engines.cache import release_engines
-
-        try:
-            run_collection(run.config.model_copy(update={"model": explore["final_checkpoint"]}), progress=progress)
-        finally:
-            release_engines()
-    return {"key": run.key, "out": str(out), "pool_source": explore["final_checkpoint"]}
+from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.plan import Run
 
 
 def run_cost(run: Run) -> dict[str, float]:

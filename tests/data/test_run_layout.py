@@ -90,16 +90,17 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
 
 
 def test_pipeline_and_study_directories(tmp_path):
-    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.pipeline import PipelineConfig, plan
 
     pipeline = PipelineLayout(tmp_path)
     config = PipelineConfig(out=tmp_path)
     assert config.collect.out == pipeline.collect.root == tmp_path / "collect"
-    assert {name: c.out for name, c in config.arms().items()} == {
+    arms = {r.arm: r.config for r in plan(config) if r.kind == "train"}
+    assert {name: c.out for name, c in arms.items()} == {
         "rlep": pipeline.arm("rlep"),
         "baseline": pipeline.arm("baseline"),
     }
-    assert config.arms()["rlep"].replay.pool == pipeline.collect.pool == tmp_path / "collect" / POOL_FILE
+    assert arms["rlep"].replay.pool == pipeline.collect.pool == tmp_path / "collect" / POOL_FILE
     assert pipeline.evaluation("base").eval == tmp_path / "eval" / "base" / "eval.parquet"
     assert (pipeline.report.name, pipeline.report_json.name, pipeline.heldout_plot.name) == (
         "report.md",

@@ -8,7 +8,7 @@ import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.pipeline import PipelineConfig
+from rlep.tasks.pipeline import PipelineConfig, plan
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
 HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "test", "limit": 6}
@@ -105,13 +105,32 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
     assert {"pipeline-report", "train-summary", "train-eval", "collect-summary", "eval-summary"} <= keys
 
 
+def _explorer(config):
+    """(key, settings) of the run the pipeline's collection samples, or None when it samples its own model."""
+    runs = {r.key: r for r in plan(config)}
+    needs = runs["collect/seed-0"].needs
+    return (needs[0], runs[needs[0]].config) if needs else None
+
+
 def test_explore_is_the_baseline_run_only_when_it_is_the_same_run(tmp_path):
     config = _config("tiny", tmp_path, {"kind": "rlep"})
-    assert config.explores() and config.explore_run()[0] == "baseline"
-    name, explore = _config("tiny", tmp_path, {"kind": "rlep"}, explore_steps=5).explore_run()
-    assert (name, explore.steps, explore.replay.kind, explore.out) == ("explore", 5, "none", tmp_path / "explore")
-    assert _config("tiny", tmp_path, {"kind": "rlep"}, baseline=False).explore_run()[0] == "explore"
-    # A given pool, another design or `pool_from: collect-model`: no exploration run.
-    assert not _config("tiny", tmp_path, {"kind": "rlep", "pool": str(tmp_path / "p.parquet")}).explores()
-    assert not _config("tiny", tmp_path, {"kind": "fifo"}).explores()
-    assert not _config("tiny", tmp_path, {"kind": "rlep"}, pool_from="collect-model").explores()
+    assert _explorer(config)[0] == "baseline/seed-0"
+    key, explore = _explorer(_config("tiny", tmp_path, {"kind": "rlep"}, explore_steps=5))
+    assert (key, explore.steps, explore.replay.kind, explore.out) == ("explore/seed-0", 5, "none", tmp_path / "explore")
+    assert _explorer(_config("tiny", tmp_path, {"kind": "rlep"}, baseline=False))[0] == "explore/seed-0"
+    # A given pool, another design or `pool_from: collect-model`: no exploration run (Phase I still collects).
+    assert _explorer(_config("tiny", tmp_path, {"kind": "rlep", "pool": str(tmp_path / "p.parquet")})) is None
+    assert _explorer(_config("tiny", tmp_path, {"kind": "fifo"})) is None
+    assert _explorer(_config("tiny", tmp_path, {"kind": "rlep"}, pool_from="collect-model")) is None
+    # The start first, every arm and a separate exploration evaluated, the pool replayed by the rlep arm.
+    runs = plan(_config("tiny", tmp_path, {"kind": "rlep"}, explore_steps=5))
+    assert [r.key for r in runs] == [
+        "evaluate/base",
+        "explore/seed-0",
+        "collect/seed-0",
+        "rlep/seed-0",
+        "baseline/seed-0",
+    ]
+    evaluations = {r.key: r.evaluate.out for r in runs if r.kind == "train"}
+    assert evaluations == {k: tmp_path / "eval" / k.split("/")[0] for k in evaluations}
+    assert runs[3].config.replay.pool == tmp_path / "collect" / "pool.parquet" and runs[3].needs == ["collect/seed-0"]

@@ -1,5 +1,7 @@
-"""RLEP's phase order is decided once (tasks.rlep_order) and the pipeline and the study follow it alike."""
+"""RLEP's phase order is decided once (tasks.rlep_order, laid out by tasks.plan) and the pipeline and the study
+follow it alike."""
 
+from rlep.tasks import pipeline as pipeline_plan
 from rlep.tasks.pipeline import PipelineConfig
 from rlep.tasks.rlep_order import rlep_order
 from rlep.tasks.study import StudyConfig, plan
@@ -33,7 +35,9 @@ def test_the_pipeline_and_a_one_seed_study_explore_the_same_way(tmp_path):
         pipeline = PipelineConfig.model_validate(
             {"out": str(tmp_path / "p"), "train": {"replay": RLEP, "steps": 10}, "explore_steps": explore_steps}
         )
-        name, explore = pipeline.explore_run()
+        runs = {r.key: r for r in pipeline_plan.plan(pipeline)}
+        explore = runs[runs["collect/seed-0"].needs[0]].config
+        name = runs["collect/seed-0"].needs[0].split("/")[0]
         study = plan(
             StudyConfig.model_validate(
                 {

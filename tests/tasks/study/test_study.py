@@ -181,11 +181,12 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
     assert keys >= {"study-claims", "study-summary", "study-report"}
     study = pd.read_parquet(tmp_path / "ray" / "study.parquet")
     assert report.endswith("report.md") and len(study) == 2 * 2 * 3  # arms x seeds x evaluation steps
-    assert all(
-        (tmp_path / "ray" / "runs" / arm / f"seed-{s}" / "study_run.json").is_file()
+    records = [
+        json.loads((tmp_path / "ray" / "runs" / arm / f"seed-{s}" / "run_record.json").read_text())
         for arm in ("baseline", "fifo")
         for s in (0, 1)
-    )
+    ]
+    assert len({r["process"] for r in records}) == 4  # each run in a worker process of its own
 
 
 LIVING = {"replay": {"kind": "rlep", "follow": True, "refresh_every": 2}}

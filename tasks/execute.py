@@ -1,0 +1,171 @@
+"""One executor for the runs of a plan (`tasks.plan`), for the pipeline and the study alike.
+
+`execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model) given the
+results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect subflows in
+`flows/pipeline.py`. A run that finished with the same settings from the same starting weights is not run
+again (its record, written last, says so), and a killed training run resumes from its last checkpoint, so a
+killed pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started
+over, never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlep.data.fs import write_text_atomic
+from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
+from rlep.tasks.collect import CollectConfig
+from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.plan import Run
+from rlep.tasks.runner import limit_threads
+from rlep.tasks.training.config import TrainConfig
+
+DONE_FILE = "run_record.json"  # written last in a finished training or evaluation run's directory
+
+
+@dataclass
+class Stages:
+    """How each kind of run is carried out (plain functions, or Prefect subflows)."""
+
+    collect: Callable[[CollectConfig], Any]  # -> anything; the run's directory holds the result
+    train: Callable[[TrainConfig, bool], Any]  # (settings, resume) -> an object with `.final_checkpoint`
+    evaluate: Callable[[EvalConfig], Any]
+
+
+def local_stages(progress: bool = True) -> Stages:
+    """Plain (Prefect-free) stage functions: each stage runs in this process."""
+    from rlep.tasks.collect import run_collection
+    from rlep.tasks.engines.cache import release_engines
+    from rlep.tasks.evaluate import evaluate
+    from rlep.tasks.training.trainer import train
+
+    def collect(config: CollectConfig) -> Any:
+        try:
+            return run_collection(config, progress=progress)
+        finally:
+            release_engines()
+
+    def evaluate_released(config: EvalConfig) -> Any:
+        try:
+            return evaluate(config, progress=progress)
+        finally:
+            release_engines()
+
+    return Stages(
+        collect=collect,
+        train=lambda config, resume: train(config, resume=resume, progress=progress),
+        evaluate=evaluate_released,
+    )
+
+
+def execute_run(
+    run: Run,
+    results: dict[str, dict],
+    stages: Stages | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+    reuse: bool = True,
+) -> dict:
+    """Carry out `run` (the records of the runs it needs in `results`) unless it already finished; returns its
+    record: `key`, `out`, and `final_checkpoint` / `final_eval` (train), `pool_source` (collect). With `reuse`
+    False (a benchmark, which must measure) anything in the run's directory is removed first."""
+    if threads is not None:  # one run per Ray worker: its share of the cores, not all of them
+        limit_threads(threads)
+    stages = stages or local_stages(progress)
+    if not reuse:
+        shutil.rmtree(run.config.out, ignore_errors=True)
+    if run.kind == "collect":
+        return _collect(run, results, stages)
+    if run.kind == "evaluate":
+        return _finished_or(run, lambda: _evaluate(run, stages))
+    return _finished_or(run, lambda: _train(run, stages, progress))
+
+
+def settings_digest(run: Run) -> str:
+    """What a finished run's record must match to be reused: its settings, its evaluation's and its pool's life."""
+    parts = [run.config.model_dump_json(), run.evaluate.model_dump_json() if run.evaluate else ""]
+    if run.living is not None:
+        parts.append(repr((run.living.every, run.living.collect.model_dump_json())))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _finished_or(run: Run, carry_out: Callable[[], dict]) -> dict:
+    out = Path(run.config.out)
+    identity = {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
+    done = out / DONE_FILE
+    if done.is_file():
+        record = json.loads(done.read_text())
+        if all(record.get(name) == value for name, value in identity.items()):
+            return record
+        print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
+        shutil.rmtree(out)
+    elif run.kind == "train" and not _same_training(out, run.config):
+        print(f"{run.key}: {out} holds a run with other settings; starting it over")
+        shutil.rmtree(out)
+    record = {"key": run.key, "out": str(out), **carry_out(), **identity, "process": os.getpid()}
+    write_text_atomic(done, json.dumps(record, indent=2))
+    return record
+
+
+def _train(run: Run, stages: Stages, progress: bool) -> dict:
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+
+    out = Path(run.config.out)
+    if run.living is not None:  # trains and re-collects in turns, resuming wherever it stopped
+        from rlep.tasks.living_pool import train_living
+
+        final_checkpoint = train_living(run.config, run.living, progress=progress)
+    else:
+        final_checkpoint = stages.train(run.config, latest_checkpoint(out) is not None).final_checkpoint
+    record = {"final_checkpoint": str(final_checkpoint)}
+    if run.evaluate is not None:
+        stages.evaluate(run.evaluate.model_copy(update={"model": str(final_checkpoint)}))
+        record["final_eval"] = str(run.evaluate.out)
+    return record
+
+
+def _evaluate(run: Run, stages: Stages) -> dict:
+    stages.evaluate(run.config)
+    return {"final_eval": str(run.config.out)}
+
+
+def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
+    """Collect from the checkpoint of the run it needs (the exploration), or from its own model; a finished
+    collection with the same settings is kept, a killed one resumes its own shards."""
+    config = run.config
+    if run.needs:
+        config = config.model_copy(update={"model": results[run.needs[0]]["final_checkpoint"]})
+    out = CollectRunLayout(config.out)
+    if out.manifest.is_file() and json.loads(out.manifest.read_text()).get("parameters") != config.model_dump(
+        mode="json"
+    ):
+        print(f"{run.key}: {out.root} was collected with other settings or from another model; collecting again")
+        shutil.rmtree(out.root)
+    if not out.manifest.is_file():
+        stages.collect(config)
+    return {"key": run.key, "out": str(out.root), "pool_source": config.model}
+
+
+def _same_training(out: Path, config: TrainConfig) -> bool:
+    """A killed run in `out` may be resumed: no settings there yet, or the same ones (steps aside: a living-pool
+    run trains in segments; the pool aside: a run pins its store's version)."""
+    saved = TrainRunLayout(out).config
+    if not saved.is_file():
+        return True
+    before = TrainConfig.model_validate_json(saved.read_text())
+    ignore = {"steps": True, "replay": {"pool"}}
+    return before.model_dump(exclude=ignore) == config.model_dump(exclude=ignore)
+
+
+def _start_weights(model: str) -> str | None:
+    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
+    from rlep.data.fs import weights_hash
+
+    return weights_hash(model) if Path(model).is_dir() else None

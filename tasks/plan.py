@@ -1,0 +1,141 @@
+"""One planner for the pipeline and the study: arms' settings -> the runs of one seed, with what each waits for.
+
+    [explore: plain GRPO from the start] -> collect (the pool) -> train each arm -> evaluate its last checkpoint
+
+`plan_seed` decides, once for both callers: which arms replay a collected pool and which run explores
+(RLEP's order, `tasks.rlep_order`: the baseline arm's own run when it is the same run, else a separate
+exploration run), where the pool is sampled from, which arms follow a living pool of their own
+(`tasks.living_pool`), and what is evaluated (every arm's last checkpoint and a separate exploration's).
+`rlep pipeline` is one seed of it with the start evaluated first (`tasks.pipeline`); `rlep study` is every
+seed (`tasks.study`). Where each run writes is the caller's layout (`PlanLayout`); how a run executes,
+`tasks.execute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from rlep.data.run_layout import CollectRunLayout
+from rlep.tasks.collect import CollectConfig
+from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.living_pool import LivingPool
+from rlep.tasks.rlep_order import exploration, rlep_order
+from rlep.tasks.training.config import TrainConfig
+
+
+class PlanError(ValueError):
+    """Settings the planner cannot lay out; the message names the arm and the field."""
+
+
+@dataclass
+class Run:
+    """One unit of work: a training run (an arm at a seed, or an exploration) with the evaluation of its last
+    checkpoint, a collection, or an evaluation of a given model."""
+
+    key: str  # e.g. "rlep/seed-0", "explore/seed-0", "collect/seed-0", "evaluate/base"
+    kind: Literal["train", "collect", "evaluate"]
+    seed: int
+    arm: str | None  # the arm a training run belongs to (None: an exploration, a collection, an evaluation)
+    config: TrainConfig | CollectConfig | EvalConfig
+    evaluate: EvalConfig | None = None  # train: evaluation of the final checkpoint (its model is set then)
+    needs: list[str] = field(default_factory=list)  # keys of runs whose results this one uses
+    living: LivingPool | None = None  # a living-pool arm: its store and re-collections
+
+
+class PlanLayout(Protocol):
+    """Where a plan's runs write (the pipeline's and the study's layouts in `data.run_layout`)."""
+
+    def run(self, arm: str, seed: int) -> Path: ...
+    def explore(self, seed: int) -> Path: ...
+    def collect(self, seed: int) -> CollectRunLayout: ...
+    def living_pool(self, arm: str, seed: int) -> Path: ...
+    def evaluation(self, name: str, seed: int, run_out: Path) -> Path: ...
+
+
+Evaluation = Callable[[TrainConfig, str, Path], EvalConfig]  # (trained run's settings, name, out) -> settings
+
+
+def plan_seed(
+    arms: dict[str, TrainConfig],
+    seed: int,
+    base: TrainConfig,
+    collect: CollectConfig,
+    evaluation: Evaluation,
+    layout: PlanLayout,
+    baseline: str | None,
+    explore_steps: int | None = None,
+    pool_from: Literal["explore", "collect-model"] = "explore",
+    always_collect: bool = False,
+) -> list[Run]:
+    """The runs of one seed for `arms` (settings with seed and out set, no collected pool filled in yet), in an
+    order that respects `needs`. `base` is what a separate exploration run starts from (as plain GRPO, for the
+    exploration's steps). `collect` is the collection's settings (its model is replaced by the
+    exploration's last checkpoint when one explores); `always_collect` collects even when no arm replays the
+    pool (the pipeline's Phase I, reported on its own)."""
+    order = rlep_order(arms, baseline, explore_steps, pool_from)
+    runs: list[Run] = []
+    collect_key = f"collect/seed-{seed}"
+    explore_key = None
+    if order.pooled and order.explores:
+        if order.explore_arm is not None:
+            explore_key = f"{order.explore_arm}/seed-{seed}"
+            runs.append(_train(explore_key, seed, order.explore_arm, arms[order.explore_arm], evaluation, layout))
+        else:
+            explore = exploration(base, order.explore_steps, layout.explore(seed))
+            explore_key = f"explore/seed-{seed}"
+            runs.append(_train(explore_key, seed, None, explore, evaluation, layout, name="explore"))
+    collects = bool(order.pooled) or always_collect
+    if collects:
+        out = layout.collect(seed).root
+        runs.append(
+            Run(collect_key, "collect", seed, None, collect.model_copy(update={"out": out}), needs=_keys(explore_key))
+        )
+    for arm, train_config in arms.items():
+        key = f"{arm}/seed-{seed}"
+        if key == explore_key:
+            continue
+        living = None
+        if arm in order.pooled:
+            pool = layout.collect(seed).pool
+            if getattr(train_config.replay, "follow", False):
+                living = _living_pool(train_config, arm, collect, layout.living_pool(arm, seed), pool)
+                pool = living.store
+            train_config = train_config.model_copy(
+                update={"replay": train_config.replay.model_copy(update={"pool": pool})}
+            )
+        run = _train(key, seed, arm, train_config, evaluation, layout)
+        run.needs, run.living = (_keys(collect_key) if arm in order.pooled else []), living
+        runs.append(run)
+    return runs
+
+
+def _keys(key: str | None) -> list[str]:
+    return [key] if key is not None else []
+
+
+def _train(
+    key: str,
+    seed: int,
+    arm: str | None,
+    config: TrainConfig,
+    evaluation: Evaluation,
+    layout: PlanLayout,
+    name: str | None = None,
+) -> Run:
+    name = name or arm
+    final = evaluation(config, name, layout.evaluation(name, seed, Path(config.out)))
+    return Run(key, "train", seed, arm, config, final)
+
+
+def _living_pool(config: TrainConfig, arm: str, collect: CollectConfig, store: Path, first_pool: Path) -> LivingPool:
+    """A living-pool arm's store, re-collected with the plan's collection settings."""
+    every = config.replay.refresh_every
+    if every >= config.steps:
+        raise PlanError(
+            f"arms.{arm}: replay.refresh_every ({every}) must be below steps ({config.steps}), "
+            "or the pool is never re-collected"
+        )
+    return LivingPool(store, first_pool, every, collect)
