@@ -348,29 +348,14 @@ def _run_pipeline(args: argparse.Namespace) -> int:
 def _cmd_study(args: argparse.Namespace) -> int:
     import shlex
 
-    import yaml
-    from pydantic import ValidationError
+    from rlep.tasks.study import StudyConfig, StudyError, plan
 
-    from rlep.tasks.study import StudyError, plan
-
+    overrides = {"seeds": args.seeds, "out": args.out, "runner.kind": args.runner}
+    config = build_config(StudyConfig, Path(args.config), {k: v for k, v in overrides.items() if v is not None})
     try:
-        settings = yaml.safe_load(Path(args.config).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise UserError(f"--config {args.config}: {err}") from None
-    settings.update({k: v for k, v in {"seeds": args.seeds, "out": args.out}.items() if v is not None})
-    if args.runner is not None:
-        settings["runner"] = {**settings.get("runner", {}), "kind": args.runner}
-    from rlep.tasks.study import StudyConfig
-
-    try:
-        config = StudyConfig.model_validate(settings)
         plan(config)  # every arm's settings checked before anything runs
-    except ValidationError as err:
-        raise UserError(
-            f"{args.config}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        ) from None
     except StudyError as err:
-        raise UserError(f"{args.config}: {err}") from None
+        raise UserError(f"{args.config}: invalid configuration: {err}") from None
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
     if args.prefect:
         from rlep.flows.study import study_flow

@@ -18,6 +18,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rlep.tasks.settings import format_validation_error, merge_settings
+
 M = TypeVar("M", bound=BaseModel)
 _DEST_PREFIX = "cfg:"
 
@@ -184,32 +186,6 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     data[leaf] = value
 
 
-def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
-    """Merge `update` into `base`. A section that switches variant (its `kind` changes, e.g. replay rlep ->
-    fifo) replaces the default section instead of merging with it: the old variant's settings do not apply."""
-    for key, value in update.items():
-        current = base.get(key)
-        if (
-            isinstance(value, dict)
-            and isinstance(current, dict)
-            and value.get("kind", current.get("kind")) == current.get("kind")
-        ):
-            _deep_merge(current, value)
-        else:
-            base[key] = value
-
-
-def format_validation_error(err: ValidationError, origin: str = "") -> str:
-    lines = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = e.get("input")
-        shown = "" if e["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{field}: {e['msg']}{shown}")
-    where = f"{origin}: " if origin else ""
-    return where + "invalid configuration: " + "; ".join(lines)
-
-
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
     """`model` validated from YAML `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
     # The user's settings (YAML, then flags) are merged onto the model's defaults, so a partial nested
@@ -222,7 +198,7 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
         data = model().model_dump()
     except ValidationError:  # a model with required fields: nothing to start from
         data = {}
-    _deep_merge(data, user)
+    data = merge_settings(data, user)
     origin = f"{config_file}: " if config_file else ""
     try:
         config = model.model_validate(data)

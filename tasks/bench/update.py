@@ -1,4 +1,4 @@
-"""`rlep bench update` / `python -m tasks.bench.update`: the policy update alone, on synthetic rollouts.
+"""`rlep bench update` / `python -m rlep.tasks.bench.update`: the policy update alone, on synthetic rollouts.
 
 Times one step's update (`policy_update` through the training backend: one process, or DDP / FSDP2 over
 `--nproc` processes) for a model built from a Hugging Face config with random weights (nothing downloaded),
@@ -13,8 +13,8 @@ several updates, is not counted, so MFU is a lower bound), and per rank the byte
 optimizer state it holds (the figure FSDP2 divides by the number of ranks) and its peak memory (RSS on the
 CPU, CUDA's peak allocation on a GPU). Writes the report as JSON.
 
-Run: `python -m tasks.bench.update --model-config smollm2-135m --nproc 2 --strategy fsdp2`
-     `python -m tasks.bench.update --device cuda --precision bf16 --model-config qwen2.5-1.5b`
+Run: `python -m rlep.tasks.bench.update --model-config smollm2-135m --nproc 2 --strategy fsdp2`
+     `python -m rlep.tasks.bench.update --device cuda --precision bf16 --model-config qwen2.5-1.5b`
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.bench.update", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.update", description=__doc__.split("\n\n")[0])
     arguments(parser)
     parser.add_argument("--request", type=Path, default=None, help=argparse.SUPPRESS)  # one rank of a launched run
     args = parser.parse_args(argv)

@@ -1,7 +1,8 @@
 """A study's settings (arms x seeds on one base configuration) and its plan: the runs and what each waits for.
 
-An arm is a name plus overrides of the base training settings, deep-merged (`{replay: {kind: fifo}}` keeps
-every other base setting). Every arm runs with every seed, and the seed is the training seed: the same seed
+An arm is a name plus overrides of the base training settings, merged by the rule `--config` and flags follow
+(`tasks.settings.merge_settings`: `{replay: {kind: fifo}}` keeps every other base setting, a section whose
+`kind` changes is replaced whole). Every arm runs with every seed, and the seed is the training seed: the same seed
 in two arms means the same prompt order and sampling seeds, so arms are compared paired by seed.
 
 An rlep arm without a pool gets RLEP's order (`tasks.rlep_order`, the pipeline's too), once per seed and shared
@@ -17,17 +18,19 @@ re-collection is charged to it from the step it was paid on.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlep.data.run_layout import StudyLayout
+from rlep.data.sources import ProblemSourceConfig
 from rlep.tasks.collect import CollectConfig
+from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import PlanError, Run, plan_seed
 from rlep.tasks.runner import RunnerConfig
+from rlep.tasks.settings import merge_settings, validation_problems
 from rlep.tasks.training.config import TrainConfig
 
 
@@ -64,6 +67,40 @@ class ClaimConfig(BaseModel):
         return self
 
 
+class StudyEvalConfig(BaseModel):
+    """The final evaluation of every training run: the run's own held-out problems, answer length, engine,
+    prompt and answer checking (so it measures what the run's evaluations measured), unless set here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int = Field(4, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
+    temperature: float | None = Field(
+        None, ge=0, le=10, description="Sampling temperature; default greedy (0) for K=1, 1.0 for K>1."
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    problems: ProblemSourceConfig | None = Field(None, description="Problems; none: the run's `eval_problems`.")
+    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="Most new tokens; none: the run's.")
+    engine: EngineConfig | None = Field(None, description="Generation engine; none: the run's.")
+
+    def for_run(self, train: TrainConfig, out: Path) -> EvalConfig:
+        """The evaluation of `train`'s last checkpoint (its model is set when the run has finished)."""
+        return EvalConfig(
+            model=train.model,
+            problems=self.problems or train.eval_problems,
+            engine=self.engine or train.engine,
+            samples=self.samples,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens or train.max_tokens,
+            seed=train.seed,
+            prompt_template=train.prompt_template,
+            chat_template=train.chat_template,
+            prompt_length=train.prompt_length,
+            verifier=train.verifier,
+            out=out,
+        )
+
+
 class StudyConfig(BaseModel):
     """Compare replay designs: arms x seeds, paired by seed, Student t intervals, claims fixed before the run."""
 
@@ -76,14 +113,17 @@ class StudyConfig(BaseModel):
     seeds: list[int] = Field(
         default_factory=lambda: [0, 1, 2], min_length=1, description="Training seeds; every arm runs each."
     )
-    collect: dict[str, Any] = Field(
-        default_factory=dict, description="Collection settings for rlep pools (see `rlep show-config collect`)."
+    collect: CollectConfig = Field(
+        default_factory=CollectConfig,
+        description="Collection settings of RLEP's pools (model and out are set per seed: the exploration's checkpoint).",
     )
-    train: dict[str, Any] = Field(
-        default_factory=dict, description="Base training settings of every arm (see `rlep show-config train`)."
+    train: TrainConfig = Field(
+        default_factory=TrainConfig,
+        description="Base training settings of every arm (seed and out are set per run; see `rlep show-config train`).",
     )
-    evaluate: dict[str, Any] = Field(
-        default_factory=lambda: {"samples": 4}, description="Final evaluation of every run (pass@k at the end)."
+    evaluate: StudyEvalConfig = Field(
+        default_factory=StudyEvalConfig,
+        description="Final evaluation of every training run's last checkpoint (pass@k at the end).",
     )
     arms: dict[str, dict[str, Any]] = Field(
         default_factory=lambda: {"baseline": {"replay": {"kind": "none"}}, "rlep": {"replay": {"kind": "rlep"}}},
@@ -120,51 +160,37 @@ def with_models_resolved(config: StudyConfig, progress: bool = True) -> StudyCon
     of the study starts from the same weights even if the default model's settings change while it runs."""
     from rlep.tasks.models import resolve_model
 
-    train = dict(config.train)
-    model = train.get("model", TrainConfig.model_fields["model"].default)
-    train["model"] = resolve_model(model, progress=progress)
+    train = config.train.model_copy(update={"model": resolve_model(config.train.model, progress=progress)})
     return config.model_copy(update={"train": train})
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """`base` with `override` merged in; nested dicts merge, anything else replaces (a new replay kind replaces)."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict) and not (key == "replay" and "kind" in value):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def _validated(model, settings: dict, where: str):
     try:
         return model.model_validate(settings)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
-        raise StudyError(f"{where}: {problems}") from None
+        raise StudyError("; ".join(validation_problems(err, where))) from None
 
 
 def plan(config: StudyConfig) -> list[Run]:
     """Every run of the study in an order that respects `needs` (`tasks.plan.plan_seed` for each seed, the
     pipeline's planner too); all settings validated before anything runs."""
     layout = StudyLayout(config.out)
+    base_settings = config.train.model_dump(mode="json")
     runs: list[Run] = []
     for seed in config.seeds:
         arms = {}
         for arm, override in config.arms.items():
-            settings = deep_merge(config.train, override)
-            settings.update(seed=seed, out=str(layout.run(arm, seed)))
+            settings = merge_settings(base_settings, override) | {"seed": seed, "out": str(layout.run(arm, seed))}
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-        base = _validated(TrainConfig, {**config.train, "seed": seed}, "train")
-        collect = _validated(CollectConfig, {**config.collect, "seed": seed}, "collect")
+        base = config.train.model_copy(update={"seed": seed})
+        collect = config.collect.model_copy(update={"seed": seed})
         try:
             runs += plan_seed(
                 arms,
                 seed,
                 base,
                 collect,
-                lambda train, name, out: _evaluation(config, train, name, out),
+                lambda train, name, out: config.evaluate.for_run(train, out),
                 layout,
                 config.baseline_arm,
                 config.explore_steps,
@@ -172,15 +198,3 @@ def plan(config: StudyConfig) -> list[Run]:
         except PlanError as err:
             raise StudyError(str(err)) from None
     return runs
-
-
-def _evaluation(config: StudyConfig, train_config: TrainConfig, name: str, out: Path) -> EvalConfig:
-    settings = {
-        "problems": train_config.eval_problems.model_dump(),
-        "max_tokens": train_config.max_tokens,
-        "engine": train_config.engine.model_dump(),
-        **config.evaluate,
-        "seed": train_config.seed,
-        "out": str(out),
-    }
-    return _validated(EvalConfig, settings, f"evaluate (run {name})")

@@ -484,7 +484,7 @@ def train_distributed(config, resume: bool = False):
 
 def main(argv: list[str] | None = None) -> None:
     """One rank of `rlep train --nproc N`: rank 0 trains (tasks.training.trainer.train), the others serve."""
-    parser = argparse.ArgumentParser(prog="python -m tasks.training.distributed")
+    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.distributed")
     parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)

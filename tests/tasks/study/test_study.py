@@ -77,7 +77,9 @@ def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
 
 
 def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
-    with pytest.raises(StudyError, match=r"arms.fifo: replay.fifo.replay_ratioo: Extra inputs"):
+    with pytest.raises(
+        StudyError, match=r"arms\.fifo\.replay\.fifo\.replay_ratioo: Extra inputs are not permitted \(got 0\.5\)"
+    ):
         plan(
             StudyConfig.model_validate(
                 _settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratioo": 0.5}}})
@@ -86,7 +88,10 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "study.yaml"
     path.write_text(json.dumps(_settings("tiny", tmp_path / "out", {"baseline": {"lr": 1}})))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 2
-    assert "arms.baseline: lr: Extra inputs are not permitted" in capsys.readouterr().err
+    # One error format for every command: the file, then each bad setting's path, message and value.
+    assert f"{path}: invalid configuration: arms.baseline.lr: Extra inputs are not permitted (got 1)" in (
+        capsys.readouterr().err
+    )
     assert not (tmp_path / "out").exists()
 
 
