@@ -215,7 +215,7 @@ class PoolStore:
                 new["problem_id"].to_pylist(),
                 normalise_response(new["response"]).to_pylist(),
             )
-            fresh_mask = pa.array([key not in seen for key in keys])
+            fresh_mask = pa.array([key not in seen for key in keys], type=pa.bool_())  # typed: an empty one too
             added = new.filter(fresh_mask)
             merged = pa.concat_tables([old, added])
             parent = self.lineage(self.versions()[-1])

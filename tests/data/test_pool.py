@@ -60,6 +60,16 @@ def test_versions_accumulate_new_answers_with_lineage(tmp_path, capsys):
     assert "v0002" in capsys.readouterr().out
 
 
+def test_a_recollection_that_verified_nothing_still_publishes_a_version(tmp_path):
+    # A policy can get every sampled answer wrong: its pool file has no rows, and the new version is the old
+    # one's rows with the recollection recorded (0 rows added), never a crash in the publish.
+    store = PoolStore(tmp_path / "pools")
+    store.publish(_pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}")]), {"run_dir": "a"})
+    v2 = store.publish(_pool(tmp_path / "none.parquet", []), {"run_dir": "none", "after_step": 10})
+    assert pq.read_table(v2 / "pool.parquet").num_rows == 1
+    assert [c["rows_added"] for c in store.lineage(2)["contributions"]] == [1, 0]
+
+
 def test_export_takes_any_pool_path_train_takes_and_import_gives_one_back(tmp_path):
     store = PoolStore(tmp_path / "pools")
     store.publish(_pool(tmp_path / "a.parquet", [("p1", "\\boxed{1}")]), {"run_dir": "a"})
