@@ -6,6 +6,7 @@ $RLEP_SCREENSHOT_DIR (default runs/ui-screenshots). Every process started here i
 Needs Debian's chromium (`make test` installs it when it can: see the Makefile).
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -54,7 +55,9 @@ def prefect_ui(tmp_path_factory):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_model, tmp_path):
+def test_deployments_schedule_run_and_artifacts_in_the_ui(
+    prefect_ui, fixture_model, tmp_path, monkeypatch, gold_answers
+):
     port, home = prefect_ui
     api = f"http://{HOST}:{port}/api"
     shots = Path(os.environ.get("RLEP_SCREENSHOT_DIR", "runs/ui-screenshots"))
@@ -120,5 +123,67 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(prefect_ui, fixture_mo
         )
         _chromium(f"http://{HOST}:{port}/artifacts", tmp_path / "profile4", f"--screenshot={shots / 'artifacts.png'}")
         assert (shots / "collect-run.png").exists() and (shots / "artifacts.png").exists()
+        answer_with_gold = lambda: gold_answers(monkeypatch)  # noqa: E731
+        _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, config, answer_with_gold)
     finally:
         server.stop(serve)
+
+
+def _run_deployment(client, name: str, parameters: dict, log: Path) -> dict:
+    deployment = next(d for d in client.post("/deployments/filter", json={}).json() if d["name"] == name)
+    run = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}).json()
+    deadline, state = time.time() + 300, None
+    while state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+        assert time.time() < deadline, f"{name} run still {state}"
+        time.sleep(2)
+        state = client.get(f"/flow_runs/{run['id']}").json()["state"]["type"]
+    assert state == "COMPLETED", log.read_text()[-3000:]
+    return run
+
+
+def _artifacts(client, run: dict, key: str) -> list[dict]:
+    found = client.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+    return [a for a in found if a["key"] == key]
+
+
+def _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, collect, answer_with_gold):
+    """The living pool from the UI's side: a training run started from the `train` deployment follows a pool
+    store (its per-step metrics artifact names the version each step replayed), and the `recollect` deployment
+    samples that training's latest checkpoint and publishes the next version, its lineage naming the checkpoint.
+    Version 1 is published here from a collection whose engine answers right on purpose (the fixture model
+    gets nothing right, and an empty pool replays nothing)."""
+    from rlep.data.pool import PoolStore
+    from rlep.data.run_layout import CollectRunLayout
+    from rlep.tasks.collect import CollectConfig, run_collection
+
+    store, log = tmp_path / "pools", tmp_path / "serve.log"
+    answer_with_gold()
+    seeded = CollectConfig.model_validate({**collect, "out": str(tmp_path / "seed-pool")})
+    run_collection(seeded, progress=False)
+    PoolStore(store).publish(CollectRunLayout(seeded.out).pool, {"run_dir": str(seeded.out)})
+    train = {
+        "model": fixture_model,
+        "out": str(tmp_path / "train"),
+        "steps": 2,
+        "prompts_per_step": 2,
+        "samples_per_prompt": 2,
+        "max_tokens": 8,
+        "eval_every": 0,
+        "save_every": 1,
+        "problems": collect["problems"],
+        "eval_problems": {"source": "tiny-math", "split": "test", "limit": 4},
+        "engine": {"backend": "transformers"},
+        "loss": {"overlong_buffer": 6},
+        "replay": {"kind": "rlep", "pool": str(store), "follow": True, "refresh_every": 1},
+    }
+    trained = _run_deployment(client, "train", {"config": train}, log)
+    rows = [row for a in _artifacts(client, trained, "train-metrics") for row in json.loads(a["data"])]
+    # one table per step, each naming the pool version that step replayed
+    assert sorted((row["step"], row["replay_pool_version"]) for row in rows) == [(1, 1), (2, 1)]
+    again = {"train_dir": str(tmp_path / "train"), "pool_store": str(store), "collect": {**collect, "out": "unused"}}
+    second = _run_deployment(client, "recollect", {"config": again}, log)
+    lineage = PoolStore(store).lineage(2)
+    assert lineage["contributions"][-1]["model"] == str(tmp_path / "train" / "checkpoints" / "step-2")
+    for name, run in (("train-following-store.png", trained), ("recollect-from-training.png", second)):
+        _chromium(f"http://{HOST}:{port}/runs/flow-run/{run['id']}", tmp_path / name, f"--screenshot={shots / name}")
+        assert (shots / name).stat().st_size > 10_000
