@@ -78,11 +78,14 @@ def eval_scalars(rows: list[dict]) -> dict[str, float]:
 
 
 def step_line(row: dict, steps: int) -> str:
-    """`step 3/40  reward 0.312  accuracy 0.281  replay 0.25  1.21 s/step (generate 0.52, ...)`."""
+    """`step 3/40  reward 0.312  accuracy 0.281  replay 0.250  pool v0002  1.21 s/step (generate 0.52, ...)`."""
     parts = [f"step {row['step']}/{steps}"]
     for key, label in (("reward_mean", "reward"), ("accuracy", "accuracy"), ("replay_share", "replay")):
         if isinstance(row.get(key), numbers.Real):
             parts.append(f"{label} {row[key]:.3f}")
+    version = row.get("replay_pool_version")
+    if isinstance(version, numbers.Real) and version == version:  # a run following a pool store (NaN otherwise)
+        parts.append(f"pool v{int(version):04d}")
     phases = ", ".join(f"{p} {row[f'time_{p}']:.2f}" for p in PHASES if isinstance(row.get(f"time_{p}"), numbers.Real))
     if isinstance(row.get("time_step"), numbers.Real):
         parts.append(f"{row['time_step']:.2f} s/step" + (f" ({phases})" if phases else ""))

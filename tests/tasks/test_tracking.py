@@ -118,6 +118,9 @@ def test_step_and_eval_lines_carry_reward_accuracy_and_phase_times():
         step_line(row, 40)
         == "step 3/40  reward 0.312  accuracy 0.250  replay 0.000  1.50 s/step (generate 0.90, verify 0.10, train 0.40)"
     )
+    # A run following a pool store names the version each step replayed; NaN (a pinned pool file) shows nothing.
+    assert "replay 0.000  pool v0002  1.50 s/step" in step_line({**row, "replay_pool_version": 2.0}, 40)
+    assert "pool" not in step_line({**row, "replay_pool_version": float("nan")}, 40)
     rows = [
         {"data_source": "a", "k": 1, "n_problems": 2, "avg_at_k": 0.5},
         {"data_source": "all", "k": 1, "n_problems": 2, "avg_at_k": 0.5},
