@@ -6,7 +6,7 @@
 process of its own (started for it, gone after it). A run that
 needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
 waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
-after another in this process. Finished runs are skipped, so a killed study resumes where it stopped.
+after another, each run in a fresh process of its own (`runner.isolate`), its log lines handled in the task. Finished runs are skipped, so a killed study resumes where it stopped.
 
 Each run's task logs its start, a line per training step and evaluation, and its end to its own Logs tab in
 the UI, on a Ray worker too (the worker sends them to the same Prefect API).
@@ -23,18 +23,29 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import flush_prefect_logs, send_logs_to_prefect
 from rlep.tasks.runner import worker_threads
-from rlep.tasks.study import StudyConfig, execute_run, gather, plan, with_models_resolved, write_study_outputs
+from rlep.tasks.study import (
+    StudyConfig,
+    execute_in_process,
+    execute_run,
+    gather,
+    plan,
+    with_models_resolved,
+    write_study_outputs,
+)
 from rlep.tasks.study.report import claims_markdown
 
 log = logging.getLogger("rlep.study")
 
 
 @task(name="study-run", task_run_name="{run.key}")
-def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
+def study_run_task(run, needs: dict, threads: int | None = None, isolate: bool = False) -> dict:
     send_logs_to_prefect()  # in this process: on Ray, a worker's
     log.info(f"{run.kind} run {run.key}: {run.config.out}")
     try:
-        record = execute_run(run, needs, progress=False, threads=threads)
+        if isolate:  # local: a fresh process for the run, its log lines handled here
+            record = execute_in_process(run, needs, progress=False)
+        else:
+            record = execute_run(run, needs, progress=False, threads=threads)
         log.info(f"{run.key} done")
         return record
     finally:
@@ -52,7 +63,9 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     else:
         results = {}
         for run in runs:
-            results[run.key] = study_run_task(run, {key: results[key] for key in run.needs})
+            results[run.key] = study_run_task(
+                run, {key: results[key] for key in run.needs}, isolate=config.runner.isolate
+            )
     study, final = gather(runs)
     paths = write_study_outputs(config, study, final, command)
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -169,3 +170,41 @@ def _start_weights(model: str) -> str | None:
     from rlep.data.fs import weights_hash
 
     return weights_hash(model) if Path(model).is_dir() else None
+
+
+def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True) -> dict:
+    """`execute_run` in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
+    nothing that earlier runs left behind (threads, caches, allocator state). Its log records come back and are
+    handled here, in the calling thread, so they reach whatever this thread logs to (a Prefect task run's Logs
+    tab included); an exception in the run is raised here."""
+    import multiprocessing
+    import queue as queue_module
+
+    context = multiprocessing.get_context("spawn")
+    records = context.Queue()
+
+    def forward() -> None:
+        while True:
+            try:
+                record = records.get_nowait()
+            except queue_module.Empty:
+                return
+            logging.getLogger(record.name).handle(record)
+
+    with context.Pool(1, initializer=_log_to_queue, initargs=(records,)) as pool:
+        pending = pool.apply_async(execute_run, (run, results), {"progress": progress})
+        while not pending.ready():
+            pending.wait(0.2)
+            forward()
+        forward()
+        return pending.get()
+
+
+def _log_to_queue(records) -> None:
+    """In the spawned process: every record of the `rlep` loggers goes back to the parent."""
+    from logging.handlers import QueueHandler
+
+    logger = logging.getLogger("rlep")
+    logger.addHandler(QueueHandler(records))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False

@@ -29,6 +29,12 @@ class RunnerConfig(BaseModel):
         0.0, ge=0, description="GPUs of one run or shard (vLLM's tensor parallelism goes in the engine settings)."
     )
     max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
+    isolate: bool = Field(
+        True,
+        description="local, a study's runs: each in a fresh process of its own, so its timings carry nothing earlier "
+        "runs left behind (its log lines still reach this run's log and the UI). On Ray every run has its own worker "
+        "process anyway. False: all in this process.",
+    )
 
 
 def worker_threads(cpus_per_run: float) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlep.tasks.execute import execute_run
+from rlep.tasks.execute import execute_in_process, execute_run
 from rlep.tasks.plan import Run
 from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
@@ -24,6 +24,7 @@ __all__ = [
     "Run",
     "StudyConfig",
     "StudyError",
+    "execute_in_process",
     "execute_run",
     "gather",
     "plan",
@@ -34,11 +35,13 @@ __all__ = [
 
 
 def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
-    """Every run of the study in this process, one after another (finished runs are skipped), then the outputs."""
+    """Every run of the study one after another (each in a fresh process unless `runner.isolate` is off;
+    finished runs are skipped), then the outputs."""
     config = with_models_resolved(config, progress)
     runs = plan(config)
     results: dict[str, dict] = {}
+    execute = execute_in_process if config.runner.isolate else execute_run
     for run in runs:
-        results[run.key] = execute_run(run, {key: results[key] for key in run.needs}, progress=progress)
+        results[run.key] = execute(run, {key: results[key] for key in run.needs}, progress=progress)
     study, final = gather(runs)
     return write_study_outputs(config, study, final, command)

@@ -125,7 +125,10 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
 
 
 @pytest.mark.slow
-def test_a_study_run_on_a_ray_worker_logs_its_steps_to_its_task_run(prefect_server, fixture_model, tmp_path):
+@pytest.mark.parametrize("runner", ["ray", "local"])
+def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_model, tmp_path, runner):
+    """On a Ray worker, and locally in the fresh process each run gets (`runner.isolate`), a run's step lines
+    reach its own task run's Logs tab."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
 
@@ -141,7 +144,7 @@ def test_a_study_run_on_a_ray_worker_logs_its_steps_to_its_task_run(prefect_serv
             "train": train,
             "arms": {"baseline": {"replay": {"kind": "none"}}},
             "evaluate": {"samples": 1},
-            "runner": {"kind": "ray", "max_parallel": 1},
+            "runner": {"kind": "ray", "max_parallel": 1} if runner == "ray" else {"kind": "local"},
         }
     )
     study_flow(config)

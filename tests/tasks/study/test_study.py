@@ -98,7 +98,9 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, half_right_collection, monkeypatch):
     claims = [{"name": "rlep-ahead-at-end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
-    config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", ARMS, claims=claims))
+    # In this process (isolate off): the patched collection engine must be the one that runs.
+    settings = _settings(fixture_model, tmp_path / "study", ARMS, claims=claims, runner={"isolate": False})
+    config = StudyConfig.model_validate(settings)
     paths = run_study(config, progress=False)
     study = pd.read_parquet(paths["study"])
     assert set(study.columns) >= {
@@ -215,7 +217,9 @@ def test_a_living_arm_plans_its_own_store_and_refuses_a_refresh_it_never_reaches
 def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     fixture_model, tmp_path, half_right_collection
 ):
-    settings = _settings(fixture_model, tmp_path / "study", {**ARMS, "living": LIVING}, seeds=[0])
+    settings = _settings(
+        fixture_model, tmp_path / "study", {**ARMS, "living": LIVING}, seeds=[0], runner={"isolate": False}
+    )
     settings["train"]["steps"] = 5
     paths = run_study(StudyConfig.model_validate(settings), progress=False)
     runs = tmp_path / "study" / "runs"
@@ -247,3 +251,20 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     ):
         assert extra["living", step] == pytest.approx(extra["rlep", step] + refreshes)
     assert set(pd.read_parquet(paths["final"]).arm) == {"baseline", "rlep", "living"}
+
+
+@pytest.mark.slow
+def test_a_local_study_runs_each_run_in_a_fresh_process_and_keeps_its_log_lines(fixture_model, tmp_path, caplog):
+    import logging
+    import os
+
+    arms = {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}}
+    config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", arms, seeds=[0]))
+    assert config.runner.isolate  # the default
+    with caplog.at_level(logging.INFO, logger="rlep"):
+        run_study(config, progress=False)
+    records = [json.loads((tmp_path / "study" / "runs" / a / "seed-0" / "run_record.json").read_text()) for a in arms]
+    assert len({r["process"] for r in records} | {os.getpid()}) == 3  # two fresh processes, neither this one
+    # The runs' step lines were logged in their processes and handled here (so a Prefect task would send them).
+    steps = [r.getMessage() for r in caplog.records if r.name.startswith("rlep") and r.getMessage().startswith("step")]
+    assert len(steps) == 2 * 2 and all(line.startswith(("step 1/2", "step 2/2")) for line in steps)
