@@ -35,6 +35,7 @@ from rlep.flows.commands import (
     _cmd_ui,
     _config,
     _config_commands,
+    show_config_names,
 )
 from rlep.flows.options import ConfigError, add_model_flags
 
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
-    p.add_argument("command_name", choices=sorted(_config_commands()), metavar="COMMAND")
+    p.add_argument("command_name", choices=show_config_names(), metavar="COMMAND")
     p.set_defaults(handler=_cmd_show_config)
     return parser
 

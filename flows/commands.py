@@ -475,7 +475,15 @@ def _cmd_bench_update(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- show-config
 
 
+def show_config_names() -> list[str]:
+    """Commands whose whole configuration `rlep show-config` prints: the one-model commands and the study."""
+    return sorted([*_config_commands(), "study"])
+
+
 def _cmd_show_config(args: argparse.Namespace) -> int:
-    model, _ = _config_commands()[args.command_name]
+    if args.command_name == "study":
+        from rlep.tasks.study import StudyConfig as model
+    else:
+        model, _ = _config_commands()[args.command_name]
     print(dump_yaml(model()), end="")
     return 0

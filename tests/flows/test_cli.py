@@ -120,6 +120,14 @@ def test_show_config_round_trips(tmp_path, capsys):
     from rlep.tasks.training.config import TrainConfig
 
     assert build_config(TrainConfig, path) == TrainConfig()
+    capsys.readouterr()
+    # The study's too: the file it prints is a study the loader reads back as the default one.
+    assert main(["show-config", "study"]) == 0
+    study = tmp_path / "study.yaml"
+    study.write_text(capsys.readouterr().out)
+    from rlep.tasks.study import StudyConfig
+
+    assert build_config(StudyConfig, study) == StudyConfig()
 
 
 def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
