@@ -81,7 +81,7 @@ def execute_run(
         limit_threads(threads)
     stages = stages or local_stages(progress)
     if not reuse:
-        shutil.rmtree(run.config.out, ignore_errors=True)
+        _start_over(run)
     if run.kind == "collect":
         return _collect(run, results, stages)
     if run.kind == "evaluate":
@@ -106,13 +106,20 @@ def _finished_or(run: Run, carry_out: Callable[[], dict]) -> dict:
         if all(record.get(name) == value for name, value in identity.items()):
             return record
         print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
-        shutil.rmtree(out)
+        _start_over(run)
     elif run.kind == "train" and not _same_training(out, run.config):
         print(f"{run.key}: {out} holds a run with other settings; starting it over")
-        shutil.rmtree(out)
+        _start_over(run)
     record = {"key": run.key, "out": str(out), **carry_out(), **identity, "process": os.getpid()}
     write_text_atomic(done, json.dumps(record, indent=2))
     return record
+
+
+def _start_over(run: Run) -> None:
+    """Remove what `run` wrote: its directory and, for a living-pool arm, its pool store."""
+    for path in (run.config.out, run.living.store if run.living is not None else None):
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _train(run: Run, stages: Stages, progress: bool) -> dict:

@@ -15,6 +15,7 @@ it was paid on (`refresh_costs`).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +44,11 @@ def train_living(config: TrainConfig, living: LivingPool, progress: bool = True)
     `living.every` steps; resumes wherever a killed call stopped. Returns the final checkpoint."""
     from rlep.tasks.training.trainer import train
 
-    store = PoolStore(living.store)
+    store, out = PoolStore(living.store), Path(config.out)
+    if _last_saved_step(out) == 0 and living.store.exists():  # nothing trained yet: a store left there is stale
+        shutil.rmtree(living.store)
     if not store.versions():
         store.publish(living.first_pool, {"run_dir": str(Path(living.first_pool).parent), "after_step": 0})
-    out = Path(config.out)
     for end in [*living.refresh_steps(config.steps), config.steps]:
         done = _last_saved_step(out)
         if done < end:

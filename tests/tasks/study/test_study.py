@@ -251,6 +251,14 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     ):
         assert extra["living", step] == pytest.approx(extra["rlep", step] + refreshes)
     assert set(pd.read_parquet(paths["final"]).arm) == {"baseline", "rlep", "living"}
+    # The same study with the pool refreshed every 3 steps: the living arm starts over, store included (its
+    # old versions would otherwise pass for re-collections already done); the other runs are kept.
+    settings["arms"]["living"] = {"replay": {**LIVING["replay"], "refresh_every": 3}}
+    run_study(StudyConfig.model_validate(settings), progress=False)
+    assert [c["after_step"] for c in PoolStore(store.root).lineage(2)["contributions"]] == [0, 3]
+    assert PoolStore(store.root).versions() == [1, 2]
+    metrics = pd.read_parquet(runs / "living" / "seed-0" / "metrics.parquet")
+    assert metrics.replay_pool_version.tolist() == [1, 1, 1, 2, 2]
 
 
 @pytest.mark.slow
