@@ -325,18 +325,18 @@ def _print_train(result) -> None:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from rlep.tasks.collect import preflight
-    from rlep.tasks.execute import local_stages
+    from rlep.tasks.collect import preflight, release_lock
     from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 
     config = _config(PipelineConfig, args)
-    preflight(config.collect)
+    store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
+    release_lock(store.root)  # the collection itself may run in another process
     if args.prefect:
         from rlep.flows.pipeline import pipeline_flow
 
         report = pipeline_flow(config)
     else:
-        report = run_pipeline(config, local_stages()).report
+        report = run_pipeline(config).report  # each run in a fresh process of its own
     print(Path(report).read_text())
     print(f"report: {report}\nplot: {PipelineLayout(Path(report).parent).heldout_plot}")
     return 0
@@ -445,11 +445,12 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
 
 def _cmd_bench_train(args: argparse.Namespace) -> int:
     from rlep.tasks.bench.train import run_train_bench
-    from rlep.tasks.collect import preflight
+    from rlep.tasks.collect import preflight, release_lock
     from rlep.tasks.pipeline import PipelineConfig
 
     config = _config(PipelineConfig, args)
-    preflight(config.collect)
+    store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
+    release_lock(store.root)  # the collection itself runs in another process
     report = run_train_bench(config, Path(args.results))
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {report['path']}")

@@ -179,8 +179,8 @@ def _start_weights(model: str) -> str | None:
     return weights_hash(model) if Path(model).is_dir() else None
 
 
-def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True) -> dict:
-    """`execute_run` in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
+def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True, reuse: bool = True) -> dict:
+    """`execute_run` with plain stages in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
     nothing that earlier runs left behind (threads, caches, allocator state). Its log records come back and are
     handled here, in the calling thread, so they reach whatever this thread logs to (a Prefect task run's Logs
     tab included); an exception in the run is raised here."""
@@ -198,13 +198,21 @@ def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True
                 return
             logging.getLogger(record.name).handle(record)
 
-    with context.Pool(1, initializer=_log_to_queue, initargs=(records,)) as pool:
-        pending = pool.apply_async(execute_run, (run, results), {"progress": progress})
+    pool = context.Pool(1, initializer=_log_to_queue, initargs=(records,))
+    try:
+        pending = pool.apply_async(execute_run, (run, results), {"progress": progress, "reuse": reuse})
         while not pending.ready():
             pending.wait(0.2)
             forward()
         forward()
-        return pending.get()
+        record = pending.get()
+        pool.close()  # a clean exit of the worker, then of its queues (nothing left for the resource tracker)
+        pool.join()
+        return record
+    finally:
+        pool.terminate()  # after an error or Ctrl-C: stop the run's process
+        records.close()
+        records.join_thread()
 
 
 def _log_to_queue(records) -> None:

@@ -12,8 +12,9 @@ same seed, same steps), the baseline run is reused as the exploration and nothin
 The runs are the study's planner's for one seed (`tasks.plan.plan_seed`), with the start evaluated first, and
 they execute through the study's executor (`tasks.execute.execute_run`): one place decides RLEP's order and
 what is evaluated, one carries runs out. The loop has no Prefect in it: `flows/pipeline.py` passes Prefect
-subflows as the stages, `tasks.execute.local_stages()` plain functions (`rlep pipeline --no-prefect`, `rlep
-bench train`). A finished run with the same settings is not run again, so a killed pipeline resumes.
+subflows as the stages; without stages (`rlep pipeline --no-prefect`, `rlep bench train`) each run is carried
+out by plain functions in a fresh process of its own. A finished run with the same settings is not run again,
+so a killed pipeline resumes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.execute import Stages, execute_run
+from rlep.tasks.execute import Stages, execute_in_process, execute_run
 from rlep.tasks.plan import Run, plan_seed
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.training.config import TrainConfig
@@ -145,17 +146,28 @@ def plan(config: PipelineConfig) -> list[Run]:
 
 
 def run_pipeline(
-    config: PipelineConfig, stages: Stages, report: Callable[..., Any] | None = None, reuse: bool = True
+    config: PipelineConfig,
+    stages: Stages | None = None,
+    report: Callable[..., Any] | None = None,
+    reuse: bool = True,
+    progress: bool = True,
 ) -> PipelineResult:
-    """Run the pipeline of `config` with `stages`, then `report(out, arms, evaluations, collect_dir,
-    pool_source)` (default `tasks.report.write_report`); see the module docstring for the order. `reuse`:
-    keep finished runs with the same settings (False: run everything again)."""
+    """Run the pipeline of `config`, then `report(out, arms, evaluations, collect_dir, pool_source)` (default
+    `tasks.report.write_report`); see the module docstring for the order. With `stages` (Prefect subflows) the
+    runs go through them in this process; without, each run is carried out by plain functions in a fresh
+    process of its own (`tasks.execute.execute_in_process`), so the step times the report compares carry
+    nothing an earlier run left behind. `reuse`: keep finished runs with the same settings (False: run
+    everything again)."""
     if report is None:
         from rlep.tasks.report import write_report as report
     runs = plan(config)
     records: dict[str, dict] = {}
     for run in runs:
-        records[run.key] = execute_run(run, {key: records[key] for key in run.needs}, stages, reuse=reuse)
+        needs = {key: records[key] for key in run.needs}
+        if stages is None:
+            records[run.key] = execute_in_process(run, needs, progress=progress, reuse=reuse)
+        else:
+            records[run.key] = execute_run(run, needs, stages, progress=progress, reuse=reuse)
     result = PipelineResult(report=config.layout().report)
     by_key = {run.key: run for run in runs}
     for run in runs:

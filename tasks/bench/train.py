@@ -14,13 +14,14 @@ from pathlib import Path
 
 from rlep.data.run_layout import CollectRunLayout
 from rlep.tasks.bench.report import write_bench_report
-from rlep.tasks.execute import local_stages
 from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 from rlep.tasks.report import arm_summary, replay_overhead
 
 
 def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"), progress: bool = True) -> dict:
-    result = run_pipeline(config, local_stages(progress=progress), reuse=False)  # a benchmark measures every run
+    # A benchmark measures every run (reuse off), each in a fresh process (no stages given), so the arms' step
+    # times carry nothing the runs before them left behind.
+    result = run_pipeline(config, reuse=False, progress=progress)
     arms = {name: arm_summary(run_dir) for name, run_dir in result.arms.items()}
     for name, a in arms.items():
         print(

@@ -134,3 +134,32 @@ def test_explore_is_the_baseline_run_only_when_it_is_the_same_run(tmp_path):
     evaluations = {r.key: r.evaluate.out for r in runs if r.kind == "train"}
     assert evaluations == {k: tmp_path / "eval" / k.split("/")[0] for k in evaluations}
     assert runs[3].config.replay.pool == tmp_path / "collect" / "pool.parquet" and runs[3].needs == ["collect/seed-0"]
+
+
+@pytest.mark.slow
+def test_pipeline_without_prefect_runs_each_run_in_a_fresh_process_and_resumes(fixture_model, tmp_path, capsys):
+    """`rlep pipeline --no-prefect`: the start's evaluation, the collection and both arms, each carried out in a
+    process of its own (the report's step times compare runs that share nothing); run again, every finished run
+    is kept and only the report is written anew."""
+    import os
+
+    import yaml
+
+    from rlep.flows.cli import main
+
+    out = tmp_path / "pipe"
+    config = _config(fixture_model, out, {"kind": "fifo", "batch_size": 6, "buffer_size": 12})
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    assert main(["pipeline", "--config", str(path), "--no-prefect"]) == 0
+    records = {
+        name: json.loads((out / sub / "run_record.json").read_text())
+        for name, sub in (("base", "eval/base"), ("fifo", "fifo"), ("baseline", "baseline"))
+    }
+    processes = {r["process"] for r in records.values()}
+    assert len(processes) == 3 and os.getpid() not in processes
+    report = (out / "report.md").read_text()
+    assert "## Phase II: training" in report and "## Time per step" in report
+    before = (out / "fifo" / "run_record.json").stat().st_mtime_ns
+    assert main(["pipeline", "--config", str(path), "--no-prefect"]) == 0
+    assert (out / "fifo" / "run_record.json").stat().st_mtime_ns == before  # kept, not trained again
