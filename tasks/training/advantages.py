@@ -66,8 +66,8 @@ def fill_advantages(groups: list[Group], loss: LossConfig) -> float:
     rewards_t = torch.tensor([r.reward for _, r in pending], dtype=torch.float32)
     group_ids = [gi for gi, _ in pending]
     advantages, zero_var = group_advantages(rewards_t, group_ids, scale_by_std=loss.scale_advantages_by_std)
-    if loss.objective == "asymre":
-        advantages = asymre_advantages(rewards_t, group_ids, loss.asymre_delta_v)
+    if loss.objective.kind == "asymre":
+        advantages = asymre_advantages(rewards_t, group_ids, loss.objective.delta_v)
     for (_, r), a in zip(pending, advantages.tolist()):
         r.advantage = a
     by_group: dict[int, bool] = {}

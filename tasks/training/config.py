@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,27 +17,58 @@ from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.verifiers import RewardConfig, VerifierConfig
 
+_OBJECTIVE = {"cli_flag": "objective"}
+_OBJECTIVE_HELP = (
+    "`ppo-clip`: GRPO advantages with the clipped ratio (RLEP's recipe). `asymre`: Asymmetric REINFORCE "
+    "(arXiv 2506.20520), advantage r - (group mean + delta_v), no ratio or clip (the FIFO paper's off-policy loss)."
+)
+
+
+class PPOClipObjective(BaseModel):
+    """GRPO advantages under PPO's clipped ratio, with clip-higher and dual-clip (RLEP's recipe)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["ppo-clip"] = Field("ppo-clip", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
+    clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
+    dual_clip: float | None = Field(
+        10.0, gt=1, le=1000, description="Dual-clip constant c for negative advantages (Ye et al. 2020); null = off."
+    )
+
+
+class AsymREObjective(BaseModel):
+    """Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520): advantage r - V, V = group mean + delta_v; no
+    ratio, no clip (the FIFO paper's off-policy loss)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["asymre"] = Field("asymre", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
+    delta_v: float = Field(
+        -0.1,
+        ge=-1,
+        le=1,
+        description="AsymRE: shift of the baseline V from the group's mean reward; below 0 favours positives.",
+        json_schema_extra={"cli_flag": "asymre-delta-v"},
+    )
+
+
+Objective = Annotated[PPOClipObjective | AsymREObjective, Field(discriminator="kind")]
+_EARLIER_OBJECTIVE_KEYS = {
+    "clip_low": "clip_low",
+    "clip_high": "clip_high",
+    "dual_clip": "dual_clip",
+    "asymre_delta_v": "delta_v",
+}
+
 
 class LossConfig(BaseModel):
     """Policy-gradient loss and policy constraints."""
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: Literal["ppo-clip", "asymre"] = Field(
-        "ppo-clip",
-        description="`ppo-clip`: GRPO advantages with the clipped ratio (RLEP's recipe). `asymre`: Asymmetric REINFORCE "
-        "(arXiv 2506.20520), advantage r - (group mean + asymre_delta_v), no ratio or clip (the FIFO paper's off-policy loss).",
-    )
-    asymre_delta_v: float = Field(
-        -0.1,
-        ge=-1,
-        le=1,
-        description="AsymRE: shift of the baseline V from the group's mean reward; below 0 favours positives.",
-    )
-    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
-    clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
-    dual_clip: float | None = Field(
-        10.0, gt=1, le=1000, description="Dual-clip constant c for negative advantages (Ye et al. 2020); null = off."
+    objective: Objective = Field(
+        default_factory=PPOClipObjective,
+        description="The objective and its own settings: `{kind: ppo-clip, clip_low, clip_high, dual_clip}` or "
+        "`{kind: asymre, delta_v}` (`--objective asymre`).",
     )
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How token losses become one number (RLEP/DAPO: token-mean)."
@@ -68,6 +99,32 @@ class LossConfig(BaseModel):
         "(non-replayed) tokens only. With `all`, replayed tokens enlarge the denominator, so a replay arm takes smaller "
         "steps on fresh data than the baseline at the same lr; `fresh` keeps the fresh step size equal.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_layout(cls, data: Any) -> Any:
+        """Settings in the layout of earlier versions (a saved run's train_config.json, an old YAML) still load:
+        `objective: asymre` names the kind, and clip_low / clip_high / dual_clip / asymre_delta_v beside it move
+        into the objective they belong to (the other objective's, which never acted, are dropped)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        objective = data.get("objective", {})
+        if isinstance(objective, str):
+            objective = {"kind": objective}
+        flat = {key: data.pop(key) for key in list(data) if key in _EARLIER_OBJECTIVE_KEYS}
+        if isinstance(objective, dict):  # the kind defaults to ppo-clip, as the objective does
+            kind = objective.get("kind", "ppo-clip")
+            owner = AsymREObjective if kind == "asymre" else PPOClipObjective
+            moved = {
+                _EARLIER_OBJECTIVE_KEYS[k]: v
+                for k, v in flat.items()
+                if _EARLIER_OBJECTIVE_KEYS[k] in owner.model_fields
+            }
+            objective = {**objective, "kind": kind, **moved}
+        if "objective" in data or flat:
+            data["objective"] = objective
+        return data
 
 
 class OptimizerConfig(BaseModel):

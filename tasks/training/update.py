@@ -124,7 +124,7 @@ def policy_update(
                 logp, entropy = token_logprobs(model, part.input_ids, part.attention_mask, temperature)
                 old_logp = logp.detach() if old_logp_all is None else old_logp_all[index[rows], : logp.shape[1]]
                 ratio_base, weights = off_policy_terms(old_logp, part, loss_config)
-                if loss_config.objective == "asymre":
+                if loss_config.objective.kind == "asymre":
                     loss, metrics = asymre_loss(
                         logp,
                         part.advantages,
@@ -139,9 +139,9 @@ def policy_update(
                         ratio_base,
                         part.advantages,
                         part.mask,
-                        clip_low=loss_config.clip_low,
-                        clip_high=loss_config.clip_high,
-                        dual_clip=loss_config.dual_clip,
+                        clip_low=loss_config.objective.clip_low,
+                        clip_high=loss_config.objective.clip_high,
+                        dual_clip=loss_config.objective.dual_clip,
                         aggregation=loss_config.aggregation,
                         token_weights=weights,
                         horizon=horizon,

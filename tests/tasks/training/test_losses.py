@@ -129,3 +129,38 @@ def test_asymre_loss_is_minus_advantage_times_logprob_without_ratio_or_clip():
     loss.backward()
     # d loss / d logp = -A / n_tokens on real tokens, whatever the (absent) ratio would be
     assert logp.grad.flatten().tolist() == pytest.approx([-0.85 / 3, -0.85 / 3, 0.15 / 3, 0.0])
+
+
+def test_the_objective_is_a_variant_with_its_own_settings(tmp_path):
+    """`loss.objective` is one of two variants, each with only its own settings (the UI form and --help show
+    the ones that apply); the flags keep their names; the layout of earlier versions still loads."""
+    import argparse
+
+    import pytest as _pytest
+
+    from rlep.flows.options import ConfigError, add_model_flags, build_config, flag_overrides
+    from rlep.tasks.training.config import AsymREObjective, LossConfig, PPOClipObjective, TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, TrainConfig)
+
+    def flags(*args):
+        return build_config(TrainConfig, None, flag_overrides(parser.parse_args(list(args)))).loss.objective
+
+    assert flags() == PPOClipObjective()
+    assert flags("--clip-low", "0.1", "--dual-clip", "none") == PPOClipObjective(clip_low=0.1, dual_clip=None)
+    assert flags("--objective", "asymre", "--asymre-delta-v", "-0.2") == AsymREObjective(delta_v=-0.2)
+    with _pytest.raises(ConfigError, match=r"loss\.objective\.asymre\.clip_low: Extra inputs are not permitted"):
+        flags("--objective", "asymre", "--clip-low", "0.1")
+    # A saved train_config.json or YAML of an earlier version: the kind by name, its settings beside it.
+    earlier = {"objective": "asymre", "asymre_delta_v": -0.3, "clip_low": 0.2, "clip_high": 0.28, "dual_clip": 10.0}
+    assert LossConfig.model_validate(earlier).objective == AsymREObjective(delta_v=-0.3)
+    assert LossConfig.model_validate({"clip_high": 0.3, "asymre_delta_v": -0.1}).objective == PPOClipObjective(
+        clip_high=0.3
+    )
+    path = tmp_path / "old.yaml"
+    path.write_text("loss: {objective: asymre, asymre_delta_v: -0.25}\n")
+    assert build_config(TrainConfig, path).loss.objective == AsymREObjective(delta_v=-0.25)
+    assert LossConfig.model_validate_json(LossConfig(objective=AsymREObjective()).model_dump_json()) == LossConfig(
+        objective=AsymREObjective()
+    )
