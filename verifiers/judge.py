@@ -108,6 +108,8 @@ def compare(gold: Answer, pred: Answer, float_rounding: int) -> tuple[bool, Reas
             return close, "equal" if close else "not-equal"
     if gold_value is not None and pred_value is not None:
         return _decided(exact_equal(gold, gold_value, pred, pred_value))
+    if gold_value is not None and unevaluated_arithmetic(pred.text):
+        return False, "unevaluated"
     gold_structure, pred_structure = exact_structure(gold.text), exact_structure(pred.text)
     if not (gold.percent or pred.percent):
         if gold_structure and pred_structure:
@@ -134,6 +136,22 @@ def compare(gold: Answer, pred: Answer, float_rounding: int) -> tuple[bool, Reas
     if equal is None:
         return False, "parse-error"
     return _decided(equal)
+
+
+# A binary + or - between two operands (not a sign: it follows a digit or a closing bracket), or a product
+# other than scientific notation's `a \times 10^k`.
+_SUM_OR_DIFFERENCE = re.compile(r"[\d.)}\]]\s*[+-]\s*[+-]?\s*[\d.({\\]")
+_PRODUCT = re.compile(r"(?:\\times|\\cdot|\*)(?!\s*10\s*\^)")
+
+
+def unevaluated_arithmetic(text: str) -> bool:
+    """Whether a normalised answer is arithmetic still to be done (`11 + 24`, `5 \\times 7`, `2 - -3`).
+
+    Asked only when the gold is a plain number: a model that restates the question's sum (`The final answer
+    is 11 + 24`) is symbolically equal to the gold, but it has not answered; RL finds that in a few steps
+    (docs/verifiers.md). A single fraction (`70/2`, `\\frac{7}{2}`), a mixed number, a power (`10^6`) and
+    scientific notation (`3 \\times 10^{5}`) are number forms, not computations left undone."""
+    return bool(_SUM_OR_DIFFERENCE.search(text) or _PRODUCT.search(text))
 
 
 def align_equations(gold: Answer, pred: Answer) -> tuple[Answer, Answer] | None:

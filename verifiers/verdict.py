@@ -8,6 +8,7 @@ from typing import Literal
 Reason = Literal[
     "equal",  # the extracted answer is equivalent to the gold answer
     "not-equal",  # both sides were understood and they differ
+    "unevaluated",  # the gold is a number and the answer a sum, difference or product still to be computed
     "no-answer",  # nothing answer-like was found in the response (or the box was empty)
     "timeout",  # checking overran `timeout_seconds`; the worker was interrupted or killed
     "too-long",  # the response or the extracted answer exceeded its length limit

@@ -369,7 +369,7 @@ RESPONSES: list[tuple[str, str, bool]] = [
     ("The solution set is $x \\in [2, 5)$, as the sign chart shows.", "2 < x < 5", False),
     ("Both lines meet where\n$y = 2x - 1$\nholds, i.e. the line $2x - y - 1 = 0$.", "y=2x-1", True),
     ("Answer: $x \\approx 2.24$", "2.24", True),
-    ("It costs $5 a day,\nso over the week the total is $x = 7 \\cdot 5$", "35", True),  # a stray `$`
+    ("It costs $5 a day,\nso over the week the total is $x = 7 \\cdot 5 = 35$", "35", True),  # a stray `$`
 ]
 
 
@@ -377,3 +377,31 @@ RESPONSES: list[tuple[str, str, bool]] = [
 def test_whole_responses(response, gold, expected):
     verdict = verify_batch([response], [gold])[0]
     assert (verdict.correct, verdict.reason) == (expected, "equal" if expected else "not-equal"), verdict
+
+
+# (response, gold, correct): against a plain-number gold, arithmetic left to do is not an answer, however it is
+# marked. Found by RL on SmolLM2: the policy learned to answer "What is 11+24?" with "The final answer is 11 + 24",
+# which sympy finds equal to 35 (docs/verifiers.md). Number forms that are not computations left undone stay equal.
+UNEVALUATED = [
+    ("The final answer is 11 + 24", "35", False),
+    ("\\boxed{11+24}", "35", False),
+    ("\\boxed{5 \\times 7}", "35", False),
+    ("\\boxed{2 - -3}", "5", False),
+    ("\\boxed{-3 + 8}", "5", False),
+    ("It costs $5 a day,\nso over the week the total is $x = 7 \\cdot 5$", "35", False),
+    ("\\boxed{x = 1+2}", "x = 3", False),
+    ("11 + 24 = 35", "35", True),  # the computation shown, then its result: the result is the answer
+    ("\\boxed{70/2}", "35", True),  # one fraction is a number form
+    ("\\boxed{3 \\times 10^{5}}", "300000", True),  # scientific notation
+    ("\\boxed{10^{-3}}", "0.001", True),
+    ("\\boxed{2\\frac{1}{2}}", "5/2", True),  # a mixed number
+    ("\\boxed{-5}", "-5", True),
+    ("\\boxed{x+1}", "x+1", True),  # a symbolic gold: the rule does not apply
+    ("\\boxed{1+\\sqrt{2}}", "1+\\sqrt{2}", True),
+]
+
+
+@pytest.mark.parametrize(("response", "gold", "expected"), UNEVALUATED)
+def test_arithmetic_left_to_do_is_not_an_answer_to_a_number(response, gold, expected):
+    verdict = verify_batch([response], [gold])[0]
+    assert (verdict.correct, verdict.reason) == (expected, "equal" if expected else "unevaluated"), verdict
