@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefect",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs here, one after another.",
+        help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs one after another without Prefect, each in a fresh process.",
     )
 
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")

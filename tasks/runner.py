@@ -19,7 +19,8 @@ class RunnerConfig(BaseModel):
 
     kind: Literal["local", "ray"] = Field(
         "local",
-        description="`local`: one after another in this process; `ray`: in parallel through Prefect's Ray task runner.",
+        description="`local`: one after another (a study's runs each in a fresh process, see `isolate`; a "
+        "collection's shards in this one); `ray`: in parallel through Prefect's Ray task runner.",
     )
     address: str | None = Field(
         None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray."
