@@ -106,9 +106,8 @@ def plan_seed(
             train_config = train_config.model_copy(
                 update={"replay": train_config.replay.model_copy(update={"pool": pool})}
             )
-        run = _train(key, seed, arm, train_config, evaluation, layout)
-        run.needs, run.living = (_keys(collect_key) if arm in order.pooled else []), living
-        runs.append(run)
+        needs = _keys(collect_key) if arm in order.pooled else []
+        runs.append(_train(key, seed, arm, train_config, evaluation, layout, needs=needs, living=living))
     return runs
 
 
@@ -124,10 +123,12 @@ def _train(
     evaluation: Evaluation,
     layout: PlanLayout,
     name: str | None = None,
+    needs: list[str] | None = None,
+    living: LivingPool | None = None,
 ) -> Run:
     name = name or arm
     final = evaluation(config, name, layout.evaluation(name, seed, Path(config.out)))
-    return Run(key, "train", seed, arm, config, final)
+    return Run(key, "train", seed, arm, config, final, needs or [], living)
 
 
 def _living_pool(config: TrainConfig, arm: str, collect: CollectConfig, store: Path, first_pool: Path) -> LivingPool:
