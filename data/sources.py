@@ -1,6 +1,6 @@
 """Problem sources: the built-in tiny-math generator, local JSONL / Parquet / CSV files, Hugging Face datasets.
 
-`load_problems(ProblemSourceConfig(...))` is the one entry point (`load_source` also returns what was left
+`load_problems(problem_source(...))` is the one entry point (`load_source` also returns what was left
 out and why). A file is read in one of two layouts: `columns` (a text column per field, named by the
 `*_column` settings) or verl's preprocessed layout (data/verl_format.py: chat `prompt`, `reward_model.
 ground_truth`, `extra_info.index`), detected when a file has verl's columns. Gold answers are read by the
@@ -24,9 +24,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
 
 from rlep.data import tiny_math
 from rlep.data.columns import (
@@ -54,43 +54,77 @@ from rlep.data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
 log = logging.getLogger(__name__)
 
 
-class ProblemSourceConfig(BaseModel):
-    """Where problems come from and how to read them."""
+_SOURCE_HELP = (
+    "`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a Hugging Face dataset "
+    "already in the local datasets cache (this machine cannot download). It also names the kind of source, and "
+    "so which of the other settings apply."
+)
+
+
+class _Source(BaseModel):
+    """The settings every kind of source has. A source's kind is read from `source` itself (`tiny-math`,
+    `hf:NAME`, else a file), so the union below is discriminated by that string rather than by a `kind` field:
+    configurations write `source: data/x.parquet` as they always have."""
 
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(
-        "tiny-math",
-        min_length=1,
-        description="`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a "
-        "Hugging Face dataset already in the local datasets cache (this machine cannot download).",
-    )
+    source: str = Field("tiny-math", min_length=1, description=_SOURCE_HELP)  # each kind narrows it
     split: str = Field(
         "train",
         min_length=1,
         description="Split to load: tiny-math has `train` and `test`; `hf:` datasets their own; a local file only "
         "if it has a split column (see split_column), else the file is read whole.",
     )
-    subset: str | None = Field(
-        None,
-        min_length=1,
-        description="`hf:` sources: the dataset's subset (config name), e.g. `main` for openai/gsm8k.",
-    )
     limit: int | None = Field(None, ge=1, description="Keep at most this many problems (first ones).")
-    seed: int = Field(0, ge=0, description="Seed of the tiny-math generator (tiny-math only).")
+
+    # Settings only another kind of source has, dropped on validation: a section merged from defaults (e.g. the
+    # default task's `families`) keeps them when a user switches it to a file. A user who GIVES one is refused
+    # by `settings_not_applying` (through `build_config`), so nothing a user chose is ignored silently.
+    _other_kinds: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_other_kinds(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if key not in cls._other_kinds}
+        return data
+
+    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
+        """Of the settings a user `given` (names of fields), those this kind of source has no use for, with why.
+
+        The configuration builder refuses them rather than silently reading other problems than the user asked
+        for. (A model built in code drops them unchecked.)"""
+        given, this = set(given), "tiny-math" if self.source == "tiny-math" else f"source {self.source!r}"
+        return [f"{name}: {_APPLIES_TO[name]}, not to {this}" for name in self._other_kinds if name in given]
+
+
+class TinyMathSource(_Source):
+    """The built-in tiny-math generator (data/tiny_math.py)."""
+
+    model_config = ConfigDict(extra="forbid", title="tiny-math source")
+
+    source: Literal["tiny-math"] = Field("tiny-math", description=_SOURCE_HELP)
+    seed: int = Field(0, ge=0, description="Seed of the tiny-math generator.")
     tiny_math_size: int = Field(
-        2000, ge=1, le=100_000, description="How many tiny-math problems the split has before `limit` (tiny-math only)."
+        2000, ge=1, le=100_000, description="How many tiny-math problems the split has before `limit`."
     )
     families: list[Literal["add", "sub", "mul", "frac", "decimal"]] = Field(
         default_factory=lambda: list(tiny_math.FAMILIES),
         min_length=1,
-        description="tiny-math: the families to draw from, in equal shares (tiny-math only).",
+        description="The families to draw from, in equal shares.",
     )
     levels: list[Literal[1, 2, 3]] = Field(
         default_factory=lambda: list(tiny_math.LEVELS),
         min_length=1,
-        description="tiny-math: the difficulty levels to draw from, 1 = easiest (tiny-math only).",
+        description="The difficulty levels to draw from, 1 = easiest.",
     )
+
+    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below, once the row settings are known
+
+
+class _RowSource(_Source):
+    """A source of rows (a file or an `hf:` dataset): how problems, answers and ids are read from them."""
+
     layout: Literal["auto", "columns", "verl"] = Field(
         "auto",
         description="How a file's rows are laid out: `columns` (one column per field), `verl` (verl's "
@@ -143,30 +177,37 @@ class ProblemSourceConfig(BaseModel):
         "NuminaMath-1.5 writes `proof` and `notfound`.",
     )
 
-    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
-        """Of the settings a user `given` (names of fields), those this source has no use for, with why.
 
-        The tiny-math settings mean nothing to a file or a dataset, the file settings nothing to tiny-math,
-        a subset only to `hf:` datasets, and a split nothing to a local file without a split column (its
-        first row is read to tell): the configuration builder refuses them rather than silently reading
-        other problems than the user asked for. (Their defaults stay in every configuration, so a model
-        built in code is not checked.)
-        """
-        given = set(given)
-        if self.source == "tiny-math":
-            return [
-                f"{name}: applies to files and hf: datasets, not to tiny-math" for name in FILE_ONLY if name in given
-            ] + (["subset: applies to hf: datasets only, not to tiny-math"] if "subset" in given else [])
-        refused = [
-            f"{name}: applies to tiny-math only, not to source {self.source!r}"
-            for name in TINY_MATH_ONLY
-            if name in given
-        ]
-        if self.source.startswith(HF_PREFIX):
-            return refused
-        if "subset" in given:
-            refused.append(f"subset: applies to hf: datasets only, not to source {self.source!r}")
-        if "split" in given and self.split_column is None:
+class HfSource(_RowSource):
+    """A Hugging Face dataset already in the local datasets cache, `hf:NAME`."""
+
+    model_config = ConfigDict(extra="forbid", title="hf: dataset source")
+
+    source: str = Field(..., pattern=r"^hf:.+", description=_SOURCE_HELP)
+    subset: str | None = Field(
+        None,
+        min_length=1,
+        description="The dataset's subset (config name), e.g. `main` for openai/gsm8k.",
+    )
+
+    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below
+
+
+class FileSource(_RowSource):
+    """A local JSONL / JSON / Parquet / CSV file."""
+
+    # python-re: the pattern's lookaheads (which keep the JSON schema's variants exclusive, as the Prefect
+    # server's oneOf check needs) are beyond pydantic's default regex engine.
+    model_config = ConfigDict(extra="forbid", title="file source", regex_engine="python-re")
+
+    source: str = Field(..., pattern=r"^(?!tiny-math$)(?!hf:).+", description=_SOURCE_HELP)
+
+    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below
+
+    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
+        """Also a split the file cannot select (it has no split column: its first row is read to tell)."""
+        refused = super().settings_not_applying(given)
+        if "split" in set(given) and self.split_column is None:
             columns = peek_columns(Path(self.source))
             if columns is not None and not any(c in columns for c in SPLIT_COLUMNS):
                 refused.append(
@@ -176,19 +217,41 @@ class ProblemSourceConfig(BaseModel):
         return refused
 
 
-TINY_MATH_ONLY = ("seed", "tiny_math_size", "families", "levels")
-FILE_ONLY = (
-    "layout",
-    "problem_column",
-    "answer_column",
-    "answer_format",
-    "id_column",
-    "data_source_column",
-    "split_column",
-    "invalid_rows",
-    "no_answer_values",
+TINY_MATH_ONLY = tuple(
+    name for name in TinyMathSource.model_fields if name not in _Source.model_fields and name != "source"
 )
+FILE_ONLY = tuple(name for name in _RowSource.model_fields if name not in _Source.model_fields)
+_APPLIES_TO = {
+    **{name: "applies to tiny-math only" for name in TINY_MATH_ONLY},
+    **{name: "applies to files and hf: datasets" for name in FILE_ONLY},
+    "subset": "applies to hf: datasets only",
+}
+TinyMathSource._other_kinds = (*FILE_ONLY, "subset")
+HfSource._other_kinds = TINY_MATH_ONLY
+FileSource._other_kinds = (*TINY_MATH_ONLY, "subset")
 SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
+
+
+def source_kind(value: Any) -> str:
+    """`tiny-math`, `hf` or `file`: the kind of source a section (a dict or a validated source) is."""
+    source = value.get("source", "tiny-math") if isinstance(value, dict) else getattr(value, "source", "tiny-math")
+    if source == "tiny-math":
+        return "tiny-math"
+    return "hf" if isinstance(source, str) and source.startswith(HF_PREFIX) else "file"
+
+
+# Where problems come from and how to read them: one of three kinds, each with only its own settings (so the
+# Prefect UI's forms and `--help` show only what applies).
+ProblemSourceConfig = Annotated[
+    Annotated[TinyMathSource, Tag("tiny-math")] | Annotated[FileSource, Tag("file")] | Annotated[HfSource, Tag("hf")],
+    Discriminator(source_kind),
+]
+_SOURCE_ADAPTER: TypeAdapter[TinyMathSource | FileSource | HfSource] = TypeAdapter(ProblemSourceConfig)
+
+
+def problem_source(**settings: Any) -> TinyMathSource | FileSource | HfSource:
+    """The source `settings` describe (e.g. `problem_source(source="data/x.parquet", answer_format="boxed")`)."""
+    return _SOURCE_ADAPTER.validate_python(settings)
 
 
 # The default task of `rlep collect / train / eval`: 1-decimal addition (a.b+c.d), the tiny-math cell the
@@ -196,9 +259,9 @@ SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is loo
 DEFAULT_TASK = {"families": ["decimal"], "levels": [1]}
 
 
-def default_task(split: str, **settings: Any) -> ProblemSourceConfig:
-    """A `ProblemSourceConfig` of the default task's `split`."""
-    return ProblemSourceConfig(split=split, **DEFAULT_TASK, **settings)
+def default_task(split: str, **settings: Any) -> TinyMathSource:
+    """The default task's `split`, as a tiny-math source."""
+    return TinyMathSource(split=split, **DEFAULT_TASK, **settings)
 
 
 @dataclass(frozen=True)
@@ -232,7 +295,7 @@ def load_problems(config: ProblemSourceConfig) -> list[Problem]:
 
 def load_source(config: ProblemSourceConfig) -> SourceLoad:
     """`load_problems` with the counts: rows read, rows skipped per reason (logged as a warning too)."""
-    if config.source == "tiny-math":
+    if isinstance(config, TinyMathSource):
         size = config.limit if config.limit is not None else config.tiny_math_size
         try:
             problems = tiny_math.generate(
@@ -241,7 +304,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
         except ValueError as err:
             raise ProblemSourceError(f"tiny-math: {err}") from None
         return SourceLoad(problems=problems, rows=len(problems), layout="tiny-math", split=config.split)
-    if config.source.startswith(HF_PREFIX):
+    if isinstance(config, HfSource):
         name = config.source[len(HF_PREFIX) :]
         rows, origin, default_family = hf_rows(name, config.subset, config.split), config.source, name
     else:
@@ -252,7 +315,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
                 f"in {', '.join(LOCAL_SUFFIXES)}"
             )
         rows, origin, default_family = file_rows(path), str(path), path.stem
-    loaded = _to_problems(rows, origin, default_family, config, local=not config.source.startswith(HF_PREFIX))
+    loaded = _to_problems(rows, origin, default_family, config, local=isinstance(config, FileSource))
     if loaded.skipped:
         log.warning("%s: %s", origin, loaded.summary())
     if config.limit is not None:
@@ -272,7 +335,7 @@ class _Columns:
     split: str | None
 
 
-def _resolve_columns(first: dict[str, Any], origin: str, config: ProblemSourceConfig, local: bool) -> _Columns:
+def _resolve_columns(first: dict[str, Any], origin: str, config: _RowSource, local: bool) -> _Columns:
     verl = looks_like_verl(first)
     if config.layout == "verl" and not verl:
         raise ProblemSourceError(
@@ -326,7 +389,7 @@ def _select_split(
 
 
 def _to_problems(
-    rows: list[dict[str, Any]], origin: str, default_family: str, config: ProblemSourceConfig, local: bool
+    rows: list[dict[str, Any]], origin: str, default_family: str, config: _RowSource, local: bool
 ) -> SourceLoad:
     columns = _resolve_columns(rows[0], origin, config, local)
     chosen = _select_split(rows, origin, config.split, columns.split)
@@ -369,7 +432,7 @@ def _problem(
     origin: str,
     default_family: str,
     columns: _Columns,
-    config: ProblemSourceConfig,
+    config: _RowSource,
     no_answer: set[str],
 ) -> Problem | _Unusable:
     """The row's Problem, or why the row has no usable problem or answer. A cell of the wrong kind (a list

@@ -13,10 +13,10 @@ import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rlep.tasks.settings import format_validation_error, merge_settings
 
@@ -29,37 +29,59 @@ class ConfigError(ValueError):
 
 
 def _model_types(annotation: Any) -> list[type[BaseModel]]:
-    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants."""
-    candidates = [annotation]
-    if get_origin(annotation) in (typing.Union, types.UnionType):
-        candidates = [a for a in get_args(annotation) if a is not type(None)]
-    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants
+    (each possibly `Annotated` with its tag, the union with its discriminator)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _model_types(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in get_args(annotation) if a is not type(None) for m in _model_types(a)]
+    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
 
 
-def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any, list | None]]:
-    """(path, field, choices) for every leaf setting. The variants of a union (e.g. replay kinds) share one
-    set of flags: a field name seen in several variants is one flag, and `Literal` choices are merged."""
-    for name, field in model.model_fields.items():
-        nested = _model_types(field.annotation)
-        if len(nested) == 1:
-            yield from _leaves(nested[0], (*prefix, name))
-        elif nested:
-            merged: dict[str, tuple[Any, list | None]] = {}
-            for variant in nested:
-                for leaf, leaf_field in variant.model_fields.items():
-                    choices = _literal_choices(leaf_field.annotation)
-                    if leaf in merged:
-                        if choices and merged[leaf][1] is not None:
-                            merged[leaf][1].extend(c for c in choices if c not in merged[leaf][1])
-                        continue
+Leaf = tuple[tuple[str, ...], Any, "list | None", tuple[str, ...]]  # path, field, choices, variants it is of
+
+
+def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
+    """(path, field, choices, owners) for every leaf setting of `model` (a BaseModel class or a union of them).
+    The variants of a union (e.g. replay kinds, problem sources) share one set of flags: a field name seen in
+    several variants is one flag, whose `Literal` choices are merged (none if one variant takes any value);
+    `owners` names the variants a setting belongs to when not all have it (empty otherwise)."""
+    variants = _model_types(model)
+    if len(variants) > 1:
+        merged: dict[str, tuple[Any, list | None]] = {}
+        owners: dict[str, list[str]] = {}
+        for variant in variants:
+            for leaf, leaf_field in variant.model_fields.items():
+                owners.setdefault(leaf, []).append(_variant_name(variant))
+                choices = _literal_choices(leaf_field.annotation)
+                if leaf not in merged:
                     merged[leaf] = (leaf_field, list(choices) if choices else None)
-            for leaf, (leaf_field, choices) in merged.items():
-                yield (*prefix, name, leaf), leaf_field, choices
+                elif merged[leaf][1] is not None:
+                    if not choices:  # e.g. a file source's `source`, free text beside tiny-math's literal
+                        merged[leaf] = (merged[leaf][0], None)
+                    else:
+                        merged[leaf][1].extend(c for c in choices if c not in merged[leaf][1])
+        for leaf, (leaf_field, choices) in merged.items():
+            mine = tuple(owners[leaf]) if len(owners[leaf]) < len(variants) else ()
+            yield (*prefix, leaf), leaf_field, choices, mine
+        return
+    for name, field in variants[0].model_fields.items():
+        if _model_types(field.annotation):
+            yield from _leaves(field.annotation, (*prefix, name))
         else:
-            yield (*prefix, name), field, _literal_choices(field.annotation)
+            yield (*prefix, name), field, _literal_choices(field.annotation), ()
 
 
-def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], tuple[str, Any, list | None]]:
+def _variant_name(variant: type[BaseModel]) -> str:
+    """How help text names a variant of a union: its `kind` (replay: `rlep`), else its title (sources)."""
+    kind = variant.model_fields.get("kind")
+    if kind is not None and isinstance(kind.default, str):
+        return kind.default
+    return variant.model_config.get("title") or variant.__name__
+
+
+def _flag_names(model: Any) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...]]]:
     """Flag per leaf: its `cli_flag` or own name when unique in `model`; when not, prefixed by its parents
     (`--eval-problems-limit`; a named flag keeps its name after the grandparent: `--collect-engine`)."""
     leaves = list(_leaves(model))
@@ -69,20 +91,25 @@ def _flag_names(model: type[BaseModel]) -> dict[tuple[str, ...], tuple[str, Any,
         return extra.get("cli_flag") or path[-1]
 
     counts: dict[str, int] = {}
-    for path, field, _ in leaves:
+    for path, field, _, _ in leaves:
         counts[short(path, field)] = counts.get(short(path, field), 0) + 1
     names = {}
-    for path, field, choices in leaves:
+    for path, field, choices, owners in leaves:
         name = short(path, field)
         if counts[name] > 1:
             name = "-".join([*path[:-2], name]) if name != path[-1] else "-".join(path)
-        names[path] = ("--" + name.replace("_", "-"), field, choices)
-    if len({flag for flag, _, _ in names.values()}) < len(names):  # still ambiguous: full paths
+        names[path] = ("--" + name.replace("_", "-"), field, choices, owners)
+    if len({flag for flag, *_ in names.values()}) < len(names):  # still ambiguous: full paths
         names = {
-            path: ("--" + "-".join(path).replace("_", "-"), field, choices)
-            for path, (_, field, choices) in names.items()
+            path: ("--" + "-".join(path).replace("_", "-"), field, choices, owners)
+            for path, (_, field, choices, owners) in names.items()
         }
     return names
+
+
+def _title(model: Any) -> str:
+    """A config's name for help text: its class name, or its variants' names for a union."""
+    return model.__name__ if isinstance(model, type) else " | ".join(v.__name__ for v in _model_types(model))
 
 
 def _is_list(annotation: Any) -> bool:
@@ -95,15 +122,18 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
     return None
 
 
-def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: set[str] = frozenset()) -> None:
+def add_model_flags(parser: argparse.ArgumentParser, model: Any, skip: set[str] = frozenset()) -> None:
     """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller)."""
-    group = parser.add_argument_group(f"{model.__name__} settings (also settable in --config YAML)")
-    defaults = model()  # what `rlep show-config` prints: a section's factory may set its own defaults
-    for path, (flag, field, choices) in _flag_names(model).items():
+    group = parser.add_argument_group(f"{_title(model)} settings (also settable in --config YAML)")
+    defaults = TypeAdapter(model).validate_python(
+        {}
+    )  # what `rlep show-config` prints: a section's factory may set its own defaults
+    for path, (flag, field, choices, owners) in _flag_names(model).items():
         if flag in skip:
             continue
         default = _effective_default(defaults, path, field)
-        help_text = f"{field.description or ''} [default: {default!r}]".replace("%", "%%")
+        applies = f" [only for: {', '.join(owners)}]" if owners else ""
+        help_text = f"{field.description or ''}{applies} [default: {default!r}]".replace("%", "%%")
         kwargs: dict[str, Any] = {
             "dest": _DEST_PREFIX + ".".join(path),
             "default": argparse.SUPPRESS,
@@ -187,21 +217,23 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 
 
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
-    """`model` validated from YAML `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
+    """`model` (a config class, or a union of them such as `ProblemSourceConfig`) validated from YAML
+    `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
     # The user's settings (YAML, then flags) are merged onto the model's defaults, so a partial nested
     # section keeps the defaults of its siblings, including nested defaults that differ from the nested
     # class's own.
     user: dict[str, Any] = read_yaml(config_file) if config_file else {}
     for path, value in (overrides or {}).items():
         _set_path(user, path, value)
+    adapter = TypeAdapter(model)
     try:
-        data = model().model_dump()
+        data = adapter.dump_python(adapter.validate_python({}))
     except ValidationError:  # a model with required fields: nothing to start from
         data = {}
     data = merge_settings(data, user)
     origin = f"{config_file}: " if config_file else ""
     try:
-        config = model.model_validate(data)
+        config = adapter.validate_python(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
     refused = _settings_not_applying(config, user)

@@ -339,11 +339,11 @@ def _read_back_like_verl(datasets, *files):
 
 @pytest.mark.parametrize("replica, scorer", [(_gsm8k_replica, "lighteval/MATH"), (_math_replica, None)])
 def test_a_verl_file_read_exported_into_and_read_back_as_verl_reads_it(tmp_path, replica, scorer):
-    from rlep.data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.sources import load_problems, problem_source
 
     train = replica(tmp_path)
     datasets = _hf(tmp_path)
-    problems = load_problems(ProblemSourceConfig(source=str(train)))
+    problems = load_problems(problem_source(source=str(train)))
     assert [p.id for p in problems] == ["0", "1", "2"]
     # Problem 0 solved twice (one answer only a lenient pass: `6}`-style stray brace), problem 1 once, 2 never.
     pool = _pool_of(
@@ -409,10 +409,10 @@ def test_an_rlep_pool_file_imports_onto_problems_that_share_only_the_text(tmp_pa
             for q, s in zip(questions[::-1], ["\\boxed{4}", "\\boxed{10}", "\\boxed{34}"])
         )
     )
-    from rlep.data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.sources import load_problems, problem_source
 
     problems = load_problems(
-        ProblemSourceConfig(source=str(local), problem_column="prompt", answer_column="solution", answer_format="boxed")
+        problem_source(source=str(local), problem_column="prompt", answer_column="solution", answer_format="boxed")
     )
     report = import_pool(released, tmp_path / "pool", problems=problems)
     assert (report.rows, report.problems, report.skipped_rows) == (3, 2, 1)

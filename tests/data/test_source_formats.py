@@ -22,16 +22,16 @@ from source_replicas import (
 )
 
 from rlep.data.sources import (
-    ProblemSourceConfig,
     ProblemSourceError,
     load_problems,
     load_source,
+    problem_source,
     write_problems,
 )
 
 
 def _config(source, **kwargs):
-    return ProblemSourceConfig(source=str(source), **kwargs)
+    return problem_source(source=str(source), **kwargs)
 
 
 def test_replicas_have_the_real_parquet_types(tmp_path):

@@ -9,12 +9,13 @@ from rlep.data.sources import (
     ProblemSourceError,
     default_task,
     load_problems,
+    problem_source,
     write_problems,
 )
 
 
 def _load(source, **kwargs):
-    return load_problems(ProblemSourceConfig(source=str(source), **kwargs))
+    return load_problems(problem_source(source=str(source), **kwargs))
 
 
 def test_tiny_math_builtin_with_limit():
@@ -30,20 +31,20 @@ def test_tiny_math_families_and_levels_select_cells():
 
 def test_families_and_levels_are_checked_and_do_not_apply_to_files(tmp_path):
     with pytest.raises(ValueError, match="families"):
-        ProblemSourceConfig(families=["geometry"])
+        problem_source(families=["geometry"])
     with pytest.raises(ValueError, match="levels"):
-        ProblemSourceConfig(levels=[])
+        problem_source(levels=[])
     path = tmp_path / "p.jsonl"
     path.write_text('{"problem": "1+1=?", "answer": "2"}\n')
     given = {"source", "families", "levels", "seed", "limit"}
     # What the configuration builder refuses (see tests/flows/test_options.py) ...
-    assert ProblemSourceConfig(source=str(path)).settings_not_applying(given) == [
+    assert problem_source(source=str(path)).settings_not_applying(given) == [
         f"{name}: applies to tiny-math only, not to source {str(path)!r}" for name in ("seed", "families", "levels")
     ]
-    assert ProblemSourceConfig(source="hf:x").settings_not_applying({"tiny_math_size"}) == [
+    assert problem_source(source="hf:x").settings_not_applying({"tiny_math_size"}) == [
         "tiny_math_size: applies to tiny-math only, not to source 'hf:x'"
     ]
-    assert ProblemSourceConfig().settings_not_applying(given) == []
+    assert problem_source().settings_not_applying(given) == []
     # ... while a config built in code keeps the defaults, which reading a file does not use.
     assert [p.answer for p in _load(path, families=["decimal"], levels=[1])] == ["2"]
 
@@ -172,7 +173,7 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
     plain = tmp_path / "p.jsonl"
     plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
     # Given by the user (flag or YAML): refused by the configuration builder, in one line.
-    assert ProblemSourceConfig(source=str(plain), split="test").settings_not_applying({"source", "split"}) == [
+    assert problem_source(source=str(plain), split="test").settings_not_applying({"source", "split"}) == [
         f"split: {plain} has no split column (split or extra_info.split) to choose rows by; a file without one is "
         "read whole (drop the split, or name the column with split_column)"
     ]
@@ -180,7 +181,7 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
     assert len(_load(plain, split="test")) == 1
     with_split = tmp_path / "s.csv"
     with_split.write_text("problem,answer,split\n1+1,2,train\n2+2,4,test\n", encoding="utf-8")
-    assert ProblemSourceConfig(source=str(with_split), split="test").settings_not_applying({"split"}) == []
+    assert problem_source(source=str(with_split), split="test").settings_not_applying({"split"}) == []
     assert [p.answer for p in _load(with_split, split="test")] == ["4"]
     with pytest.raises(ProblemSourceError, match=r"no rows of split 'dev' in column 'split' \(it holds: test, train\)"):
         _load(with_split, split="dev")
@@ -189,17 +190,15 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
 
 
 def test_settings_of_other_sources_are_refused():
-    assert ProblemSourceConfig(source="data.jsonl").settings_not_applying({"subset"}) == [
+    assert problem_source(source="data.jsonl").settings_not_applying({"subset"}) == [
         "subset: applies to hf: datasets only, not to source 'data.jsonl'"
     ]
-    assert ProblemSourceConfig().settings_not_applying({"subset", "answer_column", "invalid_rows"}) == [
+    assert problem_source().settings_not_applying({"subset", "answer_column", "invalid_rows"}) == [
         "answer_column: applies to files and hf: datasets, not to tiny-math",
         "invalid_rows: applies to files and hf: datasets, not to tiny-math",
         "subset: applies to hf: datasets only, not to tiny-math",
     ]
-    assert (
-        ProblemSourceConfig(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
-    )
+    assert problem_source(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
 
 
 def test_the_cli_exposes_the_source_settings(tmp_path):
@@ -242,3 +241,63 @@ def test_the_cli_exposes_the_source_settings(tmp_path):
     args = parser.parse_args(["--source", str(plain), "--split", "test"])
     with pytest.raises(ConfigError, match=r"invalid configuration: split: .*p\.jsonl has no split column"):
         build_config(ProblemSourceConfig, None, flag_overrides(args))
+
+
+def test_the_kind_of_source_is_read_from_source_and_each_kind_has_only_its_own_settings(tmp_path):
+    from rlep.data.sources import FileSource, HfSource, TinyMathSource
+
+    assert isinstance(problem_source(), TinyMathSource)
+    assert isinstance(problem_source(source="hf:openai/gsm8k", subset="main"), HfSource)
+    file_source = problem_source(source="data/x.parquet", answer_format="boxed")
+    assert isinstance(file_source, FileSource)
+    assert "families" not in file_source.model_dump() and "subset" not in file_source.model_dump()
+    assert "problem_column" not in problem_source().model_dump()
+    # A section merged from the default task keeps its split and limit when switched to a file, and drops
+    # tiny-math's settings (a user who gives one is refused by the configuration builder, tested above).
+    switched = problem_source(**{**default_task("test", limit=5).model_dump(), "source": "data/x.parquet"})
+    assert isinstance(switched, FileSource) and (switched.split, switched.limit) == ("test", 5)
+    with pytest.raises(ValueError, match="problem_colum"):  # a misspelt setting is still an error
+        problem_source(source="data/x.parquet", problem_colum="q")
+    with pytest.raises(ValueError, match="hf:"):
+        problem_source(source="hf:")
+
+
+def test_the_kinds_of_source_are_exclusive_in_the_prefect_parameter_schema():
+    # Prefect's server checks a deployment's parameters against the flow's schema, where the source union is a
+    # `oneOf`: a value matching two kinds (a file pattern that also took `tiny-math`) would be refused.
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import validate
+
+    from rlep.flows.train import train_flow
+
+    schema = parameter_schema(train_flow.fn).model_dump_for_openapi()
+    variants = schema["definitions"]["TrainConfig"]["properties"]["problems"]["oneOf"]
+    assert len(variants) == 3
+    for problems in (
+        {"source": "tiny-math", "split": "train", "limit": 8, "families": ["add"]},
+        {"source": "runs/math.parquet", "problem_column": "question", "answer_format": "boxed"},
+        {"source": "hf:openai/gsm8k", "subset": "main"},
+    ):
+        assert validate({"config": {"problems": problems}}, schema, raise_on_error=False, preprocess=True) == []
+    refused = validate(
+        {"config": {"problems": {"source": "runs/math.parquet", "families": ["add"]}}},
+        schema,
+        raise_on_error=False,
+        preprocess=True,
+    )
+    assert len(refused) == 1 and "is not valid under any of the given schemas" in refused[0].message
+
+
+def test_help_says_which_kind_of_source_a_flag_is_for():
+    import argparse
+
+    from rlep.flows.options import add_model_flags
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, ProblemSourceConfig)
+    text = " ".join(parser.format_help().split())
+    assert (
+        "--families [{add,sub,mul,frac,decimal} ...] The families to draw from, in equal shares. [only for: tiny-math source]"
+        in text
+    )
+    assert "[only for: file source, hf: dataset source]" in text and "[only for: hf: dataset source]" in text

@@ -173,12 +173,21 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
 
 def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     # `rlep show-config` output and a run's saved train_config.json (`--resume`) hold every field, defaults
-    # included; those are not the user's choices, so settings that apply to another kind of source are not refused.
+    # included; a source's dump holds only its own kind's settings, and one of another kind is refused.
+    import json
+
     from rlep.tasks.training.config import TrainConfig
 
     path = tmp_path / "train.json"
-    path.write_text(TrainConfig().model_dump_json())
+    dumped = json.loads(TrainConfig().model_dump_json())
+    assert "problem_column" not in dumped["problems"] and dumped["problems"]["families"] == ["decimal"]
+    path.write_text(json.dumps(dumped))
     assert build_config(TrainConfig, path) == TrainConfig()
-    path.write_text(TrainConfig().model_dump_json().replace('"problem_column":null', '"problem_column":"question"', 1))
+    dumped["problems"]["problem_column"] = "question"
+    path.write_text(json.dumps(dumped))
     with pytest.raises(ConfigError, match="problems.problem_column: applies to files"):
         build_config(TrainConfig, path)
+    file_run = TrainConfig.model_validate({"problems": {"source": "mine.parquet", "problem_column": "q"}})
+    path.write_text(file_run.model_dump_json())
+    assert "families" not in json.loads(path.read_text())["problems"]
+    assert build_config(TrainConfig, path) == file_run

@@ -343,10 +343,10 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
 
     from rlep.data.problem import render_prompt
     from rlep.data.prompting import PromptError
-    from rlep.data.sources import ProblemSourceConfig, load_problems
+    from rlep.data.sources import load_problems, problem_source
 
     tokenizer = AutoTokenizer.from_pretrained(chat_model)
-    problems = load_problems(ProblemSourceConfig(source="tiny-math", split="train", limit=3))
+    problems = load_problems(problem_source(source="tiny-math", split="train", limit=3))
     template = "{problem} Put the final answer in \\boxed{{}}."
     try:
         for mode, expected in (

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.problem import Problem, render_prompt
-from rlep.data.sources import ProblemSourceConfig, load_problems
+from rlep.data.sources import load_problems, problem_source
 from rlep.data.trajectory import to_table, trajectory_row
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import (
@@ -59,7 +59,7 @@ def gold_pool(tmp_path_factory):
             sampling={},
             sample_index=0,
         )
-        for p in load_problems(ProblemSourceConfig(**PROBLEMS))
+        for p in load_problems(problem_source(**PROBLEMS))
     ]
     path = tmp_path_factory.mktemp("pool") / "pool.parquet"
     write_parquet_atomic(path, to_table(rows))

@@ -21,7 +21,7 @@ from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import PoolStore
 from rlep.data.problem import render_prompt
 from rlep.data.run_layout import TrainRunLayout
-from rlep.data.sources import ProblemSourceConfig, load_problems
+from rlep.data.sources import load_problems, problem_source
 from rlep.data.trajectory import COLUMNS, to_table, trajectory_row
 from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
@@ -55,7 +55,7 @@ REWARD_MARGIN = 0.2  # seed 0 measured: -0.61 (first two steps) -> -0.04 (last t
 def gold_pool(tmp_path_factory):
     """A pool of verified successes for the training problems: each gold answer, boxed, twice spelled."""
     rows = []
-    for problem in load_problems(ProblemSourceConfig(**PROBLEMS)):
+    for problem in load_problems(problem_source(**PROBLEMS)):
         for i, text in enumerate([f"\\boxed{{{problem.answer}}}", f"\\boxed{{ {problem.answer} }}"]):
             rows.append(
                 trajectory_row(
