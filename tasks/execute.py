@@ -2,7 +2,7 @@
 
 `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model) given the
 results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect subflows in
-`flows/pipeline.py`. A run that finished with the same settings from the same starting weights is not run
+`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A run that finished with the same settings from the same starting weights is not run
 again (its record, written last, says so), and a killed training run resumes from its last checkpoint, so a
 killed pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started
 over, never mixed.
@@ -179,11 +179,15 @@ def _start_weights(model: str) -> str | None:
     return weights_hash(model) if Path(model).is_dir() else None
 
 
-def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True, reuse: bool = True) -> dict:
-    """`execute_run` with plain stages in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
-    nothing that earlier runs left behind (threads, caches, allocator state). Its log records come back and are
-    handled here, in the calling thread, so they reach whatever this thread logs to (a Prefect task run's Logs
-    tab included); an exception in the run is raised here."""
+def execute_in_process(
+    run: Run, results: dict[str, dict], progress: bool = True, reuse: bool = True, stages: Stages | None = None
+) -> dict:
+    """`execute_run` in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
+    nothing that earlier runs left behind (threads, caches, allocator state). `stages` (default: plain
+    functions) must pickle: the pipeline flow's are subflows of its own run, entered again in the new process
+    (`flows/pipeline.py`). Its log records come back and are handled here, in the calling thread, so they reach
+    whatever this thread logs to (a Prefect task run's Logs tab included); an exception in the run is raised
+    here."""
     import multiprocessing
     import queue as queue_module
 
@@ -200,7 +204,7 @@ def execute_in_process(run: Run, results: dict[str, dict], progress: bool = True
 
     pool = context.Pool(1, initializer=_log_to_queue, initargs=(records,))
     try:
-        pending = pool.apply_async(execute_run, (run, results), {"progress": progress, "reuse": reuse})
+        pending = pool.apply_async(execute_run, (run, results, stages), {"progress": progress, "reuse": reuse})
         while not pending.ready():
             pending.wait(0.2)
             forward()

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.execute import Stages, execute_in_process, execute_run
+from rlep.tasks.execute import Stages, execute_in_process
 from rlep.tasks.plan import Run, plan_seed
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.training.config import TrainConfig
@@ -153,21 +153,17 @@ def run_pipeline(
     progress: bool = True,
 ) -> PipelineResult:
     """Run the pipeline of `config`, then `report(out, arms, evaluations, collect_dir, pool_source)` (default
-    `tasks.report.write_report`); see the module docstring for the order. With `stages` (Prefect subflows) the
-    runs go through them in this process; without, each run is carried out by plain functions in a fresh
+    `tasks.report.write_report`); see the module docstring for the order. Each run is carried out in a fresh
     process of its own (`tasks.execute.execute_in_process`), so the step times the report compares carry
-    nothing an earlier run left behind. `reuse`: keep finished runs with the same settings (False: run
-    everything again)."""
+    nothing an earlier run left behind: by `stages` (the Prefect flow's subflows, which pickle) or by plain
+    functions. `reuse`: keep finished runs with the same settings (False: run everything again)."""
     if report is None:
         from rlep.tasks.report import write_report as report
     runs = plan(config)
     records: dict[str, dict] = {}
     for run in runs:
         needs = {key: records[key] for key in run.needs}
-        if stages is None:
-            records[run.key] = execute_in_process(run, needs, progress=progress, reuse=reuse)
-        else:
-            records[run.key] = execute_run(run, needs, stages, progress=progress, reuse=reuse)
+        records[run.key] = execute_in_process(run, needs, progress=progress, reuse=reuse, stages=stages)
     result = PipelineResult(report=config.layout().report)
     by_key = {run.key: run for run in runs}
     for run in runs:

@@ -2,12 +2,15 @@
 on the fixture model, the artifacts it publishes, and the order `run_pipeline` follows."""
 
 import json
+import os
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 from rlep.data.run_layout import TrainRunLayout
+from rlep.flows.pipeline import Subflows
 from rlep.tasks.pipeline import PipelineConfig, plan
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
@@ -46,31 +49,48 @@ def _config(model, out, replay, **extra):
     )
 
 
+class GoldSubflows(Subflows):
+    """The pipeline flow's subflows, with the collection's engine right on purpose (`answer_with_gold`): the
+    fixture model gets nothing right, so two right answers per problem make the demo's pool rule (at least 2
+    correct of the samples) keep every problem; the third sample is the model's own. The patch is made in the
+    collection's own process, where the subflow runs."""
+
+    def collect(self, config):
+        from conftest import answer_with_gold
+
+        with pytest.MonkeyPatch.context() as patch:
+            models = answer_with_gold(
+                patch, lambda gold, prompt: [f"\\boxed{{{gold}}}", f"So it is \\boxed{{{gold}}}."]
+            )
+            result = super().collect(config)
+        (Path(config.out) / "collected_from.json").write_text(json.dumps({"models": models, "process": os.getpid()}))
+        return result
+
+
 @pytest.mark.slow
-def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, gold_answers, monkeypatch):
+def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, monkeypatch):
     from prefect.client.orchestration import get_client
 
-    from rlep.flows.pipeline import pipeline_flow
+    import rlep.flows.pipeline as pipeline_module
 
-    # The fixture model gets nothing right: two right answers per problem, so the demo's pool rule (at least
-    # 2 correct of the samples) keeps every problem; the third sample is the model's own.
-    collected_from = gold_answers(
-        monkeypatch, lambda gold, prompt: [f"\\boxed{{{gold}}}", f"So it is \\boxed{{{gold}}}."]
-    )
+    monkeypatch.setattr(pipeline_module, "Subflows", GoldSubflows)
     out = tmp_path / "pipe"
     config = _config(fixture_model, out, {"kind": "rlep", "replay_per_group": 2})
     with prefect_test_harness(server_startup_timeout=120):
-        report = pipeline_flow(config)
+        report = pipeline_module.pipeline_flow(config)
         with get_client(sync_client=True) as client:
             runs = client.read_flow_runs()
             names = sorted(client.read_flow(r.flow_id).name for r in runs)
             keys = {a.key for a in client.read_artifacts()}
+            parent = next(r for r in runs if client.read_flow(r.flow_id).name == "pipeline")
+            children = [client.read_task_run(r.parent_task_run_id).flow_run_id for r in runs if r.id != parent.id]
     text = (out / "report.md").read_text()
     assert str(out / "report.md") == report
 
     # explore = the baseline run (same settings); the pool is sampled from its last checkpoint ...
     explore_checkpoint = out / "baseline" / "checkpoints" / "step-2"
-    assert set(collected_from) == {str(explore_checkpoint)}
+    collected = json.loads((out / "collect" / "collected_from.json").read_text())
+    assert set(collected["models"]) == {str(explore_checkpoint)}
     pool = pq.read_table(out / "collect" / "pool.parquet").to_pandas()
     assert set(pool.model) == {str(explore_checkpoint.resolve())} and pool.correct.all()
     assert len(pool) >= 2 * PROBLEMS["limit"] and pool.problem_id.nunique() == PROBLEMS["limit"]
@@ -102,6 +122,11 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
 
     assert names.count("train") == 2 and names.count("evaluate") == 3 and {"collect", "pipeline"} <= set(names)
     assert all(r.state.is_completed() for r in runs)
+    # Each run is a process of its own (the report's step times share nothing), its flow still a subflow of
+    # the pipeline's run.
+    assert set(children) == {parent.id}
+    processes = {json.loads((out / sub / "run_record.json").read_text())["process"] for sub in ("rlep", "baseline")}
+    assert len(processes | {collected["process"]}) == 3 and os.getpid() not in processes
     assert {"pipeline-report", "train-summary", "train-eval", "collect-summary", "eval-summary"} <= keys
 
 
