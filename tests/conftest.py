@@ -59,6 +59,42 @@ def vllm_engine(fixture_model):
     engine.close()
 
 
+def judged_row(problem, response: str, correct: bool = True, *, prompt: str | None = None, **fields) -> dict:
+    """A trajectory row of `response` to `problem`, judged `correct` (right: the gold answer extracted, reward
+    1; wrong: not equal, reward 0), prompted the way collection renders it; `fields` set any other column of
+    `trajectory_row` (token ids, run id, model, sample index, ...), whose defaults are those of an imported
+    pool: no token ids, run and model `gold`. Tests that build pools and stores import it from here."""
+    from rlep.data.problem import render_prompt
+    from rlep.data.trajectory import trajectory_row
+
+    values = dict(
+        response_token_ids=[],
+        behaviour_logprobs=[],
+        finish_reason="stop",
+        correct=correct,
+        extracted_answer=problem.answer if correct else None,
+        verdict_reason="equal" if correct else "not-equal",
+        reward=float(correct),
+        run_id="gold",
+        policy_version=0,
+        model="gold",
+        sampling={},
+        sample_index=0,
+    )
+    return trajectory_row(
+        problem, render_prompt(problem) if prompt is None else prompt, response=response, **{**values, **fields}
+    )
+
+
+def write_rows(path, rows):
+    """`rows` (trajectory rows) written as one Parquet file at `path`, which is returned."""
+    from rlep.data.fs import write_parquet_atomic
+    from rlep.data.trajectory import to_table
+
+    write_parquet_atomic(path, to_table(rows))
+    return path
+
+
 def boxed_gold(gold: str, prompt: str) -> list[str]:
     """The default right answers: the gold answer, boxed, once."""
     return [f"\\boxed{{{gold}}}"]

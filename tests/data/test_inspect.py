@@ -4,13 +4,13 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row
 from rich.console import Console
 
 from rlep.data.inspect import k_values, render, summarize
 from rlep.data.pool import build_pool
 from rlep.data.problem import Problem
 from rlep.data.store import ExperienceStore
-from rlep.data.trajectory import trajectory_row
 
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 # problem id, data source, correctness of each sample (n = 4, 4, 4, 8; c = 1, 4, 0, 2)
@@ -30,19 +30,17 @@ def _rows():
         for sample, ok in enumerate(flags):
             tokens = list(range(2 * (i + 1))) if i < 10 else []
             rows.append(
-                trajectory_row(
+                judged_row(
                     problem,
-                    f"Q: problem {problem_id}\nA: ",
-                    response="x" * (i + 1),
+                    "x" * (i + 1),
+                    ok,
+                    prompt=f"Q: problem {problem_id}\nA: ",
                     response_token_ids=tokens,
                     behaviour_logprobs=[-1.0] * len(tokens),
                     finish_reason="length" if i % 5 == 4 else "stop",
-                    correct=ok,
                     extracted_answer="1" if ok else None,
                     verdict_reason="equal" if ok else "no-answer",
-                    reward=float(ok),
                     run_id="run-x",
-                    policy_version=0,
                     model="tiny",
                     sampling={"n": len(flags)},
                     sample_index=sample,

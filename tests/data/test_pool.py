@@ -2,39 +2,29 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row, write_rows
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import PoolError, PoolStore, describe_versions, read_pool, resolve_pool_file
 from rlep.data.problem import Problem
-from rlep.data.trajectory import to_table, trajectory_row
 from rlep.flows.cli import main
 
 
 def _pool(path, answers):
-    rows = []
-    for i, (pid, text) in enumerate(answers):
-        problem = Problem(id=pid, problem=f"{pid}=?", answer="1", data_source="tiny-math/add")
-        rows.append(
-            trajectory_row(
-                problem,
-                "Q",
-                response=text,
-                response_token_ids=[1],
-                behaviour_logprobs=[-0.1],
-                finish_reason="stop",
-                correct=True,
-                extracted_answer="1",
-                verdict_reason="equal",
-                reward=1.0,
-                run_id=path.stem,
-                policy_version=0,
-                model="m",
-                sampling={},
-                sample_index=i,
-            )
+    rows = [
+        judged_row(
+            Problem(id=pid, problem=f"{pid}=?", answer="1", data_source="tiny-math/add"),
+            text,
+            prompt="Q",
+            response_token_ids=[1],
+            behaviour_logprobs=[-0.1],
+            run_id=path.stem,
+            model="m",
+            sample_index=i,
         )
-    write_parquet_atomic(path, to_table(rows))
-    return path
+        for i, (pid, text) in enumerate(answers)
+    ]
+    return write_rows(path, rows)
 
 
 def test_versions_accumulate_new_answers_with_lineage(tmp_path, capsys):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row
 
 from rlep.data.pool import build_pool
 from rlep.data.problem import Problem
@@ -299,28 +300,10 @@ def _math_replica(tmp_path):
 
 def _pool_of(tmp_path, problems, answers):
     """A collection's pool over `problems`: `answers[i]` are problem i's correct-judged responses."""
-    from rlep.data.problem import render_prompt
 
     store = ExperienceStore(tmp_path / "run", run_id="run-v").prepare()
     rows = [
-        trajectory_row(
-            p,
-            render_prompt(p),
-            response=text,
-            response_token_ids=[],
-            behaviour_logprobs=[],
-            finish_reason="stop",
-            correct=True,
-            extracted_answer=p.answer,
-            verdict_reason="equal",
-            reward=1.0,
-            run_id="run-v",
-            policy_version=0,
-            model="tiny",
-            sampling={},
-            sample_index=j,
-            created_at=WHEN,
-        )
+        judged_row(p, text, run_id="run-v", model="tiny", sample_index=j, created_at=WHEN)
         for p, texts in zip(problems, answers)
         for j, text in enumerate(texts)
     ]

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from conftest import judged_row
+
 from rlep.data.run_layout import (
     POOL_FILE,
     CollectRunLayout,
@@ -47,7 +49,6 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
     from rlep.data.pool import PoolStore, build_pool
     from rlep.data.problem import Problem
     from rlep.data.store import ExperienceStore
-    from rlep.data.trajectory import trajectory_row
 
     store = ExperienceStore(tmp_path / "run", run_id="run").prepare()
     layout = CollectRunLayout(tmp_path / "run")
@@ -62,22 +63,15 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
     store.write_shard(
         0,
         [
-            trajectory_row(
+            judged_row(
                 problem,
-                "Q: 2+2",
-                response="\\boxed{4}",
+                "\\boxed{4}",
+                prompt="Q: 2+2",
                 response_token_ids=[1],
                 behaviour_logprobs=[-0.5],
-                finish_reason="stop",
-                correct=True,
-                extracted_answer="4",
-                verdict_reason="equal",
-                reward=1.0,
                 run_id="run",
-                policy_version=0,
                 model="tiny",
                 sampling={"n": 1},
-                sample_index=0,
             )
         ],
     )

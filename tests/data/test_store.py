@@ -12,12 +12,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row
 
 from rlep.data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
 from rlep.data.pool import build_pool, read_pool
 from rlep.data.problem import Problem
 from rlep.data.store import ExperienceStore, StoreError, ensure_writable
-from rlep.data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table, trajectory_row
+from rlep.data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table
 
 REPO = Path(__file__).resolve().parents[2]
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
@@ -25,19 +26,15 @@ WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 
 def _row(problem_id, sample_index, correct, response="x", run_id="run-a", source="tiny-math/add"):
     problem = Problem(id=problem_id, problem=f"problem {problem_id}", answer="4", data_source=source, level=1)
-    return trajectory_row(
+    return judged_row(
         problem,
-        f"Q: problem {problem_id}\nA: ",
-        response=response,
+        response,
+        correct,
+        prompt=f"Q: problem {problem_id}\nA: ",
         response_token_ids=[1, 2],
         behaviour_logprobs=[-0.5, -0.5],
-        finish_reason="stop",
-        correct=correct,
         extracted_answer="4" if correct else "5",
-        verdict_reason="equal" if correct else "not-equal",
-        reward=1.0 if correct else 0.0,
         run_id=run_id,
-        policy_version=0,
         model="tiny",
         sampling={"n": 4},
         sample_index=sample_index,

@@ -6,12 +6,11 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row, write_rows
 
-from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import PoolError, PoolStore
 from rlep.data.problem import Problem
 from rlep.data.rollout import Group, Rollout
-from rlep.data.trajectory import to_table, trajectory_row
 from rlep.tasks.replay.config import RLEPReplayConfig
 from rlep.tasks.replay.factory import make_replay, pinned
 from rlep.tasks.replay.pool_source import load_pool
@@ -23,28 +22,21 @@ def _problem(pid, source="tiny-math/add", text=None, answer="1"):
 
 def _pool(path, problems, answers=("\\boxed{1}",)):
     rows = [
-        trajectory_row(
+        judged_row(
             p,
-            f"Q: {p.problem}",
-            response=a,
+            a,
+            prompt=f"Q: {p.problem}",
             response_token_ids=[1],
             behaviour_logprobs=[-0.1],
-            finish_reason="stop",
-            correct=True,
             extracted_answer="1",
-            verdict_reason="equal",
-            reward=1.0,
             run_id=path.stem,
-            policy_version=0,
             model="m",
-            sampling={},
             sample_index=i,
         )
         for p in problems
         for i, a in enumerate(answers)
     ]
-    write_parquet_atomic(path, to_table(rows))
-    return path
+    return write_rows(path, rows)
 
 
 def _by_key(problems):

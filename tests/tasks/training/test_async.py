@@ -15,12 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import judged_row, write_rows
 from safetensors.torch import load_file
 
-from rlep.data.fs import write_parquet_atomic
-from rlep.data.problem import Problem, render_prompt
+from rlep.data.problem import Problem
 from rlep.data.sources import load_problems, problem_source
-from rlep.data.trajectory import to_table, trajectory_row
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import (
     CoreShare,
@@ -41,29 +40,8 @@ PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 @pytest.fixture(scope="module")
 def gold_pool(tmp_path_factory):
     """Verified successes for the training problems (the fixture model gets nothing right): each gold answer, boxed."""
-    rows = [
-        trajectory_row(
-            p,
-            render_prompt(p),
-            response=f"\\boxed{{{p.answer}}}",
-            response_token_ids=[],
-            behaviour_logprobs=[],
-            finish_reason="stop",
-            correct=True,
-            extracted_answer=p.answer,
-            verdict_reason="equal",
-            reward=1.0,
-            run_id="gold",
-            policy_version=0,
-            model="gold",
-            sampling={},
-            sample_index=0,
-        )
-        for p in load_problems(problem_source(**PROBLEMS))
-    ]
-    path = tmp_path_factory.mktemp("pool") / "pool.parquet"
-    write_parquet_atomic(path, to_table(rows))
-    return path
+    rows = [judged_row(p, f"\\boxed{{{p.answer}}}") for p in load_problems(problem_source(**PROBLEMS))]
+    return write_rows(tmp_path_factory.mktemp("pool") / "pool.parquet", rows)
 
 
 def _config(model, out, replay=None, **kw):

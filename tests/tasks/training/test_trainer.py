@@ -15,14 +15,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import judged_row, write_rows
 from safetensors.torch import load_file
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import PoolStore
-from rlep.data.problem import render_prompt
 from rlep.data.run_layout import TrainRunLayout
 from rlep.data.sources import load_problems, problem_source
-from rlep.data.trajectory import COLUMNS, to_table, trajectory_row
+from rlep.data.trajectory import COLUMNS
 from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.trainer import Trainer
@@ -54,31 +54,12 @@ REWARD_MARGIN = 0.2  # seed 0 measured: -0.61 (first two steps) -> -0.04 (last t
 @pytest.fixture(scope="module")
 def gold_pool(tmp_path_factory):
     """A pool of verified successes for the training problems: each gold answer, boxed, twice spelled."""
-    rows = []
-    for problem in load_problems(problem_source(**PROBLEMS)):
-        for i, text in enumerate([f"\\boxed{{{problem.answer}}}", f"\\boxed{{ {problem.answer} }}"]):
-            rows.append(
-                trajectory_row(
-                    problem,
-                    render_prompt(problem),
-                    response=text,
-                    response_token_ids=[],
-                    behaviour_logprobs=[],
-                    finish_reason="stop",
-                    correct=True,
-                    extracted_answer=problem.answer,
-                    verdict_reason="equal",
-                    reward=1.0,
-                    run_id="gold",
-                    policy_version=0,
-                    model="gold",
-                    sampling={},
-                    sample_index=i,
-                )
-            )
-    path = tmp_path_factory.mktemp("pool") / "pool.parquet"
-    write_parquet_atomic(path, to_table(rows))
-    return path
+    rows = [
+        judged_row(problem, text, sample_index=i)
+        for problem in load_problems(problem_source(**PROBLEMS))
+        for i, text in enumerate([f"\\boxed{{{problem.answer}}}", f"\\boxed{{ {problem.answer} }}"])
+    ]
+    return write_rows(tmp_path_factory.mktemp("pool") / "pool.parquet", rows)
 
 
 def _config(model, out, replay, **kw):
