@@ -87,7 +87,8 @@ def build_pool(store: ExperienceStore, min_correct: int = 2, dedupe: bool = Fals
 
     Problems with fewer than `min_correct` correct rows are dropped; every correct row of the others is kept
     (RLEP's pool), or with `dedupe`, of the rows whose (data_source, problem_id, normalise_response(response))
-    match, the first in shard-then-row order. The pool keeps shard-then-row order. Refuses (StoreError) trajectories in which a row key repeats,
+    match, the first in shard-then-row order. The pool keeps shard-then-row order. Refuses (StoreError) trajectories
+    in which a row key repeats,
     since that means a shard was written twice under different shard numbers.
     """
     if min_correct < 1:
@@ -280,12 +281,14 @@ def resolve_pool_path(path: Path | str | None) -> Path:
     """`resolve_pool_file`, checked: raises PoolError unless it names an existing file."""
     if path is None:
         raise PoolError(
-            "replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool store)"
+            "replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool "
+            "store)"
         )
     file = resolve_pool_file(path)
     if not file.is_file():
         raise PoolError(
-            f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a pool store)"
+            f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a "
+            f"pool store)"
         )
     return file
 

@@ -56,7 +56,10 @@ class PromptLengthCheck:
     def summary(self) -> str:
         if not self.dropped:
             return f"all {len(self.kept)} prompts fit ({self.longest} tokens at most, budget {self.budget})"
-        return f"left out {len(self.dropped)} of {len(self.kept) + len(self.dropped)} prompts longer than {self.budget} tokens"
+        return (
+            f"left out {len(self.dropped)} of {len(self.kept) + len(self.dropped)} prompts longer than "
+            f"{self.budget} tokens"
+        )
 
 
 def check_prompt_lengths(
@@ -79,7 +82,8 @@ def check_prompt_lengths(
     budget = max_model_len - max_new_tokens
     if budget < 1:
         raise PromptTooLongError(
-            f"max new tokens ({max_new_tokens}) leave no room for a prompt in the model's context of {max_model_len} tokens: "
+            f"max new tokens ({max_new_tokens}) leave no room for a prompt in the model's context of {max_model_len} "
+            f"tokens: "
             "raise the engine's max_model_len or lower max_tokens"
         )
     kept = tuple(i for i, count in enumerate(token_counts) if count <= budget)

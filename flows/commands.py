@@ -97,7 +97,8 @@ def _cmd_real_model(args: argparse.Namespace) -> int:
     info = read_info(out) or {}
     print(f"{args.name}: {out}")
     print(
-        f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from {info.get('source')}"
+        f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from "
+        f"{info.get('source')}"
     )
     print(f"  use it with --model {args.name} (e.g. rlep eval --model {args.name})")
     return 0
@@ -242,7 +243,8 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
         )
     if report.unmatched_pool_problems:
         print(
-            f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of {args.into}",
+            f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of "
+            f"{args.into}",
             file=sys.stderr,
         )
     return 0
@@ -267,7 +269,8 @@ def _cmd_pool_import(args: argparse.Namespace) -> int:
     if report.match_rate is not None:
         print(
             f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to {args.problems} "
-            f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by problem text; "
+            f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by "
+            f"problem text; "
             f"{report.gold_differs} with another gold answer)"
         )
     return 0
@@ -316,7 +319,8 @@ def _print_train(result) -> None:
         overall = ev[ev.data_source == ALL_SOURCES].sort_values("step")
         first, last = overall.iloc[0], overall.iloc[-1]
         print(
-            f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} {last.avg_at_k:.3f}"
+            f"held-out avg@{int(last.k)}: step {int(first.step)} {first.avg_at_k:.3f} -> step {int(last.step)} "
+            f"{last.avg_at_k:.3f}"
         )
     print(f"run directory: {result.out}\nfinal checkpoint: {result.final_checkpoint}")
 

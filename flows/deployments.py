@@ -34,7 +34,8 @@ def build_deployments(
         study_flow.to_deployment(
             name="study",
             tags=tags,
-            description="Replay designs compared over seeds: paired t intervals, claims fixed in the config, compute charged in full.",
+            description="Replay designs compared over seeds: paired t intervals, claims fixed in the config, compute "
+            "charged in full.",
         ),
         recollect_flow.to_deployment(
             name="recollect",

@@ -27,7 +27,8 @@ def evaluate_flow(config: EvalConfig = EvalConfig()) -> EvalResult:
     result = evaluate_task(config, progress=True)
     for row in result.rows:
         log.info(
-            f"{row['data_source']}: avg@{config.samples} {row['avg_at_k']:.3f}, pass@{config.samples} {row['pass_at_k']:.3f}, "
+            f"{row['data_source']}: avg@{config.samples} {row['avg_at_k']:.3f}, pass@{config.samples} "
+            f"{row['pass_at_k']:.3f}, "
             f"maj@{config.samples} {row['maj_at_k']:.3f} over {row['n_problems']} problems"
         )
     table = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in result.rows]

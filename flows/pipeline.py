@@ -84,7 +84,8 @@ class Subflows:
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(config: PipelineConfig = PipelineConfig()) -> str:
-    """Run evaluate -> [explore] -> collect -> train (replay, baseline) -> evaluate -> report; returns the report's path."""
+    """Run evaluate -> [explore] -> collect -> train (replay, baseline) -> evaluate -> report; returns the report's
+    path."""
     report = run_pipeline(config, Subflows.of_this_flow_run().stages(), report_task).report
     print(f"report: {report}")
     return str(report)

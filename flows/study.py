@@ -6,7 +6,8 @@
 process of its own (started for it, gone after it). A run that
 needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
 waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
-after another, each run in a fresh process of its own (`runner.isolate`), its log lines handled in the task. Finished runs are skipped, so a killed study resumes where it stopped.
+after another, each run in a fresh process of its own (`runner.isolate`), its log lines handled in the task. Finished
+runs are skipped, so a killed study resumes where it stopped.
 
 Each run's task logs its start, a line per training step and evaluation, and its end to its own Logs tab in
 the UI, on a Ray worker too (the worker sends them to the same Prefect API).

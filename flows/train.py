@@ -10,8 +10,6 @@ learning curve. Run it with
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, task
 from prefect.artifacts import (
     create_markdown_artifact,
@@ -20,6 +18,7 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from rlep.data.run_layout import TrainRunLayout
 from rlep.flows.runlog import send_logs_to_prefect
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.trainer import TrainResult, train
@@ -73,7 +72,8 @@ def run_training(config: TrainConfig, resume: bool = False, progress: bool = Tru
 
 @flow(name="train", log_prints=True)
 def train_flow(config: TrainConfig = TrainConfig(), resume: bool = False) -> TrainResult:
-    """Train `config.model` with `config.replay`; writes metrics, evaluation, checkpoints and rollouts under `config.out`."""
+    """Train `config.model` with `config.replay`; writes metrics, evaluation, checkpoints and rollouts under
+    `config.out`."""
     result = run_training(config, resume=resume)
     create_markdown_artifact(
         key="train-summary",
@@ -81,7 +81,7 @@ def train_flow(config: TrainConfig = TrainConfig(), resume: bool = False) -> Tra
             f"# Training `{config.replay.kind}` ({result.steps} steps)\n\n"
             f"- run directory: `{result.out}`\n- final checkpoint: `{result.final_checkpoint}`\n"
             f"- metrics: `{result.metrics_path}`\n- evaluation: `{result.eval_path}`\n"
-            f"- learning curve: `{Path(result.out) / 'learning_curve.png'}`\n"
+            f"- learning curve: `{TrainRunLayout(result.out).learning_curve}`\n"
         ),
     )
     return result

@@ -56,7 +56,8 @@ class CollectConfig(BaseModel):
     model: str = Field(
         "tiny",
         min_length=1,
-        description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's tiny model.",
+        description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's "
+        "tiny model.",
     )
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("train", limit=200), description="Problems to collect answers for."
@@ -98,7 +99,8 @@ class CollectConfig(BaseModel):
     def _check(self) -> CollectConfig:
         if self.min_correct > self.samples_per_prompt:
             raise ValueError(
-                f"min_correct ({self.min_correct}) > samples_per_prompt ({self.samples_per_prompt}): no problem could enter the pool"
+                f"min_correct ({self.min_correct}) > samples_per_prompt ({self.samples_per_prompt}): no problem could "
+                f"enter the pool"
             )
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
@@ -166,7 +168,8 @@ def _check_parts(store: ExperienceStore) -> None:
             pq.read_metadata(path)
         except (OSError, pa.ArrowInvalid) as err:
             raise StoreError(
-                f"{path}: unreadable Parquet part ({err}); delete it and run the same command again to collect that shard anew"
+                f"{path}: unreadable Parquet part ({err}); delete it and run the same command again to collect that "
+                f"shard anew"
             ) from None
 
 

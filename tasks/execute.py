@@ -2,7 +2,8 @@
 
 `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model) given the
 results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect subflows in
-`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A run that finished with the same settings from the same starting weights is not run
+`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A run that finished with the same settings
+from the same starting weights is not run
 again (its record, written last, says so), and a killed training run resumes from its last checkpoint, so a
 killed pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started
 over, never mixed.

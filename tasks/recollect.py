@@ -32,7 +32,8 @@ class RecollectConfig(BaseModel):
         ge=1,
         le=1_000_000,
         description="After publishing, keep only this many newest pool versions (null: keep all). A training run that "
-        "pinned, or is resuming with, a removed version stops with an error naming it; one following the store moves on.",
+        "pinned, or is resuming with, a removed version stops with an error naming it; one following the store moves "
+        "on.",
     )
 
     def collection(self, now: datetime | None = None) -> CollectConfig:

@@ -90,7 +90,8 @@ def write_report(
         lines += [
             "## Phase I: collection",
             "",
-            f"- {counts['problems']} problems x {manifest['parameters']['samples_per_prompt']} samples = {counts['samples']} answers, "
+            f"- {counts['problems']} problems x {manifest['parameters']['samples_per_prompt']} samples = "
+            f"{counts['samples']} answers, "
             f"{counts['correct']} verified correct ({counts['correct'] / max(counts['samples'], 1):.1%})",
             f"- experience pool: {counts['pool_rows']} answers for {counts['pool_problems']} problems "
             f"(min_correct = {manifest['parameters']['min_correct']}), `{collection.pool}`",
@@ -158,7 +159,8 @@ def _pool_source_lines(manifest: dict, pool_source: dict | None) -> list[str]:
     overall = ev[ev.data_source == ALL_SOURCES].iloc[0]
     return [
         f"- sampled from `{pool_source['checkpoint']}`, the last checkpoint of the exploration run "
-        f"(`{pool_source['run']}`: plain GRPO from the start, as RLEP collects from an RL-improved policy); its held-out "
+        f"(`{pool_source['run']}`: plain GRPO from the start, as RLEP collects from an RL-improved policy); its "
+        f"held-out "
         f"avg@{int(overall.k)} {overall.avg_at_k:.3f}, pass@{int(overall.k)} {overall.pass_at_k:.3f}",
         "",
     ]

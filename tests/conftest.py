@@ -188,7 +188,8 @@ def prefect_server():
         yield PREFECT_API_URL.value()
 
 
-# `rlep train` flags of the tests' small runs: PROBLEMS' cells (6 training, 6 held-out problems), 5 steps of 3 prompts x 4
+# `rlep train` flags of the tests' small runs: PROBLEMS' cells (6 training, 6 held-out problems), 5 steps of 3 prompts
+# x 4
 # answers, a checkpoint every step.
 SMALL_RUN = (
     "--steps 5 --prompts-per-step 3 --samples-per-prompt 4 --max-tokens 12 --problems-limit 6 --eval-problems-limit 6 "

@@ -18,7 +18,8 @@ Measured:
 - ours, benign only: the same without the hostile share, on fresh workers again; this is what the
   ratio compares;
 - plain math-verify: `parse("\\boxed{" + gold + "}")`, `parse(response)`, `verify(...)` per pair in this
-  process with its default settings (the gold wrapped in a box as verl's math-verify reward does), on the benign pairs only (a hostile pair can hang it: no process boundary).
+  process with its default settings (the gold wrapped in a box as verl's math-verify reward does), on the benign pairs
+  only (a hostile pair can hang it: no process boundary).
 
 Also reported, for load tests: peak RSS of this process (`ru_maxrss`) and of the workers (`VmHWM`, read
 before the pool closes), and whether any worker process is left after the pool is closed.

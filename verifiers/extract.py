@@ -19,7 +19,8 @@ Where the answer is looked for, in order:
    `\\boxed{7}, but actually \\boxed{42}` the answer is `42`. The last box is kept apart as well
    (`Extraction.last_box`): verifiers.judge uses it alone when the gold is a single value.
 3. Otherwise, or when it comes after the last box, the latest answer phrase: `#### X` (GSM8K),
-   `Answer: X` (DAPO, Minerva), or `the (final) answer is X`. The phrase runs to the end of its line, or to the end of the `$...$`,
+   `Answer: X` (DAPO, Minerva), or `the (final) answer is X`. The phrase runs to the end of its line, or to the end of
+   the `$...$`,
    `\\(...\\)` or `\\[...\\]` it starts with, and stops at a sentence-ending period.
    A phrase that is prose with a number (`The largest $n$ is 34`) gives its last number.
 4. Otherwise the last number written after the last math span (when `fallback_last_number` is on),

@@ -5,7 +5,8 @@ count lands on that rise depends on float rounding that differs between CPUs (in
 kernels, thread counts). One build stopped at step 1300 had 0.22 greedy accuracy on 1-decimal addition on
 one machine and 0.72 on another. So the build checks greedy accuracy on held-out problems of `stop_cell`
 every `check_every` steps and stops at the first check that reaches `stop_aim`. When a check jumps more than
-half-way from the aim to the band's upper edge (0.30 for aim 0.25 in 0.15-0.35), training rewinds to the previous check (weights and optimizer state; the batches are drawn up front,
+half-way from the aim to the band's upper edge (0.30 for aim 0.25 in 0.15-0.35), training rewinds to the previous
+check (weights and optimizer state; the batches are drawn up front,
 so the replay is the same run) and checks every step from there. The skill at the stop is what is
 reproduced across machines, not the weights.
 """

@@ -63,7 +63,8 @@ class AsyncBenchConfig(BaseModel):
 
     train: TrainConfig = Field(
         default_factory=_bench_train_config,
-        description="The training run, as `rlep train` takes it (`mode` is set by the benchmark); runs go to OUT/pair-K-MODE.",
+        description="The training run, as `rlep train` takes it (`mode` is set by the benchmark); runs go to "
+        "OUT/pair-K-MODE.",
     )
     pairs: int = Field(2, ge=1, le=100, description="Sync/async pairs, alternated.")
     skip_steps: int = Field(
@@ -127,7 +128,8 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     )
     if done.returncode != 0:
         raise RuntimeError(
-            f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the run log"
+            f"bench run {config.out} ({config.mode}) failed with exit code {done.returncode}; its output is in the "
+            f"run log"
         )
     run = json.loads(result.read_text())
     run["cpu"] = {int(step): tuple(v) for step, v in run["cpu"].items()}
@@ -190,7 +192,8 @@ def run_async_bench(config: AsyncBenchConfig, progress: bool = True) -> dict[str
                 pair[mode] = summarize_run(_run(run_config), mode, config.skip_steps, cores)
                 pair[mode]["run_seconds"] = time.perf_counter() - start
                 line = (
-                    f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, {pair[mode]['cpu_seconds_per_step']:.2f} "
+                    f"pair {k} {mode}: {pair[mode]['step_seconds']:.3f} s/step, "
+                    f"{pair[mode]['cpu_seconds_per_step']:.2f} "
                     f"CPU s/step ({pair[mode]['cores_busy']:.0%} of {cores} cores busy)"
                 )
                 print(line)

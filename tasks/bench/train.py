@@ -25,7 +25,8 @@ def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"
     arms = {name: arm_summary(run_dir) for name, run_dir in result.arms.items()}
     for name, a in arms.items():
         print(
-            f"{name}: held-out avg@{a['k']} {a['accuracy_start']:.3f} -> {a['accuracy_final']:.3f}, {a['step_seconds']:.2f} s/step"
+            f"{name}: held-out avg@{a['k']} {a['accuracy_start']:.3f} -> {a['accuracy_final']:.3f}, "
+            f"{a['step_seconds']:.2f} s/step"
         )
     summary = {
         name: {

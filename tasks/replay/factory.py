@@ -55,11 +55,13 @@ def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None =
     if problems:
         replay.coverage = len(replay.pool) / len(problems)
         print(
-            f"replay pool {config.pool}: answers for {len(replay.pool)} of {len(problems)} training problems ({replay.coverage:.0%})"
+            f"replay pool {config.pool}: answers for {len(replay.pool)} of {len(problems)} training problems "
+            f"({replay.coverage:.0%})"
         )
         if replay.coverage < LOW_COVERAGE:
             print(
-                f"warning: replay pool {config.pool} covers only {replay.coverage:.0%} of the training problems: most groups "
+                f"warning: replay pool {config.pool} covers only {replay.coverage:.0%} of the training problems: most "
+                f"groups "
                 "will replay nothing (see replay_prompt_share in metrics.parquet)",
                 file=sys.stderr,
             )

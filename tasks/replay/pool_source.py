@@ -41,7 +41,8 @@ def _check_same_problem(path: Path, row: dict, problem: Problem) -> None:
         )
     if row["problem"] != problem.problem:
         raise PoolError(
-            f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs {problem.problem[:60]!r}"
+            f"{where} has other problem text in the pool than in training: {row['problem'][:60]!r} vs "
+            f"{problem.problem[:60]!r}"
         )
 
 

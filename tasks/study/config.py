@@ -7,7 +7,8 @@ in two arms means the same prompt order and sampling seeds, so arms are compared
 
 An rlep arm without a pool gets RLEP's order (`tasks.rlep_order`, the pipeline's too), once per seed and shared
 by every arm that needs it: an exploration run (plain GRPO from the start; the baseline arm's own run when it is
-the same run), then a collection from its last checkpoint. Each arm is charged in full for the runs it depends on (`needs`),
+the same run), then a collection from its last checkpoint. Each arm is charged in full for the runs it depends on
+(`needs`),
 even when they are shared or are the baseline's own run (`runs.gather`).
 
 An rlep arm that follows its pool (`replay: {follow: true, refresh_every: K}`) and names none is a living-pool
@@ -115,7 +116,8 @@ class StudyConfig(BaseModel):
     )
     collect: CollectConfig = Field(
         default_factory=CollectConfig,
-        description="Collection settings of RLEP's pools (model and out are set per seed: the exploration's checkpoint).",
+        description="Collection settings of RLEP's pools (model and out are set per seed: the exploration's "
+        "checkpoint).",
     )
     train: TrainConfig = Field(
         default_factory=TrainConfig,

@@ -73,7 +73,8 @@ def claims_markdown(table: pd.DataFrame) -> str:
         reached = "" if row.kind == "accuracy_diff" else f" (reached: {row.arm_reached} / {row.against_reached} seeds)"
         lines.append(
             f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired} | "
-            f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | {_interval(row.against_mean, math.nan, math.nan, fmt)} | "
+            f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | "
+            f"{_interval(row.against_mean, math.nan, math.nan, fmt)} | "
             f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |"
         )
     lines += ["", "Per seed:", ""]
@@ -88,16 +89,19 @@ def endpoints_markdown(ends: pd.DataFrame) -> str:
     """Descriptive end-of-run figures per arm, with the cost of the run and of the runs it depends on."""
     k = int(ends.k.max()) if len(ends) else 0
     lines = [
-        f"| arm | seeds | last step | accuracy | diff vs baseline | pass@{k} | updates | tokens generated | tokens charged | "
+        f"| arm | seeds | last step | accuracy | diff vs baseline | pass@{k} | updates | tokens generated | tokens "
+        f"charged | "
         "seconds | seconds charged |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in ends.itertuples(index=False):
         lines.append(
-            f"| {row.arm} | {row.n_seeds} | {row.final_step} | {_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
+            f"| {row.arm} | {row.n_seeds} | {row.final_step} | "
+            f"{_interval(row.final_mean, row.final_ci_low, row.final_ci_high)} | "
             f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | "
             f"{_interval(row.pass_at_k, row.pass_ci_low, row.pass_ci_high)} | {row.optimizer_updates:,.0f} | "
-            f"{row.tokens_generated:,.0f} | {row.tokens_charged:,.0f} | {row.wall_seconds:,.0f} | {row.seconds_charged:,.0f} |"
+            f"{row.tokens_generated:,.0f} | {row.tokens_charged:,.0f} | {row.wall_seconds:,.0f} | "
+            f"{row.seconds_charged:,.0f} |"
         )
     return "\n".join(lines) + "\n"
 

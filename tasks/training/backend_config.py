@@ -20,14 +20,17 @@ class BackendConfig(BaseModel):
         1,
         ge=1,
         le=1024,
-        description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. 1 = one process without "
+        description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. 1 = one "
+        "process without "
         "torch.distributed (the default). With more, rank 0 generates, verifies, writes files and syncs the engine; "
         "every rank trains on its share of each mini-batch's groups.",
     )
     strategy: Literal["ddp", "fsdp2"] = Field(
         "fsdp2",
-        description="nproc > 1: `ddp` keeps a full copy of the weights and optimizer on every rank (gradients averaged); "
-        "`fsdp2` shards weights, gradients and optimizer state over the ranks (torch `fully_shard` on each decoder layer, "
+        description="nproc > 1: `ddp` keeps a full copy of the weights and optimizer on every rank (gradients "
+        "averaged); "
+        "`fsdp2` shards weights, gradients and optimizer state over the ranks (torch `fully_shard` on each decoder "
+        "layer, "
         "then the root), so parameter + optimizer memory per rank is ~1/nproc of one process.",
     )
     precision: Literal["fp32", "bf16"] = Field(
@@ -41,7 +44,8 @@ class BackendConfig(BaseModel):
     )
     launcher: Literal["torchrun", "ray"] = Field(
         "torchrun",
-        description="nproc > 1: how the ranks start. `torchrun`: processes on this node. `ray`: one Ray actor per rank, "
+        description="nproc > 1: how the ranks start. `torchrun`: processes on this node. `ray`: one Ray actor per "
+        "rank, "
         "placed by a placement group on a local Ray or the cluster at `ray_address` (several nodes); the run directory "
         "must be on storage every node sees.",
     )
@@ -57,7 +61,8 @@ class BackendConfig(BaseModel):
         300.0,
         ge=1,
         le=86_400,
-        description="Seconds a collective of the update (gradient reduction, weight gathering) waits for a missing rank "
+        description="Seconds a collective of the update (gradient reduction, weight gathering) waits for a missing "
+        "rank "
         "before the run stops with an error.",
     )
     command_timeout: float = Field(

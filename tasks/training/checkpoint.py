@@ -1,7 +1,8 @@
 """Checkpoints: HF-format weights + tokenizer (loadable by transformers and vLLM) and the trainer state
 (optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly.
 
-`OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed (data.fs.atomic_dir)."""
+`OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed
+(data.fs.atomic_dir)."""
 
 from __future__ import annotations
 

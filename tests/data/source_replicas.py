@@ -35,7 +35,8 @@ GSM8K_ROWS = [
     (
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
         "How many clips did Natalia sell altogether in April and May?",
-        "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether.\n#### 72",
+        "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether.\n#### "
+        "72",
         "72",
     ),
     (
@@ -56,14 +57,16 @@ MATH_ROWS = [
         "problem": "What is the value of $\\sqrt{36 \\times \\sqrt{16}}$?",
         "level": "Level 1",
         "type": "Prealgebra",
-        "solution": "Calculating from the inside out, $\\sqrt{36 \\times \\sqrt{16}} = \\sqrt{36 \\times 4} = \\sqrt{144} = \\boxed{12}$.",
+        "solution": "Calculating from the inside out, $\\sqrt{36 \\times \\sqrt{16}} = \\sqrt{36 \\times 4} = "
+        "\\sqrt{144} = \\boxed{12}$.",
         "gold": "12",
     },
     {
         "problem": "Find the sum of all $x$ with $x^2 = 9$ and the larger root.",
         "level": "Level 3",
         "type": "Algebra",
-        "solution": "The roots are $\\boxed{-3}$ and $\\boxed{3}$, so the sum is $0$ and the larger root is $\\boxed{3}$.",
+        "solution": "The roots are $\\boxed{-3}$ and $\\boxed{3}$, so the sum is $0$ and the larger root is "
+        "$\\boxed{3}$.",
         "gold": "3",
     },
     {

@@ -139,7 +139,8 @@ def test_nested_columns_read_verl_rows_as_columns(tmp_path):
     [
         (
             {"problem_column": "extra_info.question", "answer_column": "reward_model"},
-            r"train\.parquet: row 0, column 'reward_model': expected text, got a dict with keys \['ground_truth', 'style'\]",
+            r"train\.parquet: row 0, column 'reward_model': expected text, got a dict with keys \['ground_truth', "
+            r"'style'\]",
         ),
         (
             {"problem_column": "extra_info", "answer_column": "reward_model.ground_truth"},

@@ -297,7 +297,7 @@ def test_help_says_which_kind_of_source_a_flag_is_for():
     add_model_flags(parser, ProblemSourceConfig)
     text = " ".join(parser.format_help().split())
     assert (
-        "--families [{add,sub,mul,frac,decimal} ...] The families to draw from, in equal shares. [only for: tiny-math source]"
-        in text
+        "--families [{add,sub,mul,frac,decimal} ...] The families to draw from, in equal shares. [only for: tiny-math "
+        "source]" in text
     )
     assert "[only for: file source, hf: dataset source]" in text and "[only for: hf: dataset source]" in text

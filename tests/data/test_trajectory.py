@@ -267,7 +267,8 @@ def test_data_package_imports_nothing_above_it():
     # Dependencies point flows -> tasks -> data; the data layer must load without tasks, flows or Prefect.
     code = (
         "import sys, data.trajectory, data.store, data.inspect, data.rlep_format; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'tasks', 'flows', 'prefect', 'verifiers', 'torch', 'vllm'}))"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'tasks', 'flows', 'prefect', 'verifiers', 'torch', 'vllm'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

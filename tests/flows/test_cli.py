@@ -32,7 +32,10 @@ def test_help_lists_the_subcommands():
 
 
 def test_building_the_cli_imports_no_heavy_library():
-    code = "import sys, rlep.flows.cli as cli; cli.build_parser(); print(sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy') if m in sys.modules))"
+    code = (
+        "import sys, rlep.flows.cli as cli; cli.build_parser(); print(sorted(m for m in ('torch', 'vllm', "
+        "'prefect', 'sympy') if m in sys.modules))"
+    )
     assert _run_code(code) == "[]"
 
 

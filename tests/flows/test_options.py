@@ -161,7 +161,8 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
     with pytest.raises(
         ConfigError,
-        match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source 'mine.jsonl'$",
+        match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source "
+        rf"'mine.jsonl'$",
     ):
         build_config(CollectConfig, path)
     with pytest.raises(ConfigError, match=r"problems.seed: applies .*; problems.families: applies .* source 'hf:d'"):

@@ -13,7 +13,8 @@ with run_log(run_dir):
     print("ours: progress 1/2")
     os.write(1, b"NUMA binding: thread 0 -> cpu 0\n")  # C-level stdout
     os.write(2, b"Triton is installed\n")  # C-level stderr
-    subprocess.run([sys.executable, "-c", "import sys; print('child stdout noise'); sys.stderr.write('child stderr noise\\n')"])
+    subprocess.run([sys.executable, "-c", "import sys; print('child stdout noise'); sys.stderr.write('child stderr "
+        "noise\\n')"])
     warnings.warn("vllm FutureWarning noise", FutureWarning)
     sys.stderr.write("Loading safetensors checkpoint shards: 100%|##########|\n")  # a tqdm bar
     print("warning: ours, shown", file=sys.stderr)
@@ -42,7 +43,10 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
 
 
 def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
-    code = f"from flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, b'noise\\n')\n"
+    code = (
+        f"from flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, "
+        f"b'noise\\n')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "noise" not in done.stderr
     assert not (tmp_path / "none").exists()

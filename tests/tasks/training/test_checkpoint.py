@@ -1,4 +1,5 @@
-"""Checkpoint writes under faults: a failed write is named and leaves nothing, a kill mid-write leaves the last complete one."""
+"""Checkpoint writes under faults: a failed write is named and leaves nothing, a kill mid-write leaves the last
+complete one."""
 
 import errno
 import os
