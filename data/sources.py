@@ -89,6 +89,18 @@ class _Source(BaseModel):
             return {key: value for key, value in data.items() if key not in cls._other_kinds}
         return data
 
+    @classmethod
+    def defaults_of_other_kinds(cls) -> dict[str, Any]:
+        """The defaults of the settings only other kinds of source have (`tasks.settings.settings_not_applying`:
+        a saved dump holding them at their defaults is no choice of the user's)."""
+        owners = (TinyMathSource, HfSource, FileSource)
+        return {
+            name: field.get_default(call_default_factory=True)
+            for owner in owners
+            for name, field in owner.model_fields.items()
+            if name in cls._other_kinds
+        }
+
     def settings_not_applying(self, given: Iterable[str]) -> list[str]:
         """Of the settings a user `given` (names of fields), those this kind of source has no use for, with why.
 

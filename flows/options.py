@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from rlep.tasks.settings import format_validation_error, merge_settings
+from rlep.tasks.settings import format_validation_error, merge_settings, settings_not_applying
 
 M = TypeVar("M", bound=BaseModel)
 _DEST_PREFIX = "cfg:"
@@ -227,37 +227,19 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
         _set_path(user, path, value)
     adapter = TypeAdapter(model)
     try:
-        data = adapter.dump_python(adapter.validate_python({}))
+        default = adapter.validate_python({})
+        data, defaults = adapter.dump_python(default), adapter.dump_python(default, mode="json")
     except ValidationError:  # a model with required fields: nothing to start from
-        data = {}
-    data = merge_settings(data, user)
+        data, defaults = {}, {}
     origin = f"{config_file}: " if config_file else ""
     try:
-        config = adapter.validate_python(data)
+        config = adapter.validate_python(merge_settings(data, user))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
-    refused = _settings_not_applying(config, user)
+    refused = settings_not_applying(config, user, defaults)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config
-
-
-def _settings_not_applying(node: Any, given: dict[str, Any], path: tuple[str, ...] = ()) -> list[str]:
-    """Settings the user gave that the validated section has no use for (e.g. tiny-math's `families` for a
-    file source): a section says which through its `settings_not_applying(names)` method."""
-    if not isinstance(node, BaseModel):
-        return []
-    check = getattr(node, "settings_not_applying", None)
-    try:  # a value equal to its default is no choice of the user's (a saved run's config, `rlep show-config` output)
-        defaults = type(node)().model_dump(mode="json")
-    except ValidationError:
-        defaults = {}
-    chosen = {name for name, value in given.items() if name not in defaults or value != defaults[name]}
-    refused = [".".join((*path, why)) for why in check(chosen)] if check else []
-    for name, value in given.items():
-        if isinstance(value, dict):
-            refused += _settings_not_applying(getattr(node, name, None), value, (*path, name))
-    return refused
 
 
 def dump_yaml(config: BaseModel) -> str:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.tasks.collect import CollectConfig
@@ -87,7 +89,7 @@ def execute_run(
         return _collect(run, results, stages)
     if run.kind == "evaluate":
         return _finished_or(run, lambda: _evaluate(run, stages))
-    return _finished_or(run, lambda: _train(run, stages, progress))
+    return _finished_or(run, lambda: _train(run, stages, progress), lambda final: _evaluated(run, stages, final))
 
 
 def settings_digest(run: Run) -> str:
@@ -98,7 +100,7 @@ def settings_digest(run: Run) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _finished_or(run: Run, carry_out: Callable[[], dict]) -> dict:
+def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
     out = Path(run.config.out)
     identity = {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
     done = out / DONE_FILE
@@ -106,8 +108,20 @@ def _finished_or(run: Run, carry_out: Callable[[], dict]) -> dict:
         record = json.loads(done.read_text())
         if all(record.get(name) == value for name, value in identity.items()):
             return record
-        print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
-        _start_over(run)
+        final = record.get("final_checkpoint")
+        if (
+            evaluate_again
+            and final
+            and record.get("start_weights") == identity["start_weights"]
+            and _trained_alike(run)
+        ):
+            # The same training, its settings written in an earlier layout (the digest is of the dump): keep
+            # the checkpoints; the evaluation, which the digest also covers, is done again.
+            print(f"{run.key}: {out} finished with the same training settings; evaluating it again")
+            carry_out = lambda: evaluate_again(final)  # noqa: E731
+        else:
+            print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
+            _start_over(run)
     elif run.kind == "train" and not _same_training(out, run.config):
         print(f"{run.key}: {out} holds a run with other settings; starting it over")
         _start_over(run)
@@ -133,9 +147,14 @@ def _train(run: Run, stages: Stages, progress: bool) -> dict:
         final_checkpoint = train_living(run.config, run.living, progress=progress)
     else:
         final_checkpoint = stages.train(run.config, latest_checkpoint(out) is not None).final_checkpoint
-    record = {"final_checkpoint": str(final_checkpoint)}
+    return _evaluated(run, stages, str(final_checkpoint))
+
+
+def _evaluated(run: Run, stages: Stages, final_checkpoint: str) -> dict:
+    """The training run's record, once its final checkpoint is evaluated (if the plan evaluates it)."""
+    record = {"final_checkpoint": final_checkpoint}
     if run.evaluate is not None:
-        stages.evaluate(run.evaluate.model_copy(update={"model": str(final_checkpoint)}))
+        stages.evaluate(run.evaluate.model_copy(update={"model": final_checkpoint}))
         record["final_eval"] = str(run.evaluate.out)
     return record
 
@@ -152,14 +171,31 @@ def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
     if run.needs:
         config = config.model_copy(update={"model": results[run.needs[0]]["final_checkpoint"]})
     out = CollectRunLayout(config.out)
-    if out.manifest.is_file() and json.loads(out.manifest.read_text()).get("parameters") != config.model_dump(
-        mode="json"
-    ):
+    if out.manifest.is_file() and not _collected_alike(out, config):
         print(f"{run.key}: {out.root} was collected with other settings or from another model; collecting again")
         shutil.rmtree(out.root)
     if not out.manifest.is_file():
         stages.collect(config)
     return {"key": run.key, "out": str(out.root), "pool_source": config.model}
+
+
+def _trained_alike(run: Run) -> bool:
+    """`run` is a training run whose directory holds the same settings, steps included, read with today's
+    models (a layout change of the settings does not count), and which has no living pool to re-check."""
+    saved = TrainRunLayout(run.config.out).config
+    if run.kind != "train" or run.living is not None or not saved.is_file():
+        return False
+    return TrainConfig.model_validate_json(saved.read_text()).model_dump() == run.config.model_dump()
+
+
+def _collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
+    """The finished collection in `out` has `config`'s settings, read with today's models (a layout change of
+    the settings, such as the problem source's union, does not count)."""
+    saved = json.loads(out.manifest.read_text()).get("parameters")
+    try:
+        return CollectConfig.model_validate(saved).model_dump() == config.model_dump()
+    except ValidationError:
+        return False
 
 
 def _same_training(out: Path, config: TrainConfig) -> bool:

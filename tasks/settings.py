@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 def merge_settings(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -25,6 +25,37 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any]) -> dict[str, An
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def settings_not_applying(
+    node: Any, given: dict[str, Any], defaults: dict[str, Any] | None = None, path: tuple[str, ...] = ()
+) -> list[str]:
+    """Settings a user gave (`given`, nested like the config) that the validated section `node` has no use for,
+    e.g. tiny-math's `families` for a file source: a section says which through its
+    `settings_not_applying(names)` method. A value equal to a default is no choice of the user's (a saved run's
+    config, `rlep show-config` output, a dump made before a section became a union): the default the section
+    had where it was merged (`defaults`, nested), its field's, or that of another kind of the section
+    (`defaults_of_other_kinds()`)."""
+    if not isinstance(node, BaseModel):
+        return []
+    defaults = defaults if isinstance(defaults, dict) else {}
+    field_defaults = {
+        name: field.get_default(call_default_factory=True)
+        for name, field in type(node).model_fields.items()
+        if not field.is_required()
+    }
+    other_kinds = getattr(type(node), "defaults_of_other_kinds", dict)()
+
+    def chosen(name: str, value: Any) -> bool:
+        return not any(name in known and known[name] == value for known in (defaults, field_defaults, other_kinds))
+
+    check = getattr(node, "settings_not_applying", None)
+    names = {name for name, value in given.items() if chosen(name, value)}
+    refused = [".".join((*path, why)) for why in check(names)] if check else []
+    for name, value in given.items():
+        if isinstance(value, dict):
+            refused += settings_not_applying(getattr(node, name, None), value, defaults.get(name), (*path, name))
+    return refused
 
 
 def validation_problems(err: ValidationError, prefix: str = "") -> list[str]:

@@ -31,7 +31,7 @@ from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import PlanError, Run, plan_seed
 from rlep.tasks.runner import RunnerConfig
-from rlep.tasks.settings import merge_settings, validation_problems
+from rlep.tasks.settings import merge_settings, settings_not_applying, validation_problems
 from rlep.tasks.training.config import TrainConfig
 
 
@@ -184,6 +184,9 @@ def plan(config: StudyConfig) -> list[Run]:
         for arm, override in config.arms.items():
             settings = merge_settings(base_settings, override) | {"seed": seed, "out": str(layout.run(arm, seed))}
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
+            refused = settings_not_applying(arms[arm], override, base_settings, ("arms", arm))
+            if refused:  # e.g. an arm's tiny-math `families` over a file source: as `--config` refuses it
+                raise StudyError("invalid configuration: " + "; ".join(refused))
         base = config.train.model_copy(update={"seed": seed})
         collect = config.collect.model_copy(update={"seed": seed})
         try:

@@ -192,3 +192,9 @@ def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     path.write_text(file_run.model_dump_json())
     assert "families" not in json.loads(path.read_text())["problems"]
     assert build_config(TrainConfig, path) == file_run
+    # A dump made before the sources became a union holds every kind's settings at their defaults: it loads.
+    before = json.loads(file_run.model_dump_json())
+    before["problems"] |= {"seed": 0, "tiny_math_size": 2000, "families": ["decimal"], "levels": [1], "subset": None}
+    before["eval_problems"] |= {"layout": "auto", "problem_column": None, "invalid_rows": "error", "subset": None}
+    path.write_text(json.dumps(before))
+    assert build_config(TrainConfig, path) == file_run

@@ -76,6 +76,14 @@ def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
     ].config.steps == 5
 
 
+def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
+    settings = _settings("tiny", tmp_path, ARMS)
+    settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}
+    settings["arms"] = {**ARMS, "rlep": {**ARMS["rlep"], "problems": {"families": ["add"]}}}
+    with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.families: applies to tiny-math only"):
+        plan(StudyConfig.model_validate(settings))
+
+
 def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     with pytest.raises(
         StudyError, match=r"arms\.fifo\.replay\.fifo\.replay_ratioo: Extra inputs are not permitted \(got 0\.5\)"
@@ -160,6 +168,13 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     monkeypatch.setattr(trainer_module, "train", no_training)
     again = run_study(config, progress=False)
     assert pd.read_parquet(again["study"]).equals(study)
+    # A record whose digest is of an earlier layout of the same settings (the dump changed, not the run): the
+    # training is kept, only its final evaluation is done again, and the record gets today's digest.
+    done = tmp_path / "study" / "runs" / "rlep" / "seed-1" / "run_record.json"
+    record = json.loads(done.read_text())
+    done.write_text(json.dumps({**record, "settings": "an-earlier-dump"}))
+    assert pd.read_parquet(run_study(config, progress=False)["study"]).equals(study)
+    assert json.loads(done.read_text())["settings"] == record["settings"]
     # The command resumes the same way, and keeps library output in the study's rlep.log, not the terminal.
     path = tmp_path / "study.yaml"
     path.write_text(json.dumps(config.model_dump(mode="json")))
