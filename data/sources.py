@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
 
@@ -77,29 +77,32 @@ class _Source(BaseModel):
     )
     limit: int | None = Field(None, ge=1, description="Keep at most this many problems (first ones).")
 
-    # Settings only another kind of source has, dropped on validation: a section merged from defaults (e.g. the
+    @classmethod
+    def _other_kinds(cls) -> dict[str, Any]:
+        """The settings only other kinds of source have, with their defaults, in the kinds' order."""
+        return {
+            name: field.get_default(call_default_factory=True)
+            for kind in SOURCE_KINDS
+            for name, field in kind.model_fields.items()
+            if name not in cls.model_fields
+        }
+
+    # Settings of another kind of source are dropped on validation: a section merged from defaults (e.g. the
     # default task's `families`) keeps them when a user switches it to a file. A user who GIVES one is refused
     # by `settings_not_applying` (through `build_config`), so nothing a user chose is ignored silently.
-    _other_kinds: ClassVar[tuple[str, ...]] = ()
-
     @model_validator(mode="before")
     @classmethod
     def _drop_other_kinds(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            return {key: value for key, value in data.items() if key not in cls._other_kinds}
+            other = cls._other_kinds()
+            return {key: value for key, value in data.items() if key not in other}
         return data
 
     @classmethod
     def defaults_of_other_kinds(cls) -> dict[str, Any]:
         """The defaults of the settings only other kinds of source have (`tasks.settings.settings_not_applying`:
         a saved dump holding them at their defaults is no choice of the user's)."""
-        owners = (TinyMathSource, HfSource, FileSource)
-        return {
-            name: field.get_default(call_default_factory=True)
-            for owner in owners
-            for name, field in owner.model_fields.items()
-            if name in cls._other_kinds
-        }
+        return cls._other_kinds()
 
     def settings_not_applying(self, given: Iterable[str]) -> list[str]:
         """Of the settings a user `given` (names of fields), those this kind of source has no use for, with why.
@@ -107,7 +110,7 @@ class _Source(BaseModel):
         The configuration builder refuses them rather than silently reading other problems than the user asked
         for. (A model built in code drops them unchecked.)"""
         given, this = set(given), "tiny-math" if self.source == "tiny-math" else f"source {self.source!r}"
-        return [f"{name}: {_APPLIES_TO[name]}, not to {this}" for name in self._other_kinds if name in given]
+        return [f"{name}: {_APPLIES_TO[name]}, not to {this}" for name in self._other_kinds() if name in given]
 
 
 class TinyMathSource(_Source):
@@ -130,8 +133,6 @@ class TinyMathSource(_Source):
         min_length=1,
         description="The difficulty levels to draw from, 1 = easiest.",
     )
-
-    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below, once the row settings are known
 
 
 class _RowSource(_Source):
@@ -202,8 +203,6 @@ class HfSource(_RowSource):
         description="The dataset's subset (config name), e.g. `main` for openai/gsm8k.",
     )
 
-    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below
-
 
 class FileSource(_RowSource):
     """A local JSONL / JSON / Parquet / CSV file."""
@@ -213,8 +212,6 @@ class FileSource(_RowSource):
     model_config = ConfigDict(extra="forbid", title="file source", regex_engine="python-re")
 
     source: str = Field(..., pattern=r"^(?!tiny-math$)(?!hf:).+", description=_SOURCE_HELP)
-
-    _other_kinds: ClassVar[tuple[str, ...]] = ()  # set below
 
     def settings_not_applying(self, given: Iterable[str]) -> list[str]:
         """Also a split the file cannot select (it has no split column: its first row is read to tell)."""
@@ -238,9 +235,7 @@ _APPLIES_TO = {
     **{name: "applies to files and hf: datasets" for name in FILE_ONLY},
     "subset": "applies to hf: datasets only",
 }
-TinyMathSource._other_kinds = (*FILE_ONLY, "subset")
-HfSource._other_kinds = TINY_MATH_ONLY
-FileSource._other_kinds = (*TINY_MATH_ONLY, "subset")
+SOURCE_KINDS = (TinyMathSource, FileSource, HfSource)
 SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
 
 
