@@ -182,10 +182,10 @@ def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
 def _trained_alike(run: Run) -> bool:
     """`run` is a training run whose directory holds the same settings, steps included, read with today's
     models (a layout change of the settings does not count), and which has no living pool to re-check."""
-    saved = TrainRunLayout(run.config.out).config
-    if run.kind != "train" or run.living is not None or not saved.is_file():
+    if run.kind != "train" or run.living is not None:
         return False
-    return TrainConfig.model_validate_json(saved.read_text()).model_dump() == run.config.model_dump()
+    saved = _saved_training(run.config.out)
+    return saved is not None and saved.model_dump() == run.config.model_dump()
 
 
 def _collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
@@ -201,12 +201,17 @@ def _collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
 def _same_training(out: Path, config: TrainConfig) -> bool:
     """A killed run in `out` may be resumed: no settings there yet, or the same ones (steps aside: a living-pool
     run trains in segments; the pool aside: a run pins its store's version)."""
-    saved = TrainRunLayout(out).config
-    if not saved.is_file():
+    before = _saved_training(out)
+    if before is None:
         return True
-    before = TrainConfig.model_validate_json(saved.read_text())
     ignore = {"steps": True, "replay": {"pool"}}
     return before.model_dump(exclude=ignore) == config.model_dump(exclude=ignore)
+
+
+def _saved_training(out: Path | str) -> TrainConfig | None:
+    """The settings a training run in `out` saved, read with today's models (None: none saved yet)."""
+    saved = TrainRunLayout(out).config
+    return TrainConfig.model_validate_json(saved.read_text()) if saved.is_file() else None
 
 
 def _start_weights(model: str) -> str | None:
