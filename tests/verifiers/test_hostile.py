@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import random
 import re
+import shutil
+import string
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,13 +82,36 @@ def _injections(canary: Path) -> list[str]:
     ]
 
 
-def test_injection_strings_never_execute(tmp_path):
-    canary = tmp_path / "canary"
+@pytest.fixture
+def canary() -> Iterator[Path]:
+    """A path for the canary file with no digit in it, in a fresh folder of its own.
+
+    Not pytest's `tmp_path`: that holds the run's number (`.../pytest-1/...`, or whatever `--basetemp`
+    names), and a digit in the attack strings gives the verifier something to read as an answer, so the
+    test would judge that number instead of the attack (issue 34)."""
+    bases = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
+    base = next((b for b in bases if not re.search(r"\\d", b) and os.access(b, os.W_OK | os.X_OK)), None)
+    if base is None:
+        pytest.fail(f"no writable temporary folder without digits among {bases}")
+    folder = Path(base) / ("rlep-canary-" + "".join(random.choices(string.ascii_lowercase, k=16)))
+    folder.mkdir(mode=0o700)
+    yield folder / "canary"
+    shutil.rmtree(folder)
+
+
+def test_injection_strings_never_execute(canary):
     attacks = _injections(canary)
+    assert not re.search(r"\\d", "".join(attacks))  # nothing in an attack that could pass for a number
     # As responses, and as golds too: gold answers come from data files that could be tampered with.
     verdicts = verify_batch(attacks + ["\\boxed{1}"] * len(attacks), ["1"] * len(attacks) + attacks)
     assert not canary.exists()
-    assert not any(verdict.correct for verdict in verdicts)
+    as_answers, as_golds = verdicts[: len(attacks)], verdicts[len(attacks) :]
+    # Refused for what they are: Python-looking text is a parse error, an attack with no answer in it is
+    # no answer; never compared with the gold as if it were mathematics.
+    for attack, verdict in zip(attacks, as_answers, strict=True):
+        assert not verdict.correct and verdict.reason in ("parse-error", "no-answer"), (attack, verdict)
+    for attack, verdict in zip(attacks, as_golds, strict=True):
+        assert not verdict.correct and verdict.reason == "parse-error", (attack, verdict)
 
 
 # The peer benchmark runs plain math-verify, expression reader included, on the fixed cases of its own
