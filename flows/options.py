@@ -2,13 +2,17 @@
 
 `add_model_flags` turns every leaf field of a config model into a flag (`--temperature`, `--split`, ...):
 the leaf's own name when it is unique in the model, else `--parent-leaf`; a field may name its flag with
-`json_schema_extra={"cli_flag": ...}`. Help text is the field's description. `build_config` merges
+`json_schema_extra={"cli_flag": ...}`. Two settings of one name: a top-level one keeps the name, else the
+one problem source's (a union of variants) does, so a source's flags read the same in `rlep problems`,
+`collect` and `eval` (`--answer-format`; the verifier's is `--verifier-answer-format`). A spelling in
+RENAMED_FLAGS is still accepted, with a note on stderr. Help text is the field's description. `build_config` merges
 YAML < flags and validates once, so a bad value gets one message naming its field, wherever it came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import types
 import typing
 from collections.abc import Iterator
@@ -22,6 +26,10 @@ from rlep.tasks.settings import format_validation_error, merge_settings, setting
 
 M = TypeVar("M", bound=BaseModel)
 _DEST_PREFIX = "cfg:"
+
+# Old spelling -> the flag it became; parsed as the new one, with a note (issue 34: the README's
+# `--answer-format` was `--problems-answer-format` in collect and eval, beside the verifier's answer_format).
+RENAMED_FLAGS = {"--problems-answer-format": "--answer-format"}
 
 
 class ConfigError(ValueError):
@@ -39,11 +47,12 @@ def _model_types(annotation: Any) -> list[type[BaseModel]]:
     return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
 
 
-Leaf = tuple[tuple[str, ...], Any, "list | None", tuple[str, ...]]  # path, field, choices, variants it is of
+# path, field, choices, the variants it is of (empty: all or not a union), whether it is a union's setting
+Leaf = tuple[tuple[str, ...], Any, "list | None", tuple[str, ...], bool]
 
 
 def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
-    """(path, field, choices, owners) for every leaf setting of `model` (a BaseModel class or a union of them).
+    """(path, field, choices, owners, in_union) for every leaf setting of `model` (a BaseModel class or a union).
     The variants of a union (e.g. replay kinds, problem sources) share one set of flags: a field name seen in
     several variants is one flag, whose `Literal` choices are merged (none if one variant takes any value);
     `owners` names the variants a setting belongs to when not all have it (empty otherwise)."""
@@ -64,13 +73,13 @@ def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
                         merged[leaf][1].extend(c for c in choices if c not in merged[leaf][1])
         for leaf, (leaf_field, choices) in merged.items():
             mine = tuple(owners[leaf]) if len(owners[leaf]) < len(variants) else ()
-            yield (*prefix, leaf), leaf_field, choices, mine
+            yield (*prefix, leaf), leaf_field, choices, mine, True
         return
     for name, field in variants[0].model_fields.items():
         if _model_types(field.annotation):
             yield from _leaves(field.annotation, (*prefix, name))
         else:
-            yield (*prefix, name), field, _literal_choices(field.annotation), ()
+            yield (*prefix, name), field, _literal_choices(field.annotation), (), False
 
 
 def _variant_name(variant: type[BaseModel]) -> str:
@@ -83,20 +92,28 @@ def _variant_name(variant: type[BaseModel]) -> str:
 
 def _flag_names(model: Any) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...]]]:
     """Flag per leaf: its `cli_flag` or own name when unique in `model`; when not, prefixed by its parents
-    (`--eval-problems-limit`; a named flag keeps its name after the grandparent: `--collect-engine`)."""
+    (`--eval-problems-limit`; a named flag keeps its name after the grandparent: `--collect-engine`), except
+    that one of the leaves sharing a name keeps it: the top-level one, else the only one of a union (the
+    problem source's `answer_format` beside the verifier's)."""
     leaves = list(_leaves(model))
 
     def short(path: tuple[str, ...], field: Any) -> str:
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         return extra.get("cli_flag") or path[-1]
 
-    counts: dict[str, int] = {}
-    for path, field, _, _ in leaves:
-        counts[short(path, field)] = counts.get(short(path, field), 0) + 1
+    sharing: dict[str, list[tuple[tuple[str, ...], bool]]] = {}
+    for path, field, _, _, in_union in leaves:
+        sharing.setdefault(short(path, field), []).append((path, in_union))
+    keeps = {}  # name -> the one path that keeps it among several
+    for name, holders in sharing.items():
+        top = [path for path, _ in holders if len(path) == 1]
+        of_union = [path for path, in_union in holders if in_union]
+        if len(holders) > 1 and not top and len(of_union) == 1:
+            keeps[name] = of_union[0]
     names = {}
-    for path, field, choices, owners in leaves:
+    for path, field, choices, owners, _ in leaves:
         name = short(path, field)
-        if counts[name] > 1:
+        if len(sharing[name]) > 1 and keeps.get(name) != path:
             name = "-".join([*path[:-2], name]) if name != path[-1] else "-".join(path)
         names[path] = ("--" + name.replace("_", "-"), field, choices, owners)
     if len({flag for flag, *_ in names.values()}) < len(names):  # still ambiguous: full paths
@@ -160,6 +177,25 @@ def add_model_flags(parser: argparse.ArgumentParser, model: Any, skip: set[str] 
             if _allows_none(field.annotation):
                 kwargs["type"] = _none_or_text
         group.add_argument(flag, **kwargs)
+        for renamed in (old for old, new in RENAMED_FLAGS.items() if new == flag):
+            # the old spelling was this setting's full path; where that is still a flag (`train`'s), it stays one
+            if renamed != "--" + "-".join(path).replace("_", "-") or renamed in parser._option_string_actions:
+                continue
+            if kwargs.get("action") is not None:
+                raise TypeError(f"{renamed}: only a flag that takes a value can keep an old spelling")
+            parser.add_argument(renamed, **{**kwargs, "help": argparse.SUPPRESS}, action=_RenamedFlag, new_flag=flag)
+
+
+class _RenamedFlag(argparse.Action):
+    """An old spelling of a flag: stores its value as the new one does, with a one-line note on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, new_flag: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string=None):
+        print(f"note: {option_string} is renamed {self.new_flag}; the old spelling still works", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _effective_default(config: BaseModel, path: tuple[str, ...], field: Any) -> Any:

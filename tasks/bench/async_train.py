@@ -46,7 +46,7 @@ PHASES_ASYNC = ("time_train", "time_wait_generate", "time_generator_busy", "time
 def _bench_train_config() -> TrainConfig:
     return TrainConfig(
         problems=default_task("train", limit=800),
-        replay=FIFOReplayConfig(),
+        replay=FIFOReplayConfig(batch_size=320),  # 5 mini-batches of 8 prompts' worth (ratio 0.2)
         steps=12,
         prompts_per_step=32,
         samples_per_prompt=8,

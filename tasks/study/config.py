@@ -140,6 +140,12 @@ class StudyConfig(BaseModel):
         default_factory=list,
         description="The claims the study tests, fixed before it runs; the report's claims table measures these only.",
     )
+    equal_updates: bool = Field(
+        True,
+        description="Refuse arms that make different numbers of optimizer updates per step (mini-batches x epochs): "
+        "more updates is more training, not a better design. Off only for a study whose question is the update "
+        "count itself.",
+    )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the runs execute.")
 
     @model_validator(mode="after")
@@ -173,9 +179,22 @@ def _validated(model, settings: dict, where: str):
         raise StudyError("; ".join(validation_problems(err, where))) from None
 
 
+def _check_equal_updates(arms: dict[str, TrainConfig]) -> None:
+    updates = {arm: train.updates_per_epoch() * train.ppo_epochs for arm, train in arms.items()}
+    if len(set(updates.values())) > 1:
+        raise StudyError(
+            "optimizer updates per step differ: "
+            + ", ".join(f"{arm} {n}" for arm, n in updates.items())
+            + " (mini_batch_prompts x ppo_epochs; FIFO's batch counts as batch / samples_per_prompt prompts): give "
+            "every arm the same, e.g. FIFO's replay.batch_size = the baseline's prompts_per_step x samples_per_prompt "
+            "with fewer prompts_per_step, or set equal_updates: false for a study of the update count itself"
+        )
+
+
 def plan(config: StudyConfig) -> list[Run]:
     """Every run of the study in an order that respects `needs` (`tasks.plan.plan_seed` for each seed, the
-    pipeline's planner too); all settings validated before anything runs."""
+    pipeline's planner too); all settings validated before anything runs, every arm making as many optimizer
+    updates per step as the others (unless `equal_updates` is off)."""
     layout = StudyLayout(config.out)
     base_settings = config.train.model_dump(mode="json")
     runs: list[Run] = []
@@ -187,6 +206,8 @@ def plan(config: StudyConfig) -> list[Run]:
             refused = settings_not_applying(arms[arm], override, base_settings, ("arms", arm))
             if refused:  # e.g. an arm's tiny-math `families` over a file source: as `--config` refuses it
                 raise StudyError("invalid configuration: " + "; ".join(refused))
+        if config.equal_updates:
+            _check_equal_updates(arms)
         base = config.train.model_copy(update={"seed": seed})
         collect = config.collect.model_copy(update={"seed": seed})
         try:

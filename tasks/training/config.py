@@ -214,14 +214,14 @@ class TrainConfig(BaseModel):
         ge=1,
         le=1_000_000,
         description="Prompts per optimizer update, as verl's ppo_mini_batch_size: each epoch splits the step's batch "
-        "into "
-        "prompts_per_step / mini_batch_prompts mini-batches of whole groups (fresh and replayed answers of a prompt "
-        "together), one update each, all against the log-probs fixed before the first (so the clip acts from the "
-        "second "
-        "update on; RLEP: 512 prompts in mini-batches of 64 = 8 updates). Every replay design makes the same number of "
-        "updates at the same settings (FIFO: its batch counted in prompts' worth of rollouts, batch / G). Must divide "
-        "prompts_per_step (a value >= prompts_per_step means one mini-batch). null = the whole batch (one update per "
-        "epoch, ratio 1, the clip never acts).",
+        "into prompts_per_step / mini_batch_prompts mini-batches of whole groups (fresh and replayed answers of a "
+        "prompt together), one update each, all against the log-probs fixed before the first (so the clip acts from "
+        "the second update on; RLEP: 512 prompts in mini-batches of 64 = 8 updates). The rows RLEP and prioritized "
+        "replay add ride inside their prompt's mini-batch, so they make the plain baseline's number of updates; FIFO "
+        "counts its batch in prompts' worth of rollouts (batch / G), so it makes the baseline's number only when its "
+        "batch is the baseline's (replay.batch_size = prompts_per_step x G of the baseline). Must divide "
+        "prompts_per_step (FIFO: batch / G) exactly, or be >= it (one mini-batch). null = the whole batch (one update "
+        "per epoch, ratio 1, the clip never acts).",
     )
     micro_batch_size: int | None = Field(
         64,
@@ -303,27 +303,45 @@ class TrainConfig(BaseModel):
                     f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
                     f"give the generator GPUs from {self.backend.nproc} on"
                 )
-        if self.mini_batch_prompts is not None and not self.replay.batch_from_buffer:
-            if self.mini_batch_prompts < self.prompts_per_step and self.prompts_per_step % self.mini_batch_prompts:
-                raise ValueError(
-                    f"mini_batch_prompts ({self.mini_batch_prompts}) must divide prompts_per_step "
-                    f"({self.prompts_per_step}): "
-                    "every update takes whole prompt groups, and a smaller trailing mini-batch would be a full extra "
-                    "Adam step"
-                )
+        if self.mini_batch_prompts is not None:
+            self._check_mini_batches_divide(self.mini_batch_prompts)
         return self
+
+    def _check_mini_batches_divide(self, per_update: int) -> None:
+        """The step's batch (in prompts, or FIFO's in prompts' worth of rollouts) splits into whole mini-batches:
+        a rounded count would make more or fewer updates than another design at the same settings, and a smaller
+        trailing mini-batch would be a full extra Adam step."""
+        prompts = self.replay.trained_prompts(self.prompts_per_step, self.samples_per_prompt)
+        if per_update >= prompts or prompts % per_update == 0:
+            return
+        if not self.replay.batch_from_buffer:
+            raise ValueError(
+                f"mini_batch_prompts ({per_update}) must divide prompts_per_step ({self.prompts_per_step}): "
+                "every update takes whole prompt groups, and a smaller trailing mini-batch would be a full extra "
+                "Adam step"
+            )
+        rows, unit = round(prompts * self.samples_per_prompt), per_update * self.samples_per_prompt
+        raise ValueError(
+            f"FIFO's batch of {rows} rollouts ({prompts:g} prompts' worth of samples_per_prompt "
+            f"{self.samples_per_prompt}) must be a multiple of mini_batch_prompts x samples_per_prompt = "
+            f"{per_update} x {self.samples_per_prompt} = {unit} rollouts "
+            f"({rows // unit * unit or unit} or {(rows // unit + 1) * unit}), "
+            "or fit in one mini-batch: a rounded number of updates is more or fewer than another design makes at "
+            "the same settings. Set replay.batch_size (e.g. the baseline's prompts_per_step x samples_per_prompt, "
+            "with fewer prompts_per_step for FIFO), or a replay_ratio that gives such a batch"
+        )
 
     def updates_per_epoch(self) -> int:
         """Optimizer updates per pass over a step's batch: the batch in prompts / mini_batch_prompts.
 
         The batch in prompts is prompts_per_step for designs that train on their prompt groups; for a batch drawn
-        rollout by rollout from a buffer (FIFO), its size / samples_per_prompt, rounded to whole mini-batches
-        (at least one), which the batch is split into evenly.
+        rollout by rollout from a buffer (FIFO), its size / samples_per_prompt. Validation refuses a batch that
+        mini_batch_prompts does not divide (unless one mini-batch holds it), so the count is exact, never rounded.
         """
         if self.mini_batch_prompts is None:
             return 1
         prompts = self.replay.trained_prompts(self.prompts_per_step, self.samples_per_prompt)
-        return max(1, round(prompts / self.mini_batch_prompts))
+        return max(1, int(prompts // self.mini_batch_prompts))
 
     def resolved_run_id(self) -> str:
         """`run_id`, or the out directory's name (as for collection runs)."""

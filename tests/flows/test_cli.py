@@ -105,6 +105,28 @@ def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
 
 
+def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
+    # Issue 34: the README's `--answer-format boxed` was refused by collect and eval (`--problems-answer-format`).
+    from rlep.flows.cli import build_parser
+    from rlep.flows.options import flag_overrides
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for command in ("problems", "collect", "eval"):
+        key = "answer_format" if command == "problems" else "problems.answer_format"
+        out = ["--out", "problems.jsonl"] if command == "problems" else []
+        args = parser.parse_args([command, *out, "--source", "math.jsonl", "--answer-format", "boxed"])
+        assert flag_overrides(args)[key] == "boxed"
+        usage = commands[command].format_help()
+        assert "--answer-format" in usage and "--problems-answer-format" not in usage
+    for command in ("collect", "eval"):
+        args = parser.parse_args([command, "--problems-answer-format", "gsm8k"])
+        assert flag_overrides(args) == {"problems.answer_format": "gsm8k"}
+        assert "note: --problems-answer-format is renamed --answer-format" in capsys.readouterr().err
+        args = parser.parse_args([command, "--verifier-answer-format", "boxed"])
+        assert flag_overrides(args) == {"verifier.answer_format": "boxed"}
+
+
 def test_bench_async_refuses_bad_input_naming_itself_before_writing_anything(tmp_path, capsys):
     out = tmp_path / "OUT"
     assert main(["bench", "async", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2

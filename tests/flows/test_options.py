@@ -72,6 +72,70 @@ def test_flags_are_leaf_names_unless_ambiguous():
     assert flag_overrides(_parse([])) == {}
 
 
+class FileKind(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="file")
+    source: str = Field("f.jsonl", description="file")
+    answer_format: Literal["value", "boxed"] = Field("value", description="gold format")
+
+
+class GeneratorKind(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="generator")
+    source: Literal["gen"] = Field("gen", description="generator")
+    seed: int = Field(0, description="generator seed")
+
+
+class Checker(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answer_format: Literal["any", "boxed"] = Field("any", description="answer format")
+
+
+class Collect(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seed: int = Field(0, description="sampling seed")
+    problems: FileKind | GeneratorKind = Field(default_factory=GeneratorKind)
+    checker: Checker = Field(default_factory=Checker)
+
+
+class Train(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    problems: FileKind | GeneratorKind = Field(default_factory=GeneratorKind)
+    eval_problems: FileKind | GeneratorKind = Field(default_factory=GeneratorKind)
+
+
+def _flags(model, argv):
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, model)
+    return flag_overrides(parser.parse_args(argv))
+
+
+def test_a_problem_source_keeps_its_flag_names_beside_a_section_sharing_one(capsys):
+    # Issue 34: `rlep collect` named the source's answer_format `--problems-answer-format` (the verifier has an
+    # answer_format too) where `rlep problems` and the README say `--answer-format`.
+    assert _flags(Collect, ["--answer-format", "boxed", "--checker-answer-format", "boxed", "--source", "a"]) == {
+        "problems.answer_format": "boxed",
+        "checker.answer_format": "boxed",
+        "problems.source": "a",
+    }
+    # A top-level setting keeps its name: `--seed` stays the sampling seed, the generator's is prefixed.
+    assert _flags(Collect, ["--seed", "1", "--problems-seed", "2"]) == {"seed": "1", "problems.seed": "2"}
+    # Two sources: each prefixed by its section, as before.
+    assert _flags(Train, ["--problems-answer-format", "boxed", "--eval-problems-answer-format", "value"]) == {
+        "problems.answer_format": "boxed",
+        "eval_problems.answer_format": "value",
+    }
+    assert capsys.readouterr().err == ""
+    # The old spelling still works, with a note; it is not in the help.
+    assert _flags(Collect, ["--problems-answer-format", "boxed"]) == {"problems.answer_format": "boxed"}
+    assert capsys.readouterr().err == (
+        "note: --problems-answer-format is renamed --answer-format; the old spelling still works\n"
+    )
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, Collect)
+    assert "--problems-answer-format" not in parser.format_help()
+    with pytest.raises(SystemExit):
+        _flags(Collect, ["--problems-answer-format", "latex"])  # checked as the new flag is
+
+
 def test_list_of_literal_ints_converts_and_checks_each_value(capsys):
     assert build_config(Outer, None, flag_overrides(_parse(["--levels", "1", "3"]))).levels == [1, 3]
     with pytest.raises(SystemExit):
@@ -142,7 +206,8 @@ def test_none_switches_an_optional_setting_off():
 def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
     from rlep.tasks.pipeline import PipelineConfig
 
-    assert build_config(PipelineConfig, None, {"train.replay.kind": "fifo"}).train.replay.kind == "fifo"
+    fifo = {"train.replay.kind": "fifo", "train.replay.batch_size": "256"}  # the default ratio's 341 rows do not divide
+    assert build_config(PipelineConfig, None, fifo).train.replay.kind == "fifo"
     path = tmp_path / "p.yaml"
     path.write_text("train:\n  replay: {kind: prioritized, max_age: 3}\n")
     replay = build_config(PipelineConfig, path).train.replay

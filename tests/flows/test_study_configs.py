@@ -32,6 +32,23 @@ def test_a_shipped_study_configuration_plans(path):
     assert len(config.seeds) >= 3
     if any(arm.get("replay", {}).get("kind") == "rlep" for arm in config.arms.values()):
         assert sum(r.kind == "collect" for r in runs) == len(config.seeds)  # one pool per seed, shared
+    updates = {r.arm: r.config.updates_per_epoch() * r.config.ppo_epochs for r in trained}
+    assert len(set(updates.values())) == 1, updates  # every arm makes the same number of optimizer updates
+
+
+def test_every_shipped_configuration_loads():
+    # The pipeline's demo as well as every study: a setting the checks refuse (a FIFO batch the mini-batches
+    # do not divide) fails here, not when someone runs it.
+    from rlep.tasks.pipeline import PipelineConfig
+
+    paths = sorted(CONFIGS[0].parent.glob("*.yaml"))
+    assert len(paths) > len(CONFIGS)
+    for path in paths:
+        settings = yaml.safe_load(path.read_text())
+        if "arms" in settings:
+            plan(StudyConfig.model_validate(settings))
+        else:
+            PipelineConfig.model_validate(settings)
 
 
 QUICK = [p for p in CONFIGS if p.stem.endswith("-quick") and p.stem != "study-async"]
@@ -50,8 +67,6 @@ def test_a_quick_study_fixes_its_claims_and_evaluates_often(path):
         if claim.step is not None:
             arm = next(r for r in runs if r.arm == claim.arm)
             assert claim.step % arm.config.eval_every == 0 or claim.step == arm.config.steps, claim.name
-    updates = {r.arm: r.config.updates_per_epoch() * r.config.ppo_epochs for r in runs}
-    assert len(set(updates.values())) == 1, updates  # every arm makes the same number of optimizer updates
 
 
 def test_the_real_model_learning_check_plans_fairly():

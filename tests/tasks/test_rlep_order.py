@@ -15,7 +15,7 @@ def _arms(**arms):
 
 
 def test_the_order_of_a_set_of_arms():
-    arms = _arms(baseline=({"kind": "none"}, {}), rlep=(RLEP, {}), fifo=({"kind": "fifo"}, {}))
+    arms = _arms(baseline=({"kind": "none"}, {}), rlep=(RLEP, {}), fifo=({"kind": "fifo", "batch_size": 256}, {}))
     order = rlep_order(arms, "baseline")
     assert order.pooled == ("rlep",) and order.explore_arm == "baseline" and order.explores
     assert rlep_order(arms, "baseline", explore_steps=5).explore_arm is None  # a shorter exploration is its own run
@@ -23,7 +23,7 @@ def test_the_order_of_a_set_of_arms():
     assert not rlep_order(arms, "baseline", pool_from="collect-model").explores  # the pool comes from a named model
     given = _arms(baseline=({"kind": "none"}, {}), rlep=({"kind": "rlep", "pool": "p.parquet"}, {}))
     assert rlep_order(given, "baseline").pooled == () and not rlep_order(given, "baseline").explores
-    not_plain = _arms(baseline=({"kind": "fifo"}, {}), rlep=(RLEP, {"steps": 7}))
+    not_plain = _arms(baseline=({"kind": "fifo", "batch_size": 256}, {}), rlep=(RLEP, {"steps": 7}))
     assert (rlep_order(not_plain, "baseline").explore_arm, rlep_order(not_plain, "baseline").explore_steps) == (
         None,
         40,

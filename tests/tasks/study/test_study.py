@@ -76,6 +76,17 @@ def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
     ].config.steps == 5
 
 
+def test_arms_that_make_different_numbers_of_updates_are_refused(tmp_path):
+    # 3 prompts x 4 answers in mini-batches of 3 prompts: one update a step for the baseline and rlep; FIFO's
+    # batch of 12 / (1 - 0.5) = 24 rollouts is 6 prompts' worth, two updates (it divides, and is still unfair).
+    arms = {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}}
+    settings = _settings("tiny", tmp_path, arms)
+    settings["train"]["mini_batch_prompts"] = 3
+    with pytest.raises(StudyError, match=r"optimizer updates per step differ: baseline 1, rlep 1, fifo 2"):
+        plan(StudyConfig.model_validate(settings))
+    assert plan(StudyConfig.model_validate({**settings, "equal_updates": False}))  # a study of the update count
+
+
 def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
     settings = _settings("tiny", tmp_path, ARMS)
     settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}

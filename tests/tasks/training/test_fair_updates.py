@@ -153,6 +153,28 @@ def test_mini_batch_prompts_must_divide_the_prompts():
     assert fifo.updates_per_epoch() == 4
 
 
+@pytest.mark.parametrize(
+    "prompts, g, rows, suggestion",
+    [
+        (32, 8, 341, "320 or 384"),  # the defaults: round(256 / 0.75) = 341 rows, 5.3 mini-batches of 64
+        (16, 16, 341, "256 or 384"),  # study-hard.yaml's first FIFO arm: 21.3 prompts' worth, 2.7 mini-batches
+    ],
+)
+def test_a_fifo_batch_the_mini_batches_do_not_divide_is_refused(prompts, g, rows, suggestion):
+    # Rounded, 341 rows made 5 updates against the baseline's 4 (3 against 2 at G = 16): refused like a
+    # prompts_per_step that mini_batch_prompts does not divide.
+    settings = {"prompts_per_step": prompts, "samples_per_prompt": g, "replay": {"kind": "fifo", "replay_ratio": 0.25}}
+    with pytest.raises(ValueError, match=rf"FIFO's batch of {rows} rollouts .* multiple of .*\({suggestion}\)"):
+        TrainConfig.model_validate(settings)
+    dividing = {**settings, "prompts_per_step": prompts * 3 // 4, "replay": {"kind": "fifo", "batch_size": prompts * g}}
+    assert (
+        TrainConfig.model_validate(dividing).updates_per_epoch()
+        == TrainConfig(prompts_per_step=prompts).updates_per_epoch()
+    )
+    small = {**settings, "prompts_per_step": 3, "samples_per_prompt": 4}  # 16 rows, under one mini-batch of 8 x 4
+    assert TrainConfig.model_validate(small).updates_per_epoch() == 1
+
+
 def test_rlep_advantages_are_over_fresh_and_replayed_members():
     gen = torch.Generator().manual_seed(0)
     fresh = [Group("p0", [_rollout("p0", 0, j, r, gen) for j, r in enumerate([0.0, 0.0, 1.0])])]
