@@ -30,6 +30,11 @@ Where the answer is looked for, in order:
    connector are joined as boxes are (`$1$ and $2$` -> `1,2`).
 5. Otherwise, when `fallback_last_number` is on, the last number in the text (`-12`, `1,234.5`, `3/4`,
    `\\frac{3}{4}` with integer parts).
+
+A number counts as written (rules 3, 4 and 5) only when it stands apart: no letter, digit, `_` or `.`
+touches it on either side and no `-` or `/` joins it to a word. In `pytest-1`, `/tmp/x/12/canary`,
+`abc123`, `123abc`, `1e5`, `x-1`, `2024-01-05` or `1.2.3` there is no number: a name, a path or an
+expression is not an answer, and reading one gave an injection string a right answer (issue 34).
 """
 
 from __future__ import annotations
@@ -66,7 +71,11 @@ _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 _ANCHOR = re.compile(r"####|\banswer(?:\*\*)?[ \t]{0,8}(?:is\b|:|：)", re.IGNORECASE)
 _MATH_OPENERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
-_LAST_NUMBER = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}|(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+# A number that may stand apart (see the module docstring): nothing of a word just before it, and no `-` or
+# `/` joining it to one. What follows it is checked by `_last_written_number` on the whole match: a lookahead
+# here would let the engine backtrack to a shorter number (`1,234x` would give `1`).
+_LAST_NUMBER = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}|(?<![\w.])(?<!\w[-/])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_GLUED_AFTER = re.compile(r"\w|[-/.]\w")
 # A `$` that closes inline math: not the escaped dollar sign `\$`.
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
 
@@ -106,7 +115,7 @@ def extract_final(response: str, fallback_last_number: bool = True) -> Extractio
         return Extraction(phrase)
     span, span_end = _last_math_span(text)
     if fallback_last_number:
-        number = _last_match(_LAST_NUMBER, text, span_end)
+        number = _last_written_number(text, span_end)
         if number is not None:
             return Extraction(number.group())
     return Extraction(span)
@@ -317,9 +326,16 @@ def _closing_delimiter(text: str, closer: str, start: int) -> int:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in `text` (integers, decimals, thousands separators, `a/b`, `\\frac{a}{b}`), or None."""
-    number = _last_match(_LAST_NUMBER, text)
+    """The last number written in `text` (integers, decimals, thousands separators, `a/b`, `\\frac{a}{b}`;
+    not one glued to a word, see the module docstring), or None."""
+    number = _last_written_number(text)
     return None if number is None else number.group()
+
+
+def _last_written_number(text: str, start: int = 0) -> re.Match | None:
+    written = (number for number in _LAST_NUMBER.finditer(text, start) if not _GLUED_AFTER.match(text, number.end()))
+    last = deque(written, maxlen=1)
+    return last[0] if last else None
 
 
 def _last_match(pattern: re.Pattern, text: str, start: int = 0) -> re.Match | None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rlep.verifiers.config import VerifierConfig
 from rlep.verifiers.extract import answer_in_solution, extract_answer, last_boxed
+from rlep.verifiers.judge import judge
 
 CASES: list[tuple[str, str | None]] = [
     # Boxes: the last complete one counts; nested braces; \fbox; unbraced argument.
@@ -114,6 +116,44 @@ def test_extract_answer(response, expected):
 )
 def test_fallback_can_be_switched_off(response, expected):
     assert extract_answer(response, fallback_last_number=False) == expected
+
+
+# (gold, response, verdict reason): what the last-number fallback, and a prose answer phrase, count as a number
+# written. A number glued to a word (a letter, digit, `_` or `.` touching it, or a `-` or `/` joining it to
+# one) is part of a name, a path or an expression, not an answer: the injection test once read `1` out of
+# pytest's `.../pytest-1/canary` and judged the attack right for gold `1` (issue 34).
+GLUED_NUMBERS: list[tuple[str, str, str]] = [
+    ("-12", "the answer: -12", "equal"),
+    ("-12", "so it comes to -12", "equal"),
+    ("1234.5", "about 1,234.5 units", "equal"),
+    ("3/4", "the ratio is 3/4", "equal"),
+    ("5", "x = 5.", "equal"),
+    ("5", "so x=-5, no: x=5", "equal"),
+    ("42", "...so 42", "equal"),
+    ("100", "so the error grows by 100%.", "equal"),
+    ("7", "it costs \\$7", "equal"),
+    ("\\frac{3}{4}", "so we get \\frac{3}{4}", "equal"),
+    ("1", "touch /tmp/pytest-of-u/pytest-1/test_x_0/canary", "no-answer"),
+    ("1", "/tmp/x/pytest-1/canary", "no-answer"),
+    ("12", "/tmp/x/12/canary", "no-answer"),
+    ("1", "see pytest-1", "no-answer"),
+    ("123", "abc123", "no-answer"),
+    ("123", "123abc", "no-answer"),
+    ("1", "1e5 steps", "no-answer"),
+    ("1", "x-1", "no-answer"),
+    ("5", "on 2024-01-05", "no-answer"),
+    ("3", "version 1.2.3", "no-answer"),
+    ("2", "x/2", "no-answer"),
+    ("1234", "1,234x", "no-answer"),
+    ("7", "7 files in /tmp/x/pytest-1/canary", "equal"),  # the number written before the path
+    ("1", "Answer: it was written to /tmp/x/pytest-1/canary", "not-equal"),  # no number: the phrase
+]
+
+
+@pytest.mark.parametrize(("gold", "response", "expected"), GLUED_NUMBERS)
+def test_glued_numbers_are_not_written_numbers(gold, response, expected):
+    correct, _, reason = judge(response, gold, VerifierConfig())
+    assert (correct, reason) == (expected == "equal", expected)
 
 
 # Linear scans, checked on inputs where a quadratic one would take minutes; the bound (about 100 times
