@@ -140,6 +140,7 @@ def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
         max_model_len=config.engine.max_model_len,
         max_new_tokens=config.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
+        model=model,
     )
     return [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
 

@@ -1,5 +1,6 @@
 """The prompt length check run before sampling."""
 
+import json
 import logging
 
 import pytest
@@ -62,3 +63,73 @@ def test_fitting_problems_counts_with_the_model_tokenizer():
     with pytest.raises(ProblemSourceError, match=r"the longest \(p40\) has 122"):  # the CLI's one-line errors
         fitting_problems(problems, prompts, tokenizer, max_model_len=128, max_new_tokens=40)
     assert fitting_problems(problems, prompts, tokenizer, max_model_len=162, max_new_tokens=40) == problems
+
+
+def test_a_max_model_len_above_the_models_positions_is_one_line_naming_the_limit():
+    with pytest.raises(PromptTooLongError) as info:
+        check_prompt_lengths([10], max_model_len=512, max_new_tokens=24, model_limit=256)
+    assert str(info.value) == (
+        "max_model_len 512 is above the model's limit of 256 tokens (max_position_embeddings in its config.json): "
+        "set the engine's max_model_len to 256 or less"
+    )
+    assert check_prompt_lengths([10], max_model_len=256, max_new_tokens=24, model_limit=256).kept == (0,)
+
+
+@pytest.mark.parametrize(
+    "counts, max_model_len, limit, advice",
+    [
+        # room within the model's limit: raise max_model_len to what the longest prompt needs
+        ([10, 300], 256, 512, "raise the engine's max_model_len to 324 (the model's limit is 512)"),
+        # the longest needs more than the model has: fewer new tokens, at the limit
+        (
+            [10, 250],
+            128,
+            256,
+            "set the engine's max_model_len to 256, the model's limit, and lower max_tokens to 6 or less",
+        ),
+        ([10, 250], 256, 256, "lower max_tokens to 6 or less"),
+        # a prompt longer than the whole model: nothing but leaving it out helps
+        ([10, 600], 256, 256, "it is longer than the model's limit of 256 tokens"),
+    ],
+)
+def test_the_advice_never_suggests_a_max_model_len_above_the_models_limit(counts, max_model_len, limit, advice):
+    with pytest.raises(PromptTooLongError) as info:
+        check_prompt_lengths(counts, max_model_len=max_model_len, max_new_tokens=24, model_limit=limit)
+    message = str(info.value)
+    assert message.endswith(f"has {counts[1]}: {advice}, or set overlong_prompts to filter to leave them out")
+    assert "\n" not in message
+
+
+def test_no_room_for_any_prompt_within_the_models_limit():
+    with pytest.raises(PromptTooLongError, match=r"lower max_tokens below 256, the model's limit$"):
+        check_prompt_lengths([1], max_model_len=256, max_new_tokens=256, model_limit=256)
+    with pytest.raises(PromptTooLongError, match=r"raise the engine's max_model_len \(the model's limit is 256\) or"):
+        check_prompt_lengths([1], max_model_len=128, max_new_tokens=200, model_limit=256)
+
+
+def test_the_models_limit_is_read_from_its_config(tmp_path):
+    from rlep.data.prompt_length import model_context_limit
+    from rlep.data.tokenizer import build_tokenizer
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256, "model_type": "qwen2"}))
+    assert model_context_limit(tmp_path) == 256
+    (tmp_path / "config.json").write_text(json.dumps({"n_positions": 1024}))  # GPT-2's name for it
+    assert model_context_limit(tmp_path) == 1024
+    # linear RoPE scaling stretches the positions (as vLLM counts them); no key, or no local model: unknown
+    scaled = {"max_position_embeddings": 256, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    (tmp_path / "config.json").write_text(json.dumps(scaled))
+    assert model_context_limit(tmp_path) == 512
+    (tmp_path / "config.json").write_text("{}")
+    assert model_context_limit(tmp_path) is None
+    assert model_context_limit("some-org/some-model") is None and model_context_limit(None) is None
+    # fitting_problems reads it from the directory the tokenizer was loaded from
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 128}))
+    from transformers import AutoTokenizer
+
+    from rlep.data.prompt_length import fitting_problems
+
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path))
+    with pytest.raises(PromptTooLongError, match="max_model_len 512 is above the model's limit of 128 tokens"):
+        fitting_problems([], [], loaded, max_model_len=512, max_new_tokens=24)

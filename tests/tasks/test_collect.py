@@ -403,3 +403,18 @@ def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fix
     assert kept == sum(n <= lengths[len(lengths) // 2] for n in lengths) and 0 < kept < 12
     roomy = _config(fixture_model, tmp_path / "f", engine={**engine, "max_model_len": lengths[-1] + 12})
     assert sum(map(len, plan_shards(roomy, fixture_model))) == 12
+
+
+def test_a_max_model_len_above_the_models_positions_is_one_line_before_anything_is_written(fixture_model, tmp_path):
+    # The prompt-length error's old advice ("raise the engine's max_model_len") led here: vLLM refused 512 for
+    # the 256 positions of the model in a 39-line traceback, after the run directory and its log were made.
+    out = tmp_path / "o"
+    args = ["collect", "--no-prefect", "--model", fixture_model, "--max-model-len", "512", "--out", str(out)]
+    proc = _cli([*args, "--engine", "vllm", "--limit", "2"])
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2, output
+    assert output.strip().splitlines() == [
+        "rlep collect: error: max_model_len 512 is above the model's limit of 256 tokens (max_position_embeddings in "
+        "its config.json): set the engine's max_model_len to 256 or less"
+    ]
+    assert not out.exists()
