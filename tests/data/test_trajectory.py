@@ -265,8 +265,8 @@ def test_as_trajectory_table_reorders_and_casts():
 def test_data_package_imports_nothing_above_it():
     # Dependencies point flows -> tasks -> data; the data layer must load without tasks, flows or Prefect.
     code = (
-        "import sys, data.trajectory, data.store, data.inspect, data.rlep_format; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "import sys, rlep.data.trajectory, rlep.data.store, rlep.data.inspect, rlep.data.rlep_format; "
+        "print(sorted({m.split('.')[1] if m.startswith('rlep.') else m.split('.')[0] for m in sys.modules} & "
         "{'tasks', 'flows', 'prefect', 'verifiers', 'torch', 'vllm'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

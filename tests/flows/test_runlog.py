@@ -44,7 +44,7 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
 
 def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
     code = (
-        f"from flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, "
+        f"from rlep.flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, "
         f"b'noise\\n')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -55,7 +55,7 @@ def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
 def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
     code = (
-        "import os, sys\nfrom flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
+        "import os, sys\nfrom rlep.flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
         "from transformers.utils import logging\nprint(logging.is_progress_bar_enabled())"
     )
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
@@ -72,7 +72,7 @@ def test_a_handler_that_kept_the_run_stderr_writes_to_the_terminal_afterwards():
     # Prefect's console handler binds sys.stderr when it starts inside a run; after the run its writes must not
     # fail on the closed log (they broke every later flow of an in-process caller).
     code = (
-        "import logging, sys\nfrom flows.runlog import run_log\nwith run_log(None):\n"
+        "import logging, sys\nfrom rlep.flows.runlog import run_log\nwith run_log(None):\n"
         "    handler = logging.StreamHandler(sys.stderr)\n"
         "handler.emit(logging.makeLogRecord({'msg': 'after the run'}))\n"
     )

@@ -50,8 +50,9 @@ def test_named_shapes_match_the_public_models():
 
 def test_update_bench_imports_neither_vllm_nor_prefect():
     code = (
-        "import sys, tasks.bench.update as b, tasks.training.backend, tasks.training.distributed; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'prefect', 'ray', 'flows'}))"
+        "import sys, rlep.tasks.bench.update, rlep.tasks.training.backend, rlep.tasks.training.distributed; "
+        "print(sorted({m.split('.')[1] if m.startswith('rlep.') else m.split('.')[0] for m in sys.modules} & "
+        "{'vllm', 'prefect', 'ray', 'flows'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
