@@ -145,6 +145,10 @@ class PoolStore:
     def version_dir(self, version: int) -> Path:
         return self.root / f"v{version:04d}"
 
+    def collection_run(self, name: str) -> Path:
+        """The directory of a collection run that publishes into this store (its shards, manifest and pool)."""
+        return self.root / "runs" / name
+
     def latest(self) -> Path | None:
         versions = self.versions()
         return self.version_dir(versions[-1]) if versions else None

@@ -60,6 +60,11 @@ class EvalRunLayout:
     def samples(self) -> Path:
         return self.root / "eval_samples.parquet"
 
+    @property
+    def record(self) -> Path:
+        """Written last in a finished run's directory (an evaluation, or a training run with its evaluation)."""
+        return self.root / "run_record.json"
+
 
 @dataclass(frozen=True)
 class TrainRunLayout:
@@ -198,6 +203,10 @@ class PipelineLayout:
     def evaluation(self, name: str) -> EvalRunLayout:
         """The evaluation of `name` (base, explore or an arm)."""
         return EvalRunLayout(self.root / "eval" / name)
+
+    def living_pool(self, arm: str) -> Path:
+        """The pool store of a living-pool arm."""
+        return self.root / "pools" / arm
 
     @property
     def report(self) -> Path:

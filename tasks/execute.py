@@ -24,14 +24,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlep.data.fs import write_text_atomic
-from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
+from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import Run
 from rlep.tasks.runner import limit_threads
 from rlep.tasks.training.config import TrainConfig
-
-DONE_FILE = "run_record.json"  # written last in a finished training or evaluation run's directory
 
 
 @dataclass
@@ -103,7 +101,7 @@ def settings_digest(run: Run) -> str:
 def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
     out = Path(run.config.out)
     identity = {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
-    done = out / DONE_FILE
+    done = EvalRunLayout(out).record
     if done.is_file():
         record = json.loads(done.read_text())
         if all(record.get(name) == value for name, value in identity.items()):
@@ -185,7 +183,7 @@ def _trained_alike(run: Run) -> bool:
     if run.kind != "train" or run.living is not None:
         return False
     saved = _saved_training(run.config.out)
-    return saved is not None and saved.model_dump() == run.config.model_dump()
+    return saved is not None and _as_requested(saved, run.config).model_dump() == run.config.model_dump()
 
 
 def _collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
@@ -205,7 +203,24 @@ def _same_training(out: Path, config: TrainConfig) -> bool:
     if before is None:
         return True
     ignore = {"steps": True, "replay": {"pool"}}
-    return before.model_dump(exclude=ignore) == config.model_dump(exclude=ignore)
+    return _as_requested(before, config).model_dump(exclude=ignore) == config.model_dump(exclude=ignore)
+
+
+def _as_requested(saved: TrainConfig, config: TrainConfig) -> TrainConfig:
+    """`saved` with a concrete precision read as `auto` where `config` asks for `auto` and `auto` picks that
+    precision on this machine: a run saved before `auto` was the default trained as an `auto` run would here.
+    (A run saved with `auto` compares as `auto`: what it resolved to is recorded beside its settings.)"""
+    if config.backend.precision != "auto" or saved.backend.precision == "auto":
+        return saved
+    import torch
+
+    from rlep.tasks.training.async_gen import update_device
+    from rlep.tasks.training.precision import resolve_precision
+
+    here = resolve_precision("auto", update_device(config.generator_gpus, torch.cuda.device_count())).precision
+    if here != saved.backend.precision:
+        return saved
+    return saved.model_copy(update={"backend": saved.backend.model_copy(update={"precision": "auto"})})
 
 
 def _saved_training(out: Path | str) -> TrainConfig | None:

@@ -92,7 +92,7 @@ def _recollect(living: LivingPool, store: PoolStore, out: Path, step: int, progr
     collection = living.collect.model_copy(
         update={
             "model": str(checkpoint),
-            "out": store.root / "runs" / f"after-step-{step}",
+            "out": store.collection_run(f"after-step-{step}"),
             "run_id": f"{out.name}-after-step-{step}",
             "seed": living.collect.seed * 1_000_003 + step,  # new samples each time, reproducibly
         }

@@ -113,7 +113,7 @@ class _PlanLayout:
         return self.layout.collect
 
     def living_pool(self, arm: str, seed: int) -> Path:
-        return self.layout.root / "pools" / arm
+        return self.layout.living_pool(arm)
 
     def evaluation(self, name: str, seed: int, run_out: Path) -> Path:
         return self.layout.evaluation(name).root

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.data.pool import PoolStore
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
 
@@ -46,5 +47,9 @@ class RecollectConfig(BaseModel):
             model = str(checkpoint)
         stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
         return self.collect.model_copy(
-            update={"model": model, "out": self.pool_store / "runs" / stamp, "run_id": f"recollect-{stamp}"}
+            update={
+                "model": model,
+                "out": PoolStore(self.pool_store).collection_run(stamp),
+                "run_id": f"recollect-{stamp}",
+            }
         )
