@@ -79,9 +79,17 @@ def claims_markdown(table: pd.DataFrame) -> str:
         )
     lines += ["", "Per seed:", ""]
     lines += [
-        f"- {row.claim}: {row.arm} {row.arm_per_seed}; {row.against} {row.against_per_seed}"
+        f"- {row.claim}: {row.arm} {row.arm_per_seed}; {row.against} {row.against_per_seed}; "
+        f"difference counted {row.diff_per_seed}"
         for row in table.itertuples(index=False)
     ]
+    if (table.kind != "accuracy_diff").any():
+        lines += [
+            "",
+            "Steps and tokens to a target: the arm and against columns average the seeds that reached it; a run "
+            "that never reached it counts in the difference, censored at its end (at least one step more, or its "
+            "total charged tokens), as the difference nearest 0 its seeds allow.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -78,42 +78,101 @@ def first_step_at(curve: pd.DataFrame, target: float, x: str = "step") -> float:
     return float(hit.sort_values("step")[x].iloc[0]) if len(hit) else math.inf
 
 
+def _to_target(table: pd.DataFrame, target: float, x: str) -> pd.DataFrame:
+    """Per seed of one arm: `reached` (the first `x` at the target, inf if never) and `end` (`x` at its last
+    evaluation)."""
+    rows = {
+        seed: {"reached": first_step_at(curve, target, x), "end": float(curve.sort_values("step")[x].iloc[-1])}
+        for seed, curve in table.groupby("seed")
+    }
+    return pd.DataFrame.from_dict(rows, orient="index").sort_index()
+
+
+def censored_differences(mine: pd.DataFrame, theirs: pd.DataFrame, x: str) -> pd.Series:
+    """Per paired seed, arm minus against in `x` to the target, a run that did not reach it counted, not dropped.
+
+    A run that did not reach the target is censored at its end: it would have needed at least one step more
+    (`x` = step) or at least its total charged tokens. The difference is the one nearest 0 that this allows, so it
+    never takes a sign the runs did not show and understates the gap against the arm that did not reach it:
+    arm at 10 against a baseline that never did in 20 steps counts -11; an arm that never did in 20 against a
+    baseline at 20 counts +1; an arm at 30 against a baseline that stopped unsuccessfully at 20, or two runs that
+    both failed, count 0."""
+    step = 1.0 if x == "step" else 0.0
+    a, b = mine.reached, theirs.reached
+    a_bound, b_bound = mine.end + step, theirs.end + step  # the least a censored run could have needed
+    diff = a - b
+    only_mine = np.isfinite(a) & ~np.isfinite(b)
+    only_theirs = ~np.isfinite(a) & np.isfinite(b)
+    diff = diff.where(~only_mine, np.minimum(a - b_bound, 0.0))
+    diff = diff.where(~only_theirs, np.maximum(a_bound - b, 0.0))
+    return diff.where(np.isfinite(a) | np.isfinite(b), 0.0)
+
+
+def _to_target_list(values: pd.DataFrame, fmt: str) -> str:
+    """Per-seed values to the target; a run that never reached it with the end it was censored at."""
+    return ", ".join(
+        f"{seed}: " + (f"not reached by {fmt.format(row.end)}" if math.isinf(row.reached) else fmt.format(row.reached))
+        for seed, row in values.iterrows()
+    )
+
+
 def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.DataFrame:
     """Each claim of the configuration, measured: per seed, then paired (arm minus `against`) with its interval.
 
     - `accuracy_diff`: held-out accuracy at the claim's `step`; higher is better.
     - `steps_to_target` / `charged_tokens_to_target`: per seed, the first evaluation step (or charged tokens
-      there) with accuracy >= `target`; lower is better. A seed where either arm never reaches it has no
-      paired difference: the table reports how many seeds each arm reached it in, and the interval is over the
-      seeds where both did.
+      there) with accuracy >= `target`; lower is better. A seed where an arm never reaches it counts, censored
+      (`censored_to_target`: at the end of the shorter of the two runs, one step or no tokens beyond it), so an
+      arm that reached the target in 2 seeds of 5 is not compared on those 2 alone. When neither arm reached it
+      in any seed the claim is `untestable: target not reached`. The table reports how many seeds each arm
+      reached it in, and every seed's value with what a censored one was counted as.
     The verdict reads the interval only: `arm better` / `arm worse` when it excludes 0, else `no difference shown`.
     """
     rows = []
     for claim in claims:
         against = claim.against or baseline
-        values = {}
+        tables = {}
         for arm in (claim.arm, against):
-            table = study[study.arm == arm]
-            if table.empty:
+            tables[arm] = study[study.arm == arm]
+            if tables[arm].empty:
                 raise ValueError(f"claim {claim.name!r}: arm {arm!r} has no finished run")
-            if claim.kind == "accuracy_diff":
+        fmt = {"accuracy_diff": "{:.3f}", "steps_to_target": "{:.0f}"}.get(claim.kind, "{:,.0f}")
+        if claim.kind == "accuracy_diff":
+            values = {}
+            for arm, table in tables.items():
                 at = table[table.step == claim.step]
                 if at.empty:
                     raise ValueError(f"claim {claim.name!r}: arm {arm!r} was not evaluated at step {claim.step}")
                 values[arm] = at.set_index("seed").accuracy.sort_index()
-            else:
-                x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
-                values[arm] = (
-                    table.groupby("seed")
-                    .apply(lambda c, x=x, target=claim.target: first_step_at(c, target, x), include_groups=False)
-                    .sort_index()
-                )
-        mine, theirs = values[claim.arm], values[against].reindex(values[claim.arm].index)
-        both = mine.notna() & theirs.notna() & np.isfinite(mine) & np.isfinite(theirs)
-        diff = (mine - theirs)[both]
+            mine, theirs = values[claim.arm], values[against].reindex(values[claim.arm].index)
+            both = mine.notna() & theirs.notna()
+            reached = {"arm_reached": None, "against_reached": None}
+            per_seed = {"arm_per_seed": _seed_list(mine, fmt), "against_per_seed": _seed_list(values[against], fmt)}
+            per_seed["diff_per_seed"] = _seed_list((mine - theirs)[both], "{:+.3f}")
+        else:
+            x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
+            raw = {arm: _to_target(table, claim.target, x) for arm, table in tables.items()}
+            paired = raw[claim.arm].index.intersection(raw[against].index)
+            mine, theirs = raw[claim.arm].loc[paired], raw[against].loc[paired]
+            diff = censored_differences(mine, theirs, x)
+            mine, theirs = mine.reached, theirs.reached
+            both = pd.Series(True, index=paired)
+            reached = {
+                f"{k}_reached": int(np.isfinite(raw[a].reached).sum())
+                for k, a in (("arm", claim.arm), ("against", against))
+            }
+            per_seed = {
+                "arm_per_seed": _to_target_list(raw[claim.arm], fmt),
+                "against_per_seed": _to_target_list(raw[against], fmt),
+                "diff_per_seed": _seed_list(diff, "{:+,.0f}"),
+            }
+        if claim.kind == "accuracy_diff":
+            diff = (mine - theirs)[both]
         mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
         higher_is_better = claim.kind == "accuracy_diff"
-        if math.isnan(low):
+        if claim.kind != "accuracy_diff" and not reached["arm_reached"] and not reached["against_reached"]:
+            verdict = "untestable: target not reached"
+        elif math.isnan(low):
             verdict = "too few seeds"
         elif (low > 0) == higher_is_better and (low > 0 or high < 0):
             verdict = "arm better"
@@ -121,11 +180,6 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
             verdict = "arm worse"
         else:
             verdict = "no difference shown"
-        fmt = (
-            "{:,.0f}"
-            if claim.kind == "charged_tokens_to_target"
-            else ("{:.0f}" if claim.kind == "steps_to_target" else "{:.3f}")
-        )
         rows.append(
             {
                 "claim": claim.name,
@@ -135,19 +189,23 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 "step": claim.step,
                 "target": claim.target,
                 "n_paired": int(both.sum()),
-                "arm_reached": int(np.isfinite(mine).sum()),
-                "against_reached": int(np.isfinite(theirs).sum()),
-                "arm_mean": float(mine[np.isfinite(mine)].mean()) if np.isfinite(mine).any() else math.nan,
-                "against_mean": float(theirs[np.isfinite(theirs)].mean()) if np.isfinite(theirs).any() else math.nan,
+                **reached,
+                "arm_mean": _finite_mean(mine),
+                "against_mean": _finite_mean(theirs),
                 "diff_mean": mean,
                 "diff_ci_low": low,
                 "diff_ci_high": high,
                 "verdict": verdict,
-                "arm_per_seed": _seed_list(mine, fmt),
-                "against_per_seed": _seed_list(theirs, fmt),
+                **per_seed,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _finite_mean(values: pd.Series) -> float:
+    """The mean over the seeds with a value (for `*_to_target`, those that reached the target); NaN if none."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
 
 
 def endpoints(study: pd.DataFrame, final: pd.DataFrame, baseline: str) -> pd.DataFrame:

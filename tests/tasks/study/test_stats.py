@@ -97,7 +97,7 @@ def test_claims_are_measured_as_configured_paired_by_seed():
     tokens = table.loc["tokens"]  # 1000 own + 5000 charged against 2000: the faster arm costs more
     assert tokens.diff_mean == pytest.approx(4000) and tokens.verdict == "arm worse"
     never = table.loc["never"]
-    assert never.arm_reached == 0 and never.n_paired == 0 and never.verdict == "too few seeds"
+    assert never.arm_reached == 0 and never.n_paired == 5 and never.diff_per_seed == "0: +1, 1: +1, 2: +1, 3: +1, 4: +1"
     with pytest.raises(ValueError, match="not evaluated at step 15"):
         evaluate_claims(study, [_claim(kind="accuracy_diff", step=15)], "baseline")
 
@@ -123,3 +123,38 @@ def test_dependencies_are_charged_in_full_once_each(monkeypatch):
     by_key = {r.key: r for r in (explore, collect, rlep)}
     assert runs.dependency_cost(rlep, by_key) == {"tokens_generated": 1300.0, "seconds": 80.0}
     assert runs.dependency_cost(explore, by_key) == {"tokens_generated": 0.0, "seconds": 0.0}
+
+
+def test_a_seed_that_never_reaches_the_target_counts_against_its_arm():
+    # The arm reaches 0.4 at step 10 in 2 of 5 seeds and never in the other 3; the baseline at step 20 in all 5.
+    # Over the 2 seeds where both reached it, the arm was 10 steps faster every time: "arm better" before. Censored
+    # at the end of the run (step 20 + 1), the 3 seeds count: -10, -10, +1, +1, +1, no difference shown.
+    study = _table(
+        {
+            "baseline": lambda s, t: 0.2 + 0.01 * t,
+            "fast": lambda s, t: 0.2 + (0.02 * t if s < 2 else 0.005 * t),
+        }
+    )
+    study["tokens_charged"] = study.tokens_generated
+    table = evaluate_claims(
+        study,
+        [
+            _claim(name="steps", kind="steps_to_target", target=0.4),
+            _claim(name="tokens", kind="charged_tokens_to_target", target=0.4),
+        ],
+        "baseline",
+    ).set_index("claim")
+    steps = table.loc["steps"]
+    assert (steps.n_paired, steps.arm_reached, steps.against_reached) == (5, 2, 5)
+    assert steps.diff_mean == pytest.approx((-10 - 10 + 1 + 1 + 1) / 5)
+    assert steps.verdict == "no difference shown" and steps.diff_ci_high > 0
+    assert "2: not reached by 20" in steps.arm_per_seed and "2: +1" in steps.diff_per_seed
+    tokens = table.loc["tokens"]  # censored at the run's total: 2,000 tokens, against the baseline's 2,000 at step 20
+    assert tokens.diff_mean == pytest.approx((-1000 - 1000 + 0 + 0 + 0) / 5) and tokens.verdict == "no difference shown"
+
+
+def test_a_target_neither_arm_reaches_is_untestable():
+    study = _table({"baseline": lambda s, t: 0.2, "fast": lambda s, t: 0.2 + 0.001 * s})
+    table = evaluate_claims(study, [_claim(kind="steps_to_target", target=0.4)], "baseline")
+    row = table.iloc[0]
+    assert (row.arm_reached, row.against_reached) == (0, 0) and row.verdict == "untestable: target not reached"
