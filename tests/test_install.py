@@ -2,11 +2,11 @@
 environment the tests run in is that set (a release upstream cannot change a machine that worked)."""
 
 import re
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
