@@ -165,11 +165,12 @@ def align_equations(gold: Answer, pred: Answer) -> tuple[Answer, Answer] | None:
     `x = 3` are the same equation). An equation whose left side names nothing (`2x = 6`) never equals a
     bare value (`6`): math-verify would compare its right side alone. In a prediction, a left side with
     no letter is a computation, and its right side the answer (`\\frac12 \\cdot 3 = \\frac32` against
-    `\\frac32`); a gold such as `7 = 11a+c` stays an equation (as in math-verify).
+    `\\frac32`); a gold such as `7 = 11a+c` stays an equation (as in math-verify). One pair of different
+    left sides counts as the same name: a function and its value (`names_one_function`).
     """
     gold_equation, pred_equation = gold.equation is not None, pred.equation is not None
     if gold_equation and pred_equation:
-        if gold.label == pred.label:
+        if gold.label == pred.label or names_one_function(gold, pred):
             return gold, pred
         return _whole(gold), _whole(pred)
     if gold_equation or pred_equation:
@@ -181,6 +182,30 @@ def align_equations(gold: Answer, pred: Answer) -> tuple[Answer, Answer] | None:
             # A computation (`\\frac{1}{2} \\cdot 3 = \\frac{3}{2}`): its result is the answer.
             return gold, Answer(right, pred.percent)
     return gold, pred
+
+
+# `f(x)`: a function of one variable, named by one letter, in function notation.
+_FUNCTION_LABEL = re.compile(r"([A-Za-z])\(([A-Za-z])\)")
+
+
+def names_one_function(gold: Answer, pred: Answer) -> bool:
+    """Whether the left sides of two equations name the same function's value, so that their right sides
+    are the answers: `f(x) = 2x+3` and `y = 2x + 3`, `y(x) = ...` and `y = ...`.
+
+    One left side is a function of one variable in function notation (`f(x)`); the other is `y`, the
+    usual name of a function's value, or the function's own letter. That name must not be the function's
+    variable (`f(y) = 2y+3` against `y = 2y+3`) and must appear in neither right side (`y = 2x + y` is an
+    equation in `y`, not a definition). Other pairs (`f(x)` and `g(x)`, `\\sin(x)` and `y`, `x` and `y`,
+    `z` and `f(x)`) keep the equation rule: math-verify compares all of these as different equations.
+    """
+    for function_side, name_side in ((gold, pred), (pred, gold)):
+        function = _FUNCTION_LABEL.fullmatch(function_side.label or "")
+        if function is None:
+            continue
+        name, variable = name_side.label, function.group(2)
+        if name in ("y", function.group(1)) and name != variable:
+            return not any(name in _COMMAND.sub("", side.text) for side in (gold, pred))
+    return False
 
 
 def _whole(answer: Answer) -> Answer:

@@ -24,7 +24,8 @@ Policies (documented in docs/verifiers.md):
   (`x_1 = a, x_2 = b`) become the list `a,b`; other answers with a comma (`x=1, y=2`) are left whole
   for the symbolic comparison. The whole equation (`Answer.equation`) and the dropped left side
   (`Answer.label`) are kept aside: verifiers.judge ignores the left side only against a bare value, and
-  compares two equations with different left sides whole (`\\cos(x) = a` is not `\\sin(x) = a`).
+  compares two equations with different left sides whole (`\\cos(x) = a` is not `\\sin(x) = a`), unless they
+  name one function (`f(x) = 2x+3` and `y = 2x+3`).
 - A whole `\\text{...}`/`\\mathrm{...}` answer is unwrapped (`\\text{E}` == `E`), a choice `(B)` is `B`,
   a whole `{...}` group is its content (`{1,2}` is the list `1,2`), and answers of three or more letters
   and spaces compare case-insensitively (`Even` == `even`). `and`/`or` between items are commas.

@@ -70,6 +70,12 @@ FALSE_POSITIVES: list[tuple[str, str]] = [
     ("y=3", "x=3"),
     ("f(x)=2x", "g(x)=2x"),
     ("x^2+y^2=1", "x^2-y^2=1"),
+    # Function notation against `y` (issue 34) reopens none of these: `x` is the function's variable,
+    # `\sin` names no function being defined, and `y` in a right side makes `y = ...` an equation in `y`.
+    ("f(x)=2x+3", "x=2x+3"),
+    ("f(y)=2y+3", "y=2y+3"),
+    ("\\sin(x)=\\frac{1}{2}", "y=\\frac{1}{2}"),
+    ("f(x)=2x+y", "y=2x+y"),
 ]
 
 
@@ -94,6 +100,18 @@ LEFT_SIDES: list[tuple[str, str, bool]] = [
     ("6", "2x=6", False),  # a left side with a number names nothing: not `6`
     ("7 = 11a+c", "11a+c", False),  # a gold equation stays one (Math-Verify's numina cases)
     ("\\frac{10}{9}", "\\frac{1}{2} = \\frac{10}{9}", True),  # a computation: its result (Math-Verify's numina cases)
+    # A function in function notation and `y`, the usual name of its value, define the same function when
+    # their right sides agree (issue 34); math-verify compares them as different equations.
+    ("f(x) = 2x+3", "y = 2x + 3", True),
+    ("y = 2x + 3", "f(x) = 2x+3", True),
+    ("f(x)=2x+3", "y=2x+4", False),
+    ("f(x)=2x+3", "y=(x+1)^2-x^2+2", True),  # right sides compared as expressions
+    ("y(x)=2x+3", "y=2x+3", True),  # the function's own name
+    ("f(x)=2x+3", "f=2x+3", True),
+    ("f(x) = 2x+3", "2x+3", True),  # against a bare value the left side is ignored, as for `x = 3`
+    ("2x+3", "f(x) = 2x+3", True),
+    ("f(x)=2x+3", "z=2x+3", False),  # only `y` names a function's value
+    ("f(x)=2x+3", "g(x)=2x+3", False),
 ]
 
 
