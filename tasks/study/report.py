@@ -71,8 +71,9 @@ def claims_markdown(table: pd.DataFrame) -> str:
         else:
             metric, fmt, dfmt = f"charged tokens to {row.target:.3f}", "{:,.0f}", "{:+,.0f}"
         reached = "" if row.kind == "accuracy_diff" else f" (reached: {row.arm_reached} / {row.against_reached} seeds)"
+        unpaired = f" (left out, {row.unpaired})" if row.unpaired else ""
         lines.append(
-            f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired} | "
+            f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired}{unpaired} | "
             f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | "
             f"{_interval(row.against_mean, math.nan, math.nan, fmt)} | "
             f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |"

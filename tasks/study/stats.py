@@ -4,6 +4,9 @@ Seeds are the unit: a seed is one whole training run, and runs of the same seed 
 order and sampling seeds, so differences are taken per seed first (paired). With the handful of seeds a CPU
 study affords (5), a percentile bootstrap under-covers (about 83% for a nominal 95% on normal data), so every
 interval here is a 95% Student t interval with n - 1 degrees of freedom; with one seed there is none (NaN).
+When every seed gives the same value (easy on a grid of evaluation steps) the t interval would be a point,
+which is no 95% interval: there is none either (NaN, "no spread"), and a claim is then decided only by the
+exact sign test (every seed the same sign: 2 / 2^n, below 5% from 6 seeds on).
 
 Claims are named in the study's configuration before it runs (`StudyConfig.claims`: which arm against which,
 the metric, the evaluation step or the target accuracy); `evaluate_claims` only reads them, so no figure in a
@@ -22,16 +25,30 @@ LEVEL = 0.95
 
 
 def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of `values` and its 95% Student t interval (n - 1 degrees of freedom)."""
+    """(mean, low, high): the mean of `values` and its 95% Student t interval (n - 1 degrees of freedom); no
+    interval (NaN) with fewer than 2 values or none spread (`no_spread`)."""
     from scipy.stats import t
 
     values = np.asarray(values, dtype=float)
     n = len(values)
     mean = float(values.mean()) if n else math.nan
-    if n < 2:
+    if n < 2 or no_spread(values):
         return mean, math.nan, math.nan
     half = float(t.ppf((1 + LEVEL) / 2, n - 1)) * float(values.std(ddof=1)) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def no_spread(values: Sequence[float]) -> bool:
+    """Two or more values, all the same (up to float rounding): a sample standard deviation of 0 says the seeds
+    did not vary at the resolution measured, not that the mean is known exactly."""
+    values = np.asarray(values, dtype=float)
+    return len(values) >= 2 and float(np.ptp(values)) <= 1e-9 * max(1.0, float(np.abs(values).max()))
+
+
+def sign_test_decides(n: int) -> bool:
+    """Whether `n` seeds all of one sign are significant at the study's level (two-sided exact sign test:
+    2 / 2^n < 5%, so n >= 6)."""
+    return 2 * 0.5**n < 1 - LEVEL
 
 
 def _seed_list(values: pd.Series, fmt: str = "{:.3f}") -> str:
@@ -41,20 +58,24 @@ def _seed_list(values: pd.Series, fmt: str = "{:.3f}") -> str:
 
 def summarize(study: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """One row per (arm, step): n_seeds, mean accuracy with its interval, the paired difference to `baseline` with
-    its interval, the per-seed accuracies, and the mean cost so far (generated tokens, charged tokens, training
-    seconds, charged seconds, optimizer updates)."""
+    its interval over the `n_paired` seeds the baseline was evaluated at that step as well (none, NaN, at a step
+    it was not: a living-pool arm's refresh step off the evaluation schedule, or an arm with more steps), the
+    per-seed accuracies, and the mean cost so far (generated tokens, charged tokens, training seconds, charged
+    seconds, optimizer updates)."""
     reference = study[study.arm == baseline].set_index(["seed", "step"]).accuracy
     rows = []
     for (arm, step), group in study.groupby(["arm", "step"], sort=True):
         by_seed = group.set_index("seed").accuracy.sort_index()
         mean, low, high = t_interval(by_seed)
-        paired = (by_seed - reference.xs(step, level="step").reindex(by_seed.index)).dropna()
+        keys = pd.MultiIndex.from_arrays([by_seed.index, [step] * len(by_seed)], names=["seed", "step"])
+        paired = (by_seed - reference.reindex(keys).to_numpy()).dropna()
         diff, diff_low, diff_high = t_interval(paired) if len(paired) else (math.nan,) * 3
         rows.append(
             {
                 "arm": arm,
                 "step": int(step),
                 "n_seeds": len(group),
+                "n_paired": len(paired),
                 "mean": mean,
                 "ci_low": low,
                 "ci_high": high,
@@ -116,17 +137,47 @@ def _to_target_list(values: pd.DataFrame, fmt: str) -> str:
     )
 
 
+def _verdict(diff: pd.Series, low: float, high: float, higher_is_better: bool) -> str:
+    """What the paired differences support: the t interval when it exists; with no spread, the sign test."""
+    if no_spread(diff):
+        value = float(diff.iloc[0])
+        if abs(value) <= 1e-12:
+            return "no difference shown"
+        if not sign_test_decides(len(diff)):
+            return "no spread: interval undefined"
+        return ("arm better" if (value > 0) == higher_is_better else "arm worse") + " (sign test: every seed)"
+    if math.isnan(low):
+        return "too few seeds"
+    if low > 0 or high < 0:
+        return "arm better" if (low > 0) == higher_is_better else "arm worse"
+    return "no difference shown"
+
+
+def _unpaired(mine: pd.Index, theirs: pd.Index) -> str:
+    """Seeds with a value in one arm only (left out of the paired differences), said rather than dropped."""
+    parts = [
+        f"{side} only: {', '.join(str(seed) for seed in sorted(seeds))}"
+        for side, seeds in (("arm", mine.difference(theirs)), ("against", theirs.difference(mine)))
+        if len(seeds)
+    ]
+    return "; ".join(parts)
+
+
 def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.DataFrame:
     """Each claim of the configuration, measured: per seed, then paired (arm minus `against`) with its interval.
 
     - `accuracy_diff`: held-out accuracy at the claim's `step`; higher is better.
     - `steps_to_target` / `charged_tokens_to_target`: per seed, the first evaluation step (or charged tokens
       there) with accuracy >= `target`; lower is better. A seed where an arm never reaches it counts, censored
-      (`censored_to_target`: at the end of the shorter of the two runs, one step or no tokens beyond it), so an
-      arm that reached the target in 2 seeds of 5 is not compared on those 2 alone. When neither arm reached it
-      in any seed the claim is `untestable: target not reached`. The table reports how many seeds each arm
-      reached it in, and every seed's value with what a censored one was counted as.
-    The verdict reads the interval only: `arm better` / `arm worse` when it excludes 0, else `no difference shown`.
+      at the run's end (`censored_differences`), so an arm that reached the target in 2 seeds of 5 is not
+      compared on those 2 alone. When neither arm reached it in any seed the claim is `untestable: target not
+      reached`. The table reports how many seeds each arm reached it in and every seed's counted difference.
+
+    Only seeds with a run in both arms are paired (`n_paired`); any other is named in `unpaired`. The verdict
+    reads the t interval: `arm better` / `arm worse` when it excludes 0, else `no difference shown` (`too few
+    seeds` with one). When every seed gives the same difference there is no interval: the verdict is `no spread:
+    interval undefined`, unless the exact sign test decides (every seed one sign, from 6 seeds on: `arm better
+    (sign test: every seed)`) or the difference is 0.
     """
     rows = []
     for claim in claims:
@@ -136,7 +187,6 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
             tables[arm] = study[study.arm == arm]
             if tables[arm].empty:
                 raise ValueError(f"claim {claim.name!r}: arm {arm!r} has no finished run")
-        fmt = {"accuracy_diff": "{:.3f}", "steps_to_target": "{:.0f}"}.get(claim.kind, "{:,.0f}")
         if claim.kind == "accuracy_diff":
             values = {}
             for arm, table in tables.items():
@@ -144,42 +194,33 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 if at.empty:
                     raise ValueError(f"claim {claim.name!r}: arm {arm!r} was not evaluated at step {claim.step}")
                 values[arm] = at.set_index("seed").accuracy.sort_index()
-            mine, theirs = values[claim.arm], values[against].reindex(values[claim.arm].index)
-            both = mine.notna() & theirs.notna()
+            paired = values[claim.arm].index.intersection(values[against].index)
+            mine, theirs = values[claim.arm], values[against]
+            diff = mine.loc[paired] - theirs.loc[paired]
             reached = {"arm_reached": None, "against_reached": None}
-            per_seed = {"arm_per_seed": _seed_list(mine, fmt), "against_per_seed": _seed_list(values[against], fmt)}
-            per_seed["diff_per_seed"] = _seed_list((mine - theirs)[both], "{:+.3f}")
+            per_seed = {
+                "arm_per_seed": _seed_list(mine),
+                "against_per_seed": _seed_list(theirs),
+                "diff_per_seed": _seed_list(diff, "{:+.3f}"),
+            }
         else:
             x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
+            fmt = "{:.0f}" if x == "step" else "{:,.0f}"
             raw = {arm: _to_target(table, claim.target, x) for arm, table in tables.items()}
             paired = raw[claim.arm].index.intersection(raw[against].index)
-            mine, theirs = raw[claim.arm].loc[paired], raw[against].loc[paired]
-            diff = censored_differences(mine, theirs, x)
-            mine, theirs = mine.reached, theirs.reached
-            both = pd.Series(True, index=paired)
-            reached = {
-                f"{k}_reached": int(np.isfinite(raw[a].reached).sum())
-                for k, a in (("arm", claim.arm), ("against", against))
-            }
+            diff = censored_differences(raw[claim.arm].loc[paired], raw[against].loc[paired], x)
+            mine, theirs = raw[claim.arm].reached, raw[against].reached
+            reached = {"arm_reached": int(np.isfinite(mine).sum()), "against_reached": int(np.isfinite(theirs).sum())}
             per_seed = {
                 "arm_per_seed": _to_target_list(raw[claim.arm], fmt),
                 "against_per_seed": _to_target_list(raw[against], fmt),
                 "diff_per_seed": _seed_list(diff, "{:+,.0f}"),
             }
-        if claim.kind == "accuracy_diff":
-            diff = (mine - theirs)[both]
         mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
-        higher_is_better = claim.kind == "accuracy_diff"
         if claim.kind != "accuracy_diff" and not reached["arm_reached"] and not reached["against_reached"]:
             verdict = "untestable: target not reached"
-        elif math.isnan(low):
-            verdict = "too few seeds"
-        elif (low > 0) == higher_is_better and (low > 0 or high < 0):
-            verdict = "arm better"
-        elif low > 0 or high < 0:
-            verdict = "arm worse"
         else:
-            verdict = "no difference shown"
+            verdict = _verdict(diff, low, high, higher_is_better=claim.kind == "accuracy_diff")
         rows.append(
             {
                 "claim": claim.name,
@@ -188,10 +229,11 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 "against": against,
                 "step": claim.step,
                 "target": claim.target,
-                "n_paired": int(both.sum()),
+                "n_paired": len(paired),
+                "unpaired": _unpaired(mine.index, theirs.index),
                 **reached,
-                "arm_mean": _finite_mean(mine),
-                "against_mean": _finite_mean(theirs),
+                "arm_mean": _finite_mean(mine.loc[paired]),
+                "against_mean": _finite_mean(theirs.loc[paired]),
                 "diff_mean": mean,
                 "diff_ci_low": low,
                 "diff_ci_high": high,

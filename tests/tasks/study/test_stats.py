@@ -36,7 +36,8 @@ def test_t_interval_is_the_student_t_interval_with_n_minus_1_degrees_of_freedom(
     mean, low, high = t_interval(values)
     assert (high - mean) == pytest.approx(2.776445 * np.std(values, ddof=1) / math.sqrt(5), rel=1e-6)
     assert math.isnan(t_interval([0.3])[1])  # one seed: no interval
-    assert t_interval([0.2, 0.2, 0.2])[1:] == (pytest.approx(0.2), pytest.approx(0.2))
+    assert t_interval([0.2, 0.2, 0.2])[0] == pytest.approx(0.2)
+    assert all(math.isnan(v) for v in t_interval([0.2, 0.2, 0.2])[1:])  # no spread: no interval, not [0.2, 0.2]
 
 
 def test_t_interval_covers_at_its_nominal_level_with_five_seeds():
@@ -53,11 +54,7 @@ def test_paired_difference_has_the_right_sign_and_is_narrower_than_the_spread_be
     study = _table({"baseline": lambda s, t: 0.1 * s + 0.01 * t, "better": lambda s, t: 0.1 * s + 0.01 * t + 0.05})
     summary = summarize(study, "baseline").set_index(["arm", "step"])
     row = summary.loc[("better", 20)]
-    assert (
-        row.diff_mean == pytest.approx(0.05)
-        and row.diff_ci_low == pytest.approx(0.05)
-        and row.diff_ci_high == pytest.approx(0.05)
-    )
+    assert row.diff_mean == pytest.approx(0.05) and math.isnan(row.diff_ci_low) and math.isnan(row.diff_ci_high)
     assert row.ci_high - row.ci_low > 0.1  # unpaired, the seeds' spread would hide the difference
     worse = summarize(
         _table({"baseline": lambda s, t: 0.5 + 0.01 * s, "worse": lambda s, t: 0.4 + 0.02 * s}), "baseline"
@@ -74,11 +71,11 @@ def test_claims_are_measured_as_configured_paired_by_seed():
     study = _table(
         {
             "baseline": lambda s, t: 0.2 + 0.01 * t + 0.01 * s,
-            "fast": lambda s, t: 0.2 + 0.02 * t + 0.01 * s,
+            "fast": lambda s, t: 0.2 + 0.02 * t + 0.01 * s + 0.001 * s * (t == 10),
             "flat": lambda s, t: 0.2,
         }
     )
-    study["tokens_charged"] = study.tokens_generated + np.where(study.arm == "fast", 5000, 0)
+    study["tokens_charged"] = study.tokens_generated + np.where(study.arm == "fast", 5000 + 100 * study.seed, 0)
     table = evaluate_claims(
         study,
         [
@@ -90,14 +87,15 @@ def test_claims_are_measured_as_configured_paired_by_seed():
         "baseline",
     ).set_index("claim")
     early = table.loc["early"]
-    assert early.diff_mean == pytest.approx(0.1) and early.n_paired == 5 and early.verdict == "arm better"
-    steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on seeds 0-4, the baseline at 20 (seed 0) or 20
-    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "arm better"
+    assert early.diff_mean == pytest.approx(0.102) and early.n_paired == 5 and early.verdict == "arm better"
+    steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on every seed, the baseline at 20: -10 every seed
+    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "no spread: interval undefined"
     assert "0: 10" in steps.arm_per_seed and "0: 20" in steps.against_per_seed
-    tokens = table.loc["tokens"]  # 1000 own + 5000 charged against 2000: the faster arm costs more
-    assert tokens.diff_mean == pytest.approx(4000) and tokens.verdict == "arm worse"
+    tokens = table.loc["tokens"]  # 1000 own + 5000-5400 charged against 2000: the faster arm costs more
+    assert tokens.diff_mean == pytest.approx(4200) and tokens.verdict == "arm worse"
     never = table.loc["never"]
     assert never.arm_reached == 0 and never.n_paired == 5 and never.diff_per_seed == "0: +1, 1: +1, 2: +1, 3: +1, 4: +1"
+    assert never.verdict == "no spread: interval undefined"  # +1 on every seed is not a 95% interval of [1, 1]
     with pytest.raises(ValueError, match="not evaluated at step 15"):
         evaluate_claims(study, [_claim(kind="accuracy_diff", step=15)], "baseline")
 
@@ -158,3 +156,48 @@ def test_a_target_neither_arm_reaches_is_untestable():
     table = evaluate_claims(study, [_claim(kind="steps_to_target", target=0.4)], "baseline")
     row = table.iloc[0]
     assert (row.arm_reached, row.against_reached) == (0, 0) and row.verdict == "untestable: target not reached"
+
+
+def test_the_same_difference_on_every_seed_is_no_interval_and_decides_only_by_a_sign_test():
+    # Every seed +0.05 (easy on a coarse grid): the t interval is [0.05, 0.05], which is no 95% interval. With
+    # 5 seeds, 5 of 5 the same sign has probability 2 / 2^5 = 0.0625 under no difference: not decisive; with 6,
+    # 0.031: decisive, and said to be decided by the signs.
+    def study(seeds):
+        return pd.DataFrame(
+            [
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "step": step,
+                    "accuracy": 0.1 * seed + 0.01 * step + (0.05 if arm == "fast" else 0),
+                }
+                for arm in ("baseline", "fast")
+                for seed in range(seeds)
+                for step in (0, 10)
+            ]
+        )
+
+    five = evaluate_claims(study(5), [_claim(kind="accuracy_diff", step=10)], "baseline").iloc[0]
+    assert five.diff_mean == pytest.approx(0.05) and math.isnan(five.diff_ci_low)
+    assert five.verdict == "no spread: interval undefined"
+    six = evaluate_claims(study(6), [_claim(kind="accuracy_diff", step=10)], "baseline").iloc[0]
+    assert six.verdict == "arm better (sign test: every seed)"
+
+
+def test_seeds_in_one_arm_only_are_reported_not_dropped_silently():
+    study = _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.02 * t + 0.001 * s})
+    study = study[~((study.arm == "fast") & (study.seed == 4))]
+    study = pd.concat([study, study[(study.arm == "fast") & (study.seed == 0)].assign(seed=7)])
+    for kind in ({"kind": "accuracy_diff", "step": 10}, {"kind": "steps_to_target", "target": 0.4}):
+        row = evaluate_claims(study, [_claim(**kind)], "baseline").iloc[0]
+        assert row.n_paired == 4 and row.unpaired == "arm only: 7; against only: 4", kind
+
+
+def test_summarize_pairs_the_steps_the_reference_has_and_leaves_the_rest_unpaired():
+    # A living-pool arm evaluated at its refresh step 15 as well (or an arm with more steps): no KeyError, no
+    # difference at a step the baseline was not evaluated at.
+    study = _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "living": lambda s, t: 0.25 + 0.01 * t + 0.001 * s})
+    extra = study[(study.arm == "living") & (study.step == 10)].assign(step=15)
+    summary = summarize(pd.concat([study, extra]), "baseline").set_index(["arm", "step"])
+    assert summary.loc[("living", 15)].n_paired == 0 and math.isnan(summary.loc[("living", 15)].diff_mean)
+    assert summary.loc[("living", 10)].n_paired == 5 and summary.loc[("living", 10)].diff_mean == pytest.approx(0.052)
