@@ -70,7 +70,11 @@ def claims_markdown(table: pd.DataFrame) -> str:
             metric, fmt, dfmt = f"steps to {row.target:.3f}", "{:.1f}", "{:+.1f}"
         else:
             metric, fmt, dfmt = f"charged tokens to {row.target:.3f}", "{:,.0f}", "{:+,.0f}"
-        reached = "" if row.kind == "accuracy_diff" else f" (reached: {row.arm_reached} / {row.against_reached} seeds)"
+        reached = (
+            ""
+            if row.kind == "accuracy_diff"
+            else f" (reached: {row.arm_reached:.0f} / {row.against_reached:.0f} seeds)"
+        )
         unpaired = f" (left out, {row.unpaired})" if row.unpaired else ""
         lines.append(
             f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired}{unpaired} | "
