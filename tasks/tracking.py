@@ -7,7 +7,8 @@ callback. `StepReport` is that callback:
   (`train/<column>`), and every number of an evaluation per data source (`eval/<source>/avg_at_k`, ...):
   TensorBoard event files in OUT/tensorboard (`tensorboard --logdir OUT`), or an MLflow store in the file
   OUT/mlflow.db (`mlflow ui --backend-store-uri sqlite:///OUT/mlflow.db`), as `TrainConfig.tracker` says;
-- one line per step (reward, accuracy, replay share, phase times) and per evaluation goes to the
+- one line per step (reward, accuracy, replay share, replayed rows' age, the replay buffer's size and use, flat
+  groups before -> after replay, phase times) and per evaluation goes to the
   `rlep.train` logger, which flows/runlog.py forwards to the Prefect run's Logs tab.
 
 NaN values (`replay_accuracy` of a step that replayed nothing) are left out: a tracker has no value at that
@@ -83,6 +84,7 @@ def step_line(row: dict, steps: int) -> str:
     for key, label in (("reward_mean", "reward"), ("accuracy", "accuracy"), ("replay_share", "replay")):
         if isinstance(row.get(key), numbers.Real):
             parts.append(f"{label} {row[key]:.3f}")
+    parts.extend(_replay_parts(row))
     version = row.get("replay_pool_version")
     if isinstance(version, numbers.Real) and version == version:  # a run following a pool store (NaN otherwise)
         parts.append(f"pool v{int(version):04d}")
@@ -90,6 +92,27 @@ def step_line(row: dict, steps: int) -> str:
     if isinstance(row.get("time_step"), numbers.Real):
         parts.append(f"{row['time_step']:.2f} s/step" + (f" ({phases})" if phases else ""))
     return "  ".join(parts)
+
+
+def _known(row: dict, key: str) -> bool:
+    value = row.get(key)
+    return isinstance(value, numbers.Real) and value == value  # present and not NaN
+
+
+def _replay_parts(row: dict) -> list[str]:
+    """`age 1.5 (max 3)  buffer 120 (35% replayed)  flat groups 0.50->0.00`, each only when it has a value: the
+    replayed rows' age when some were replayed, the strategy's buffer, and the share of flat groups before and
+    after replay when replay changed it."""
+    parts = []
+    if _known(row, "replay_age_mean") and row.get("replay_rows"):
+        parts.append(f"age {row['replay_age_mean']:.1f} (max {row['replay_age_max']:.0f})")
+    if _known(row, "replay_buffer_size"):
+        used = f" ({row['replay_buffer_utilisation']:.0%} replayed)" if _known(row, "replay_buffer_utilisation") else ""
+        parts.append(f"buffer {row['replay_buffer_size']:.0f}{used}")
+    before, after = row.get("zero_std_group_frac_fresh"), row.get("zero_std_group_frac")
+    if _known(row, "zero_std_group_frac_fresh") and _known(row, "zero_std_group_frac") and before != after:
+        parts.append(f"flat groups {before:.2f}->{after:.2f}")
+    return parts
 
 
 def eval_line(step: int, rows: list[dict]) -> str:

@@ -11,7 +11,9 @@ from rlep.tasks.replay.config import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
+    RefillReplayConfig,
     ReplayConfig,
+    ReuseReplayConfig,
     RLEPReplayConfig,
 )
 from rlep.tasks.replay.factory import check_inputs, make_replay, needs, pinned
@@ -21,6 +23,8 @@ __all__ = [
     "NoReplayConfig",
     "PrioritizedReplayConfig",
     "RLEPReplayConfig",
+    "RefillReplayConfig",
+    "ReuseReplayConfig",
     "ReplayConfig",
     "ReplayNeeds",
     "ReplayStrategy",

@@ -26,11 +26,14 @@ class ReplayNeeds:
 class ReplayStrategy(Protocol):
     """Decides, per training step, what stored rollouts join the fresh ones; called in two visible lines.
 
-    `join(fresh, step)`, before scoring: returns the step's groups, where a strategy may add members to a fresh
-    group so they share its advantage statistics (RLEP). `mix(groups, step)`, after advantages are known:
-    stores what the strategy keeps and returns the rollouts the step trains on (FIFO draws its whole batch
-    from its buffer; prioritized adds drawn rollouts on top of the fresh ones). Rollouts it returns from
-    earlier steps carry `origin="replay"` and the advantage computed when they were generated.
+    `join(fresh, step)`, once the fresh answers are verified and before advantages: returns the step's groups,
+    where a strategy may add members to a fresh group so they share its advantage statistics (RLEP, reuse) or
+    put a stored group in a fresh one's place (refill); members it adds without a reward are verified next.
+    `mix(groups, step)`, after advantages are known: stores what the strategy keeps and returns the rollouts
+    the step trains on (FIFO draws its whole batch from its buffer; prioritized adds drawn rollouts on top of
+    the fresh ones). Rollouts it returns from
+    earlier steps carry `origin="replay"` and the advantage computed when they were generated (FIFO,
+    prioritized) or none, to be computed in the step's group (RLEP, reuse, refill).
     `state_dict` / `load_state_dict` make a run resumable.
     """
 

@@ -143,6 +143,66 @@ class PrioritizedReplayConfig(_GroupedBatch):
     )
 
 
+class ReuseReplayConfig(_GroupedBatch):
+    """Response reuse (AR3PO, arXiv 2509.25808; POPO, arXiv 2606.01281): a per-prompt bank of this run's own
+    verified successes, filled from each step's fresh answers; a group is given up to M banked answers of its
+    prompt from earlier steps, with advantages over G + M as RLEP computes them (tasks/replay/self_replay.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["reuse"] = Field("reuse", description="Replay strategy.", json_schema_extra=_KIND)
+    pool: Path | None = Field(
+        None,
+        description="Optional: seed the bank with a pool's verified answers (any path `--pool` takes) before step 1; "
+        "null = the bank starts empty and holds only this run's answers. Seeded answers are re-scored when replayed.",
+    )
+    replay_per_group: int = Field(
+        2, ge=1, le=1024, description="M: banked answers a group is given at most, drawn uniformly without replacement."
+    )
+    when: Literal["all-wrong", "always"] = Field(
+        "all-wrong",
+        description="all-wrong: only groups none of whose fresh answers is correct get banked answers (AR3PO's "
+        "reuse); always: every group whose prompt has banked answers (RLEP's rule).",
+    )
+    max_per_prompt: int = Field(
+        8, ge=1, le=1_000_000, description="Banked answers kept per prompt; beyond it the oldest leave first."
+    )
+    max_age: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Banked answers more than this many steps in the bank leave it (pool-seeded ones count from "
+        "step 0); null = only max_per_prompt bounds the bank.",
+    )
+
+
+class RefillReplayConfig(_GroupedBatch):
+    """Zero-variance refill (TRL's GRPOWithReplayBuffer): groups whose rewards are all equal are replaced by whole
+    past groups of high reward variance from a bounded buffer, so every prompt slot of a step carries gradient
+    (tasks/replay/self_replay.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["refill"] = Field("refill", description="Replay strategy.", json_schema_extra=_KIND)
+    buffer_groups: int = Field(
+        64,
+        ge=1,
+        le=1_000_000,
+        description="Groups the buffer keeps (TRL's replay_buffer_size, default 64); over it the group with the "
+        "lowest reward std leaves first (ties: the oldest).",
+    )
+    max_age: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Groups more than this many steps old leave the buffer; null = only the capacity bounds it.",
+    )
+
+
 ReplayConfig = Annotated[
-    NoReplayConfig | RLEPReplayConfig | FIFOReplayConfig | PrioritizedReplayConfig, Field(discriminator="kind")
+    NoReplayConfig
+    | RLEPReplayConfig
+    | FIFOReplayConfig
+    | PrioritizedReplayConfig
+    | ReuseReplayConfig
+    | RefillReplayConfig,
+    Field(discriminator="kind"),
 ]

@@ -22,9 +22,14 @@ def needs(config) -> ReplayNeeds:
     return DESIGNS[config.kind].needs
 
 
+def reads_pool(config) -> bool:
+    """The run reads a pool: its design replays one (RLEP), or it was given one to start from (reuse's seed)."""
+    return needs(config).pool or getattr(config, "pool", None) is not None
+
+
 def check_inputs(config) -> None:
     """Fail now, before any model is loaded, when the design's inputs are missing (a pool that is not there)."""
-    if needs(config).pool:
+    if reads_pool(config):
         resolve_pool_path(config.pool)
 
 
@@ -35,7 +40,7 @@ def pinned(config):
     after a newer one is published to the store. A run that follows the store (`follow`) keeps the store: its
     checkpoints record the version each step replayed from instead.
     """
-    if needs(config).pool and config.pool is not None and not getattr(config, "follow", False):
+    if reads_pool(config) and config.pool is not None and not getattr(config, "follow", False):
         path = resolve_pool_path(Path(config.pool))
         if path != Path(config.pool):
             return config.model_copy(update={"pool": path})
@@ -45,7 +50,7 @@ def pinned(config):
 def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None = None) -> ReplayStrategy:
     """The strategy for `config`; `problems` (the training problems by key) lets a pool be checked against them."""
     design = DESIGNS[config.kind]
-    if not design.needs.pool:
+    if not reads_pool(config):
         return design(config, seed=seed)
     if getattr(config, "follow", False):
         source = PoolSource(config.pool, problems)

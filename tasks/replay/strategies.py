@@ -1,11 +1,15 @@
-"""The four replay strategies behind one interface (`join` before scoring, `mix` after advantages), and
-their registry (`DESIGNS`, by config `kind`).
+"""The replay strategies behind one interface (`join` after the fresh answers are verified, `mix` after
+advantages), and their registry (`DESIGNS`, by config `kind`); the designs that replay the run's own answers
+into its groups (`reuse`, `refill`) live in self_replay.py.
 
 Each class docstring states what its paper does, what we do, and every departure; the README's table of
 designs says the same in one line each. Each class declares what it needs from the run (`needs`: a pool,
 a buffer, the generation's advantages); code outside tasks/replay/ asks that, never which design runs.
 Scoring, advantages and the loss are shared and do not know which strategy runs. A new design is a config
 in config.py (and its place in the `ReplayConfig` union) and a class here, listed in `DESIGNS`.
+
+Every design reports the same stats where they mean something (NaN where not): `buffer_size` (entries its
+buffer or pool holds) and `buffer_utilisation` (the share of those ever replayed).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from rlep.tasks.replay.config import (
     RLEPReplayConfig,
 )
 from rlep.tasks.replay.pool_source import PoolSource
+from rlep.tasks.replay.self_replay import RefillReplay, ReuseReplay
+
+NO_BUFFER = {"buffer_size": float("nan"), "buffer_utilisation": float("nan")}
 
 
 def _as_replayed(rollout: Rollout) -> Rollout:
@@ -52,7 +59,7 @@ class NoReplay:
         return _flatten(groups)
 
     def stats(self) -> dict[str, float]:
-        return {}
+        return dict(NO_BUFFER)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -92,6 +99,7 @@ class RLEPReplay:
         self.coverage = float("nan")  # share of training problems with a pooled answer (set by make_replay)
         self.source = source  # follow: the store whose newer versions replace the pool between steps
         self.version = source.latest() if source else None
+        self.drawn: set[tuple[PoolKey, int]] = set()  # (prompt, index) of pooled answers ever replayed
 
     def refresh(self, step: int) -> None:
         """follow: at the start of a step (never within one), at most every `refresh_every` steps, switch to the
@@ -105,6 +113,7 @@ class RLEPReplay:
 
     def use_version(self, version: int) -> None:
         self.pool, self.version = self.source.load(version), version
+        self.drawn = set()
         self.coverage = self.source.coverage(self.pool)
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
@@ -112,8 +121,12 @@ class RLEPReplay:
         groups = []
         for group in fresh:
             anchor = group.rollouts[0]
-            candidates = self.pool.get((anchor.data_source, anchor.problem_id), [])
-            picks = self.rng.sample(candidates, min(self.config.replay_per_group, len(candidates)))
+            key = (anchor.data_source, anchor.problem_id)
+            candidates = self.pool.get(key, [])
+            # Indices drawn exactly as sample(candidates, k) would draw the answers (same stream).
+            chosen = self.rng.sample(range(len(candidates)), min(self.config.replay_per_group, len(candidates)))
+            self.drawn.update((key, i) for i in chosen)
+            picks = [candidates[i] for i in chosen]
             replayed = [
                 replace(
                     pick,
@@ -133,21 +146,25 @@ class RLEPReplay:
         return _flatten(groups)  # the pool is fixed (collected in phase 1)
 
     def stats(self) -> dict[str, float]:
+        answers = sum(len(v) for v in self.pool.values())
         return {
+            "buffer_size": answers,
+            "buffer_utilisation": len(self.drawn) / answers if answers else float("nan"),
             "pool_problems": len(self.pool),
-            "pool_answers": sum(len(v) for v in self.pool.values()),
+            "pool_answers": answers,
             "pool_coverage": self.coverage,
             "pool_version": float("nan") if self.version is None else self.version,
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.getstate(), "pool_version": self.version}
+        return {"rng": self.rng.getstate(), "pool_version": self.version, "drawn": set(self.drawn)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume with the pool version the checkpoint's step replayed from (a pruned one is an error)."""
         self.rng.setstate(state["rng"])
         if self.source is not None and state.get("pool_version") not in (None, self.version):
             self.use_version(state["pool_version"])
+        self.drawn = set(state.get("drawn", ()))  # a checkpoint from before this count: none recorded
 
 
 class FIFOReplay:
@@ -173,6 +190,7 @@ class FIFOReplay:
     def __init__(self, config: FIFOReplayConfig, seed: int = 0) -> None:
         self.config = config
         self.buffer: deque[Rollout] = deque(maxlen=config.buffer_size)
+        self.drawn: deque[bool] = deque(maxlen=config.buffer_size)  # beside buffer: ever replayed
         self.rng = random.Random(seed)
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
@@ -181,16 +199,26 @@ class FIFOReplay:
     def mix(self, groups: list[Group], step: int) -> list[Rollout]:
         fresh = [r for r in _flatten(groups) if r.origin == "fresh"]
         if self.config.max_age is not None:
-            kept = [r for r in self.buffer if r.age(step) <= self.config.max_age]
-            self.buffer = deque(kept, maxlen=self.config.buffer_size)
+            kept = [(r, d) for r, d in zip(self.buffer, self.drawn) if r.age(step) <= self.config.max_age]
+            self.buffer = deque((r for r, _ in kept), maxlen=self.config.buffer_size)
+            self.drawn = deque((d for _, d in kept), maxlen=self.config.buffer_size)
         self.buffer.extend(fresh)  # the oldest leave first when full
+        self.drawn.extend([False] * len(fresh))
         first_fresh = len(self.buffer) - min(len(fresh), len(self.buffer))
         wanted = min(self.config.batch_rollouts(len(fresh)), len(self.buffer))
         if self.config.fresh_anchored:
             picks = self._draw(range(first_fresh), wanted - len(fresh))
+            self._mark(picks, first_fresh)
             return fresh + [_as_replayed(self.buffer[i]) for i in picks]
         picks = self._draw(range(len(self.buffer)), wanted)
+        self._mark(picks, first_fresh)
         return [self.buffer[i] if i >= first_fresh else _as_replayed(self.buffer[i]) for i in picks]
+
+    def _mark(self, picks: list[int], first_fresh: int) -> None:
+        """Record which drawn rollouts were replayed (from an earlier step), for `buffer_utilisation`."""
+        for i in picks:
+            if i < first_fresh:
+                self.drawn[i] = True
 
     def _draw(self, candidates: range, count: int) -> list[int]:
         """`count` distinct indices from `candidates`, uniformly, `positive_share` of them from correct rollouts."""
@@ -203,14 +231,15 @@ class FIFOReplay:
         return sorted(picks + self.rng.sample(rest, count - n_positive))
 
     def stats(self) -> dict[str, float]:
-        return {"buffer_size": len(self.buffer)}
+        return {"buffer_size": len(self.buffer), "buffer_utilisation": _share(self.drawn)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.getstate(), "buffer": list(self.buffer)}
+        return {"rng": self.rng.getstate(), "buffer": list(self.buffer), "drawn": list(self.drawn)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.setstate(state["rng"])
         self.buffer = deque(state["buffer"], maxlen=self.config.buffer_size)
+        self.drawn = deque(state.get("drawn", [False] * len(self.buffer)), maxlen=self.config.buffer_size)
 
 
 class PrioritizedReplay:
@@ -234,6 +263,7 @@ class PrioritizedReplay:
     def __init__(self, config: PrioritizedReplayConfig, seed: int = 0) -> None:
         self.config = config
         self.buffer: list[Rollout] = []
+        self.drawn: list[bool] = []  # beside buffer: ever replayed
         self.rng = np.random.default_rng(seed)
 
     def priorities(self) -> np.ndarray:
@@ -242,7 +272,11 @@ class PrioritizedReplay:
 
     def evict(self, step: int) -> None:
         """Drop rollouts older than tau_max at `step`."""
-        self.buffer = [r for r in self.buffer if r.age(step) <= self.config.max_age]
+        self._keep([i for i, r in enumerate(self.buffer) if r.age(step) <= self.config.max_age])
+
+    def _keep(self, indices: list[int]) -> None:
+        self.buffer = [self.buffer[i] for i in indices]
+        self.drawn = [self.drawn[i] for i in indices]
 
     def join(self, fresh: list[Group], step: int) -> list[Group]:
         return fresh
@@ -261,31 +295,40 @@ class PrioritizedReplay:
         if wanted == 0:
             return []
         p = self.priorities()
-        picks = self.rng.choice(len(self.buffer), size=wanted, replace=False, p=p / p.sum())
-        return [_as_replayed(self.buffer[i]) for i in sorted(picks)]
+        picks = sorted(self.rng.choice(len(self.buffer), size=wanted, replace=False, p=p / p.sum()).tolist())
+        for i in picks:
+            self.drawn[i] = True
+        return [_as_replayed(self.buffer[i]) for i in picks]
 
     def _store(self, groups: list[Group], step: int) -> None:
         for group in groups:
             rollouts = [r for r in group.rollouts if r.origin == "fresh"]
             if len({r.reward for r in rollouts}) > 1:  # zero reward variance: no signal, not stored
                 self.buffer.extend(rollouts)
+                self.drawn.extend([False] * len(rollouts))
         self.evict(step + 1)  # what expires before the next draw goes first, not fresh low-|A| rollouts
         if len(self.buffer) > self.config.buffer_size:
             keep = np.argsort(-self.priorities(), kind="stable")[: self.config.buffer_size]
-            self.buffer = [self.buffer[i] for i in sorted(keep)]
+            self._keep(sorted(keep.tolist()))
 
     def stats(self) -> dict[str, float]:
-        return {"buffer_size": len(self.buffer)}
+        return {"buffer_size": len(self.buffer), "buffer_utilisation": _share(self.drawn)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "buffer": list(self.buffer)}
+        return {"rng": self.rng.bit_generator.state, "buffer": list(self.buffer), "drawn": list(self.drawn)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
         self.buffer = list(state["buffer"])
+        self.drawn = list(state.get("drawn", [False] * len(self.buffer)))
+
+
+def _share(flags) -> float:
+    """The share of true flags (NaN for none): a buffer's entries ever replayed."""
+    return sum(flags) / len(flags) if flags else float("nan")
 
 
 # The designs by config `kind`: tasks.replay.factory builds a strategy from this table only.
 DESIGNS: dict[str, type[ReplayStrategy]] = {
-    design.name: design for design in (NoReplay, RLEPReplay, FIFOReplay, PrioritizedReplay)
+    design.name: design for design in (NoReplay, RLEPReplay, FIFOReplay, PrioritizedReplay, ReuseReplay, RefillReplay)
 }

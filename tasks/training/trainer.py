@@ -3,8 +3,10 @@
 Each step reads top to bottom as named, timed phases:
 
     generate   G fresh answers per prompt from the vLLM engine (weights = current policy)
-    replay     `replay.join`: RLEP's M pooled answers join their prompt's group
-    verify     every answer without a verdict is checked by the sandboxed verifier and rewarded
+    verify     the fresh answers are checked by the sandboxed verifier and rewarded
+    replay     `replay.join`: RLEP's M pooled answers (reuse: M banked ones, for all-wrong groups) join their
+               prompt's group; refill puts a stored group in each flat group's place; replayed answers
+               without a verdict (RLEP's re-scored pool) are verified too
     advantage  group-relative advantages over each group's members (G + M for RLEP); AsymRE's r - V
     replay     `replay.mix`: the strategy stores what it keeps and returns the batch (FIFO: drawn from its
                buffer; prioritized: fresh + drawn by |advantage|)
@@ -19,9 +21,10 @@ rest of the step is the same code in both modes.
 How it departs from the papers it implements (all explicit settings): the default model is a tiny
 character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
 dynamic sampling (DAPO), so groups with equal rewards simply contribute no gradient and are counted in
-`zero_std_group_frac`; replayed answers are re-scored, and their log-probs recomputed by the current
-policy (RLEP's choice), unless `loss.is_correction=truncate`. Each replay design's own departures are in
-its class docstring (tasks/replay/strategies.py).
+`zero_std_group_frac` (`zero_std_group_frac_fresh` before replay; `--replay refill` replaces them with stored
+groups); replayed answers are re-scored, and their log-probs recomputed by the current policy (RLEP's
+choice), unless `loss.is_correction=truncate`. Each replay design's own departures are in its class
+docstring (tasks/replay/strategies.py, tasks/replay/self_replay.py).
 
 Run: `rlep train --steps 40`, `rlep train --replay rlep --pool runs/collect`, `rlep train --resume runs/train`.
 """
@@ -62,6 +65,7 @@ from rlep.tasks.training.checkpoint import (
     save_checkpoint,
 )
 from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.precision import record_precision
 from rlep.tasks.training.prompts import PromptSampler, fitting
 from rlep.tasks.training.scoring import score_rollouts
 from rlep.tasks.training.step_metrics import PhaseTimer, step_row
@@ -153,8 +157,10 @@ class Trainer:
         with timer("generate"):
             arrival = self.feed.take(step)
             fresh = self._groups(arrival)
+        with timer("verify"):
+            score_rollouts([r for g in fresh for r in g.rollouts], config)
         with timer("replay"):
-            groups = self.replay.join(fresh, step)
+            groups = self.replay.join(fresh, step)  # sees the fresh verdicts (reuse: all wrong; refill: flat)
             self._tokenize_missing([r for g in groups for r in g.rollouts])
         with timer("verify"):
             score_rollouts([r for g in groups for r in g.rollouts if r.reward is None], config)
@@ -302,9 +308,11 @@ class Trainer:
         self.torch_generator.set_state(state["rng"]["torch_generator"])
 
     def _prepare_out_dir(self) -> None:
-        """Fresh run: write the config. Resume: drop everything written after the checkpoint's step."""
+        """Fresh run: write the config and the precision it trains in. Resume: the same, and drop everything written
+        after the checkpoint's step."""
         self.out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.layout.config, self.config.model_dump_json(indent=2))
+        record_precision(self.out, self.backend.precision, self.step)  # beside the settings: they keep `auto`
         for path in (self.layout.metrics, self.layout.eval):
             if path.exists():
                 table = pq.read_table(path)

@@ -10,8 +10,10 @@ from rlep.tasks.replay import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
+    RefillReplayConfig,
     ReplayConfig,
     ReplayNeeds,
+    ReuseReplayConfig,
     RLEPReplayConfig,
     make_replay,
     needs,
@@ -130,6 +132,8 @@ def test_fifo_sampling_is_uniform_over_the_buffer():
     for step in range(1, 3001):
         replay.buffer.clear()
         replay.buffer.extend(rollout(f"q{i}") for i in range(10))
+        replay.drawn.clear()
+        replay.drawn.extend([False] * 10)
         counts.update(r.problem_id for r in replay.mix([Group("x", [rollout("x", version=step - 1)])], step))
     # 11 rollouts (10 old + the newest), 2 drawn per step: each is in a batch with probability 2/11.
     assert len(counts) == 11 and sum(counts.values()) == 6000
@@ -190,7 +194,7 @@ def test_prioritized_sampling_follows_abs_advantage():
     stored = [rollout("big", advantage=3.0), rollout("small", advantage=-1.0), rollout("zero", advantage=0.0)]
     counts = Counter()
     for step in range(1, 6001):
-        replay.buffer = list(stored)
+        replay.buffer, replay.drawn = list(stored), [False] * len(stored)
         batch = replay.mix(
             [Group("f", [rollout("f", version=step - 1, reward=0.0)])], step
         )  # one fresh -> one replayed
@@ -241,26 +245,30 @@ def test_state_round_trip_continues_the_same_draws(tmp_path):
 def test_every_replay_kind_is_one_registered_design():
     (union,) = get_args(ReplayConfig)[:1]
     kinds = {config.model_fields["kind"].default for config in get_args(union)}
-    assert kinds == set(DESIGNS) == {"none", "rlep", "fifo", "prioritized"}
+    assert kinds == set(DESIGNS) == {"none", "rlep", "fifo", "prioritized", "reuse", "refill"}
     assert all(design.name == kind for kind, design in DESIGNS.items())
 
 
 @pytest.mark.parametrize("kind", sorted(DESIGNS))
 def test_a_design_acts_as_its_needs_declare(kind):
     """A buffer design replays this run's earlier rollouts with their generation's advantages; a pool design
-    replays another run's answers, whose advantages are computed anew in the step's group; none replays nothing."""
+    replays another run's answers, whose advantages are computed anew in the step's group; a buffer design without
+    the generation's advantages (reuse, refill) has its replayed rows scored in the step's group; none replays
+    nothing."""
     config = {
         "none": NoReplayConfig(),
         "rlep": RLEPReplayConfig(pool="x", replay_per_group=2),
         "fifo": FIFOReplayConfig(buffer_size=100, batch_size=16),
         "prioritized": PrioritizedReplayConfig(replay_fraction=1.0, max_age=100),
+        "reuse": ReuseReplayConfig(when="always"),
+        "refill": RefillReplayConfig(),
     }[kind]
     pool = {
         ("d", f"p{i}"): [rollout(f"p{i}", response=f"pooled{i}{j}", advantage=9.0) for j in range(3)] for i in range(2)
     }
     replay = DESIGNS[kind](config, pool, seed=0) if needs(config).pool else DESIGNS[kind](config, seed=0)
     replay.mix(replay.join(fresh_groups(1), 1), 1)
-    joined = replay.join(fresh_groups(2), 2)
+    joined = replay.join(fresh_groups(2, rewards=(1.0,) if kind == "refill" else (0.0, 1.0)), 2)  # refill: flat
     joined_replay = replayed([r for g in joined for r in g.rollouts])
     trained_replay = replayed(replay.mix(joined, 2))
     if needs(config).pool:
@@ -269,5 +277,7 @@ def test_a_design_acts_as_its_needs_declare(kind):
         assert trained_replay and {r.policy_version for r in trained_replay} == {0}  # this run's step 1
     if needs(config).generation_advantages:
         assert all(r.advantage is not None for r in trained_replay)
+    elif needs(config).buffer:
+        assert joined_replay and all(r.advantage is None for r in joined_replay)
     if needs(config) == ReplayNeeds():
         assert not joined_replay and not trained_replay
