@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.utils.checkpoint
 
 
 def pad_sequences(
@@ -36,6 +37,12 @@ def pad_sequences(
     return input_ids, attention_mask, completion_mask
 
 
+# The float32 log-softmax is taken over at most this many [token x vocab] elements at a time (256 MB): with a
+# 151,936-token vocabulary and 4,096-token answers a whole micro-batch's float32 log-probs would take 2.5 GB per
+# sequence, twice (the values and what their backward keeps). The tiny models fit in one chunk.
+LOGPROB_CHUNK_ELEMENTS = 1 << 26
+
+
 def token_logprobs(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,12 +50,41 @@ def token_logprobs(
     under the model's logits divided by `temperature`. Computed on the model's device."""
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+    return logprobs_from_logits(logits, input_ids[:, 1:], temperature)
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, chunk_elements: int = LOGPROB_CHUNK_ELEMENTS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of `targets` [B, T] and the entropy under `logits` [B, T, V] / `temperature`, both [B, T] float32.
+
+    The float32 log-softmax is computed a slice of the sequence at a time (at most `chunk_elements` B x t x V
+    elements), so under bf16 compute no [B, T, V] float32 tensor is ever whole (under float32 compute only the
+    logits themselves are); with several slices and gradients on, each slice is recomputed in the backward pass
+    (activation checkpointing) instead of kept. One slice (the tiny models) is the plain computation, unchanged.
+    """
+    batch, tokens, vocab = logits.shape
+    step = max(1, chunk_elements // max(1, batch * vocab))
+    if step >= tokens:
+        return _slice_logprobs(logits, targets, temperature)
+    parts = []
+    for piece in zip(logits.split(step, dim=1), targets.split(step, dim=1)):  # split: one concatenated gradient
+        if torch.is_grad_enabled() and logits.requires_grad:
+            parts.append(torch.utils.checkpoint.checkpoint(_slice_logprobs, *piece, temperature, use_reentrant=False))
+        else:
+            parts.append(_slice_logprobs(*piece, temperature))
+    return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+
+
+def _slice_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = logits.log_softmax(-1)
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    logp = logp_all.gather(-1, targets).squeeze(-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():  # a metric, not in the loss: no graph over [B, T, vocab] kept for it
         detached = logp_all.detach()
         entropy = -(detached.exp() * detached).sum(-1)
