@@ -10,16 +10,22 @@ samples `data.experience_replay_num` of them per step and re-tokenises each as `
 null list counts as empty). The released `dapo-math-17k-with-experience-pool.parquet` is that layout, and
 RLEP re-scores replayed answers with the row's scorer like fresh ones.
 
-Export, two ways:
+Export, three ways:
 
 - Into a training file (`into=`, what RLEP's recipe trains on): every row of that file, in its order, with
   its own columns and types (a string `extra_info.index` stays a string), gets `reward_model.candidates`:
   the pool's answers to that problem, or an empty list for a problem the pool did not solve. A pool
-  problem is that row's when its id is the row's `extra_info.index` (as text) and their problem texts do
-  not disagree, or else when their problem texts are equal (whitespace collapsed). `data_source` stays
-  the file's unless `data_source=` names a scorer for every row. `datasets.concatenate_datasets` with the
-  original file works (struct fields it lacks read as null).
-- Standalone: one row per pool problem, in pool order:
+  problem is that row's by data.verl_rows' rule (its id is the row's `extra_info.index` as text, else the
+  same problem text). `data_source` stays the file's unless `data_source=` names a scorer for every row.
+  `datasets.concatenate_datasets` with the original file works (struct fields it lacks read as null).
+- Standalone, from the source's rows (`fields="source"`, the default): a pool collected from a verl
+  Parquet file (DAPO-Math-17k, verl's preprocessed files), found through the pool's manifest or lineage
+  (data.pool_origin), is written as that file's rows of the pool's problems, in pool order, with the same
+  columns, types and values (a UUID `extra_info.index`, `ability` "MATH", `reward_model.style`) and
+  `reward_model.candidates`: rows that can be appended to the training file.
+- Standalone in rlep's layout, when the pool's problems have no verl file (tiny-math, a columns file), the
+  file is not found, or not all of the pool's problems are its rows (`note` says why), or `fields="rlep"`:
+  one row per pool problem, in pool order:
 
     data_source   `data_source=`, else the pool's when verl has a scorer for it, else DEFAULT_SCORER
     prompt        [{"role": "user", "content": <question>}] (`prompt="raw"`: verl applies the chat
@@ -28,9 +34,6 @@ Export, two ways:
     reward_model  {"style": "rule", "ground_truth": <gold_answer>, "candidates": [<response>, ...]}
     extra_info    {"index": <row number>, "problem_id", "problem": <question>, "level",
                    "rlep_data_source": <the pool's data_source>}
-
-  The standalone file carries no original `ability`, `style` or index type: export into the training
-  file to keep them.
 
 Strict re-check (`strict=True`): each candidate is verified again with the verifier's `answer_format:
 boxed` mode (the last \boxed{} only, no last-number fallback, and verl's MATH string check), so that
@@ -52,7 +55,6 @@ file exported into, imported and exported into again gives the same file.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,10 +65,21 @@ import pyarrow.parquet as pq
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import resolve_pool_path
+from rlep.data.pool_origin import PoolOrigin, pool_origin
 from rlep.data.problem import Problem
 from rlep.data.run_layout import POOL_FILE
 from rlep.data.store import StoreError, read_trajectory_files
 from rlep.data.trajectory import TRAJECTORY_SCHEMA, sampling_json, to_table
+from rlep.data.verl_rows import (
+    Matcher,
+    index_text,
+    norm_text,
+    read_verl,
+    row_texts,
+    rows_of,
+    user_content,
+    with_candidates,
+)
 
 ABILITY = "math"
 REWARD_STYLE = "rule"
@@ -142,13 +155,6 @@ def known_scorer(data_source: str) -> bool:
     return data_source in BOXED_SCORERS or data_source in OTHER_SCORERS or data_source.startswith("aime")
 
 
-def _norm_text(text: Any) -> str | None:
-    """A problem text as two files' copies are compared: whitespace runs collapsed, ends trimmed."""
-    if not isinstance(text, str):
-        return None
-    return re.sub(r"\s+", " ", text).strip() or None
-
-
 @dataclass
 class ExportReport:
     """What an export wrote and left out."""
@@ -162,9 +168,12 @@ class ExportReport:
     strict_dropped: int = 0  # answers the strict re-check refused (wrong under verl's boxed scorer)
     strict_other_format: int = 0  # answers dropped under strict because their row's scorer reads another format
     data_sources: dict[str, str] = field(default_factory=dict)  # pool data_source -> written data_source
+    layout: Literal["into", "source", "rlep"] = "rlep"  # the rows of `into`, of the pool's source file, or rlep's
+    source: Path | None = None  # the verl file whose rows were written
+    note: str | None = None  # why a standalone export is in rlep's layout though the pool's problems have a file
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "path": str(self.path)}
+        return {**asdict(self), "path": str(self.path), "source": self.source and str(self.source)}
 
 
 def _pool_problems(pool_path: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -222,26 +231,40 @@ def export_pool(
     into: Path | str | None = None,
     data_source: str | None = None,
     prompt: Literal["raw", "rendered"] = "raw",
+    fields: Literal["source", "rlep"] = "source",
     strict: bool = False,
     verifier: Any = None,
 ) -> ExportReport:
     """Write the pool `pool_path` names (a pool file, a collection run or version directory, or a pool store:
     data.pool.resolve_pool_file) as an RLEP/verl training file at `out_path`.
 
-    `into`: a verl training file to merge into (see the module docstring); otherwise a standalone file.
-    `data_source`: the scorer name written on every row. `prompt` (standalone only): the raw question
-    or the prompt the answers were sampled from. `strict`: re-check every answer in the verifier's boxed
-    mode (`verifier` gives the other verifier settings). Raises StoreError naming the file on a pool or
-    training file that cannot be used.
+    `into`: a verl training file to merge into (see the module docstring); otherwise a standalone file, of
+    the rows of the verl file the pool was collected from (`fields="source"`, when data.pool_origin finds
+    it) or in rlep's layout. `data_source`: the scorer name written on every row. `prompt` (standalone
+    only): the raw question or the prompt the answers were sampled from. `strict`: re-check every answer
+    in the verifier's boxed mode (`verifier` gives the other verifier settings). Raises StoreError naming
+    the file on a pool or training file that cannot be used.
     """
     if data_source is not None and not known_scorer(data_source):
         raise StoreError(
             f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
             f"(boxed answers: {', '.join(BOXED_SCORERS)})"
         )
-    problems = _pool_problems(resolve_pool_path(pool_path))
+    pool_file = resolve_pool_path(pool_path)
+    problems = _pool_problems(pool_file)
     if into is not None:
-        return _export_into(problems, Path(into), Path(out_path), data_source, strict, verifier)
+        into = Path(into)
+        return _export_onto(problems, read_verl(into), into, Path(out_path), data_source, strict, verifier)
+    origin = pool_origin(pool_file) if fields == "source" else PoolOrigin(None)
+    note = origin.note
+    if origin.file is not None and origin.file.suffix.lower() == ".parquet":
+        table = pq.read_table(origin.file)
+        if {"data_source", "prompt", "reward_model"} <= set(table.column_names):  # else no verl fields to keep
+            onto = (problems, table, origin.file, Path(out_path), data_source, strict, verifier)
+            report = _export_onto(*onto, pool_rows=True, prompt=prompt)
+            if report.unmatched_pool_problems == 0:
+                return report
+            note = f"{report.unmatched_pool_problems} of its problems are not rows of {origin.file}"
     written = {}
     for key in problems:
         source = key[0]
@@ -280,98 +303,56 @@ def export_pool(
         strict_dropped=dropped[0],
         strict_other_format=dropped[1],
         data_sources={k[0]: v for k, v in written.items()},
+        note=note,
     )
 
 
-def _read_verl(path: Path) -> pa.Table:
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowInvalid) as err:
-        raise StoreError(f"{path}: unreadable Parquet file: {err}") from None
-    missing = [c for c in ("data_source", "prompt", "reward_model") if c not in table.column_names]
-    if missing:
-        raise StoreError(f"{path}: not an RLEP/verl file (missing columns {missing})")
-    return table
-
-
-def _row_texts(record: dict[str, Any], path: Path, number: int) -> set[str]:
-    """The problem texts a verl row is known by: its last user message, extra_info's problem / question."""
-    extra = record.get("extra_info") or {}
-    texts = {_user_content(record["prompt"], path, number), extra.get("problem"), extra.get("question")}
-    return {t for t in map(_norm_text, texts) if t}
-
-
-class _Matcher:
-    """Finds the training problem (or row) an imported / pooled problem is: the same id with no
-    disagreeing text, else the same problem text."""
-
-    def __init__(self, items: list[tuple[str, set[str], Any]]) -> None:
-        self.by_id = {ident: (texts, item) for ident, texts, item in items}
-        self.by_text: dict[str, Any] = {}
-        for _, texts, item in items:
-            for text in texts:
-                self.by_text.setdefault(text, item)
-
-    def match(self, ident: str | None, texts: set[str]) -> tuple[Any, str | None]:
-        found = self.by_id.get(ident) if ident is not None else None
-        if found is not None and (not texts or not found[0] or texts & found[0]):
-            return found[1], "id"
-        for text in texts:
-            if text in self.by_text:
-                return self.by_text[text], "text"
-        return None, None
-
-
-def _export_into(
-    problems, into: Path, out_path: Path, data_source: str | None, strict: bool, verifier: Any
+def _export_onto(
+    problems,
+    table: pa.Table,
+    file: Path,
+    out_path: Path,
+    data_source: str | None,
+    strict: bool,
+    verifier: Any,
+    pool_rows: bool = False,
+    prompt: Literal["raw", "rendered"] = "raw",
 ) -> ExportReport:
-    table = _read_verl(into)
+    """The pool's answers on the rows of verl file `file` (read as `table`): every row in its order (`into`), or
+    with `pool_rows` only the pool's problems' rows, in pool order (nothing written unless all are rows)."""
     records = table.to_pylist()
-    matcher = _Matcher([(_index_text(r), _row_texts(r, into, n), n) for n, r in enumerate(records)])
-    row_of: dict[tuple[str, str], int] = {}
-    for key, entry in problems.items():
-        texts = {t for t in map(_norm_text, (entry["problem"], entry["prompt"])) if t}
-        number, _ = matcher.match(entry["problem_id"], texts)
-        if number is not None:
-            row_of[key] = number
+    row_of = rows_of(problems, records, file)
+    unmatched = len(problems) - len(row_of)
+    numbers = list(dict.fromkeys(row_of.values())) if pool_rows else range(len(records))
+    if pool_rows and unmatched:  # nothing written, nothing filtered: the caller writes rlep's layout instead
+        return ExportReport(out_path, 0, 0, 0, len(problems), unmatched)
     matched = {k: problems[k] for k in row_of}
     scorer_of = {k: data_source or records[n]["data_source"] for k, n in row_of.items()}
     dropped = _strict_filter(matched, scorer_of, verifier) if strict else (0, 0)
     candidates: dict[int, list[str]] = {}
     for key, number in row_of.items():
         candidates.setdefault(number, []).extend(matched[key]["candidates"])
-    for number, record in enumerate(records):
+        if prompt == "rendered":
+            records[number]["prompt"] = [{"role": "user", "content": matched[key]["prompt"]}]
+    for number in numbers:
+        record = records[number]
         record["reward_model"] = {**(record["reward_model"] or {}), "candidates": candidates.get(number, [])}
         if data_source is not None:
             record["data_source"] = data_source
-    schema = _with_candidates(table.schema)
-    path = write_parquet_atomic(out_path, pa.Table.from_pylist(records, schema=schema))
+    out = pa.Table.from_pylist([records[n] for n in numbers], schema=with_candidates(table.schema))
     return ExportReport(
-        path=path,
-        rows=len(records),
+        path=write_parquet_atomic(out_path, out),
+        rows=out.num_rows,
         rows_with_candidates=sum(bool(c) for c in candidates.values()),
         candidates=sum(map(len, candidates.values())),
         pool_problems=len(problems),
-        unmatched_pool_problems=len(problems) - len(row_of),
+        unmatched_pool_problems=unmatched,
         strict_dropped=dropped[0],
         strict_other_format=dropped[1],
         data_sources={k[0]: v for k, v in scorer_of.items()},
+        layout="source" if pool_rows else "into",
+        source=file,
     )
-
-
-def _with_candidates(schema: pa.Schema) -> pa.Schema:
-    """The training file's own schema, its `reward_model` struct given a `candidates` list of strings."""
-    index = schema.get_field_index("reward_model")
-    reward_model = schema.field(index)
-    if not pa.types.is_struct(reward_model.type):
-        raise StoreError(f"reward_model is {reward_model.type}, not a struct: not a verl training file")
-    fields = [f for f in reward_model.type if f.name != "candidates"] + [pa.field("candidates", pa.list_(pa.string()))]
-    return schema.set(index, reward_model.with_type(pa.struct(fields)))
-
-
-def _index_text(record: dict[str, Any]) -> str | None:
-    index = (record.get("extra_info") or {}).get("index")
-    return None if index is None else str(index)
 
 
 @dataclass
@@ -425,9 +406,9 @@ def import_pool(
     path, out_path = Path(path), Path(out_path)
     if out_path.is_dir() or not out_path.suffix:
         out_path = out_path / POOL_FILE
-    table = _read_verl(path)
+    table = read_verl(path)
     created_at = created_at or datetime.now(timezone.utc)
-    matcher = _Matcher([(p.id, _problem_texts(p), p) for p in problems]) if problems is not None else None
+    matcher = Matcher([(p.id, _problem_texts(p), p) for p in problems]) if problems is not None else None
     counts = {"id": 0, "text": 0, None: 0}
     rows, skipped, solved, gold_differs = [], 0, 0, 0
     for number, record in enumerate(table.to_pylist()):
@@ -439,14 +420,14 @@ def import_pool(
             skipped += 1
             continue
         extra = record.get("extra_info") or {}
-        content = _user_content(record["prompt"], path, number)
-        problem_id = extra.get("problem_id") or (_index_text(record) or str(number))
+        content = user_content(record["prompt"], path, number)
+        problem_id = extra.get("problem_id") or (index_text(record) or str(number))
         data_source = extra.get("rlep_data_source") or record["data_source"]
         gold = _as_text(reward_model["ground_truth"])
         solved += 1
         if matcher is not None:
             found, how = matcher.match(
-                _index_text(record) if extra.get("problem_id") is None else problem_id, _row_texts(record, path, number)
+                index_text(record) if extra.get("problem_id") is None else problem_id, row_texts(record, path, number)
             )
             counts[how] += 1
             if found is not None:
@@ -493,16 +474,7 @@ def _problem_texts(problem: Problem) -> set[str]:
     for message in getattr(problem, "messages", None) or ():
         if message.get("role") == "user":
             texts.add(message.get("content"))
-    return {t for t in map(_norm_text, texts) if t}
-
-
-def _user_content(prompt: Any, path: Path, number: int) -> str:
-    if isinstance(prompt, str):  # some verl datasets store the prompt as plain text
-        return prompt
-    users = [m.get("content") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
-    if not users or not isinstance(users[-1], str):
-        raise StoreError(f"{path}: row {number} has no user message in its prompt")
-    return users[-1]
+    return {t for t in map(norm_text, texts) if t}
 
 
 def _as_text(value: Any) -> str:

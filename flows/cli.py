@@ -184,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         "raw].",
     )
     p.add_argument(
+        "--fields",
+        choices=["source", "rlep"],
+        default="source",
+        help="Standalone file: a pool collected from a verl Parquet file (DAPO-Math-17k, ...) as that file's own rows "
+        "(index type, ability, reward_model.style, every column kept; found through the pool's manifest), or rlep's "
+        "fields (extra_info.index numbered, problem_id, level) [default: source; rlep where the file is not found].",
+    )
+    p.add_argument(
         "--strict",
         action="store_true",
         help="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number fallback); "

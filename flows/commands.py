@@ -227,15 +227,31 @@ def _cmd_pool_export(args: argparse.Namespace) -> int:
 
     try:
         report = export_pool(
-            args.pool, args.out, into=args.into, data_source=args.data_source, prompt=args.prompt, strict=args.strict
+            args.pool,
+            args.out,
+            into=args.into,
+            data_source=args.data_source,
+            prompt=args.prompt,
+            fields=args.fields,
+            strict=args.strict,
         )
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
-    into = f" merged into the rows of {args.into}" if args.into else ""
+    layout = {
+        "into": f"merged into the rows of {report.source}",
+        "source": f"the rows of {report.source}, their own fields kept",
+        "rlep": "rlep's fields, extra_info.index numbered from 0",
+    }[report.layout]
     print(
-        f"wrote {report.path} (RLEP/verl layout{into}): {report.rows} rows, {report.candidates} answers on "
+        f"wrote {report.path} (RLEP/verl layout, {layout}): {report.rows} rows, {report.candidates} answers on "
         f"{report.rows_with_candidates} of them; data_source {report.data_sources}"
     )
+    if report.note:
+        print(
+            f"warning: the pool's problem fields are not kept ({report.note}); --into TRAINING_FILE writes the "
+            "training file's own rows",
+            file=sys.stderr,
+        )
     if args.strict:
         print(
             f"strict re-check: dropped {report.strict_dropped} answers verl's boxed scorer would score 0, and "
