@@ -55,7 +55,8 @@ def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
 def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
     code = (
-        "import os, sys\nfrom rlep.flows.cli import _quiet_libraries\nif sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
+        "import os, sys\nfrom rlep.flows.cli import _quiet_libraries\n"
+        "if sys.argv[1] == 'quiet':\n    _quiet_libraries()\n"
         "from transformers.utils import logging\nprint(logging.is_progress_bar_enabled())"
     )
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
