@@ -174,3 +174,23 @@ def test_mlflow_metrics_are_the_rows(tmp_path):
     assert run.data.params["loss.clip_low"] == "0.2" and not client.get_metric_history(
         run.info.run_id, "train/replay_accuracy"
     )
+
+
+def test_the_step_line_shows_the_replayed_age_the_buffer_and_flat_groups_before_and_after_replay():
+    row = {
+        "step": 5,
+        "replay_share": 0.25,
+        "replay_rows": 8,
+        "replay_age_mean": 1.5,
+        "replay_age_max": 3.0,
+        "replay_buffer_size": 120.0,
+        "replay_buffer_utilisation": 0.35,
+        "zero_std_group_frac_fresh": 0.5,
+        "zero_std_group_frac": 0.0,
+    }
+    assert (
+        step_line(row, 40)
+        == "step 5/40  replay 0.250  age 1.5 (max 3)  buffer 120 (35% replayed)  flat groups 0.50->0.00"
+    )
+    quiet = {**row, "replay_rows": 0, "replay_buffer_size": float("nan"), "zero_std_group_frac": 0.5}
+    assert step_line(quiet, 40) == "step 5/40  replay 0.250"  # nothing replayed, no buffer, replay changed nothing

@@ -217,3 +217,58 @@ def test_the_step_row_reports_flat_groups_before_and_after_replay_and_the_replay
     assert (row["replay_age_mean"], row["replay_age_max"]) == (2.0, 3.0)  # versions 0 and 2 trained at step 4
     assert row["replay_buffer_size"] == 3.0  # a, b and this step's r
     assert row["replay_buffer_utilisation"] == pytest.approx(2 / 3)
+
+
+# ---------------------------------------------------------------- registration, and the other designs' metrics
+
+
+def test_the_command_line_and_the_plan_know_both_designs():
+    import argparse
+
+    from rlep.flows.options import add_model_flags, build_config, flag_overrides
+    from rlep.tasks.rlep_order import rlep_order
+    from rlep.tasks.training.config import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, TrainConfig)
+    argv = ["--replay", "reuse", "--when", "always", "--max-per-prompt", "3", "--replay-per-group", "1"]
+    replay = build_config(TrainConfig, None, flag_overrides(parser.parse_args(argv))).replay
+    assert (replay.kind, replay.when, replay.max_per_prompt, replay.replay_per_group) == ("reuse", "always", 3, 1)
+    argv = ["--replay", "refill", "--buffer-groups", "5", "--max-age", "2"]
+    replay = build_config(TrainConfig, None, flag_overrides(parser.parse_args(argv))).replay
+    assert (replay.kind, replay.buffer_groups, replay.max_age) == ("refill", 5, 2)
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert "[only for: reuse]" in helps["--when"] and "[only for: refill]" in helps["--buffer-groups"]
+    # Neither needs a pool, so a study or pipeline plans no exploration or collection for them.
+    arms = {
+        name: TrainConfig.model_validate({"replay": replay})
+        for name, replay in (
+            ("baseline", {"kind": "none"}),
+            ("reuse", {"kind": "reuse"}),
+            ("refill", {"kind": "refill"}),
+        )
+    }
+    order = rlep_order(arms, "baseline")
+    assert order.pooled == () and not order.explores
+
+
+def test_the_other_designs_report_buffer_size_and_utilisation():
+    from rlep.tasks.replay import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
+    from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
+
+    assert all(math.isnan(v) for v in make_replay(NoReplayConfig()).stats().values())
+    fifo = FIFOReplay(FIFOReplayConfig(buffer_size=100, batch_size=6, fresh_anchored=True), seed=0)
+    fifo.mix([group("a", 1, [1.0, 0.0, 1.0, 0.0])], 1)  # 4 stored, none replayed yet
+    assert (fifo.stats()["buffer_size"], fifo.stats()["buffer_utilisation"]) == (4, 0.0)
+    fifo.mix([group("b", 2, [1.0, 0.0])], 2)  # 6 stored; the 2 fresh trained as fresh, 4 drawn from step 1
+    assert fifo.stats()["buffer_utilisation"] == pytest.approx(4 / 6)
+    prioritized = PrioritizedReplay(PrioritizedReplayConfig(replay_fraction=0.5, max_age=10), seed=0)
+    prioritized.mix([group("a", 1, [1.0, 0.0, 1.0, 0.0])], 1)
+    for r in prioritized.buffer:
+        r.advantage = 1.0
+    prioritized.mix([group("b", 2, [1.0, 1.0])], 2)  # 2 fresh -> 1 drawn of 4; the flat b group is not stored
+    assert prioritized.stats()["buffer_utilisation"] == pytest.approx(1 / 4)
+    pool = {("d", "p"): [rollout("p", 0, 1.0, f"a{i}") for i in range(4)]}
+    rlep = RLEPReplay(RLEPReplayConfig(pool="x", replay_per_group=2), pool, seed=0)
+    rlep.join([group("p", 1, [0.0])], 1)
+    assert (rlep.stats()["buffer_size"], rlep.stats()["buffer_utilisation"]) == (4, 0.5)
