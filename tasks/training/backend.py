@@ -8,13 +8,14 @@ the `full_state_dict` the engine loads (HF names), to `save_pretrained` the weig
 - `DistributedBackend` (tasks/training/distributed.py): torch.distributed with `ddp` or `fsdp2`, launched by
   `rlep train --nproc N` (torchrun). Rank 0 runs the trainer and drives; ranks > 0 follow its requests.
 
-`make_backend(spec)` picks one from `spec.backend.nproc`.
+`make_backend(spec)` picks one from `spec.backend.nproc`. A backend resolves `precision: auto` once, for its
+device, when it is built (tasks/training/precision.py) and keeps the choice as `precision`.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +25,7 @@ from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.config import OptimizerConfig
+from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 from rlep.tasks.training.update import policy_update
 
 
@@ -48,10 +50,16 @@ class PolicySpec:
         reference = base_model if config.loss.kl_coef > 0 else None
         return cls(weights, config.optimizer, config.backend, reference, device)
 
+    def resolved(self, device: str | torch.device) -> tuple[PolicySpec, PrecisionChoice]:
+        """This spec with its precision made concrete for `device` (`auto`: bf16 where it is native), and why."""
+        choice = resolve_precision(self.backend.precision, device)
+        return replace(self, backend=self.backend.model_copy(update={"precision": choice.precision})), choice
+
 
 class TrainingBackend(Protocol):
     rank: int
     world_size: int
+    precision: PrecisionChoice  # the precision it trains in, and why (`auto` resolved for its device)
 
     def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]: ...
     def full_state_dict(self) -> dict[str, torch.Tensor]: ...
@@ -149,8 +157,9 @@ class LocalBackend:
     world_size = 1
 
     def __init__(self, spec: PolicySpec) -> None:
-        self.spec = spec
         self.device = torch.device(spec.device)
+        self.spec, self.precision = spec.resolved(self.device)
+        spec = self.spec
         self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
         if spec.backend.precision == "bf16":
             autocast_bf16(self.model, self.device)

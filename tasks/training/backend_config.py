@@ -33,10 +33,13 @@ class BackendConfig(BaseModel):
         "layer, "
         "then the root), so parameter + optimizer memory per rank is ~1/nproc of one process.",
     )
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32",
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
         description="`bf16`: forward and backward in bfloat16 with float32 master weights and optimizer state (FSDP2's "
-        "MixedPrecisionPolicy; autocast otherwise). Log-probs of the ratio move by up to ~6e-3 (docs/distributed.md).",
+        "MixedPrecisionPolicy; autocast otherwise). Log-probs of the ratio move by up to ~6e-3 (docs/distributed.md). "
+        "`auto`: bf16 where the update's device computes it natively (a GPU with native bf16; a CPU with AVX512-BF16 "
+        "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "
+        "logged and recorded in OUT/resolved_settings.json (tasks/training/precision.py).",
     )
     activation_checkpointing: bool = Field(
         False,

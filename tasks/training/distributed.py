@@ -44,6 +44,7 @@ from rlep.tasks.training.backend import (
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
+from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.update import policy_update
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
@@ -107,6 +108,10 @@ def init_distributed(config: BackendConfig) -> int:
     for name in TORCHRUN_VARIABLES:
         os.environ.pop(name, None)
     return dist.get_rank()
+
+
+def _rank_device() -> torch.device:
+    return torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def shutdown() -> None:
@@ -212,12 +217,13 @@ def _fsdp2(model: torch.nn.Module, precision: str) -> None:
 class DistributedBackend:
     """One rank's part of the policy: a full copy under DDP, a shard under FSDP2; its optimizer holds the same."""
 
-    def __init__(self, spec: PolicySpec) -> None:
+    def __init__(self, spec: PolicySpec, precision: PrecisionChoice | None = None) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
-        self.spec = spec
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.device = torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        self.device = _rank_device()
+        spec, resolved = spec.resolved(self.device)
+        self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
         self.module = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
         if spec.backend.strategy == "ddp":
@@ -241,8 +247,9 @@ class DistributedBackend:
             )
         if dist.get_rank() != 0:
             raise DistributedError("only rank 0 drives the training backend; the other ranks run serve()")
+        spec, precision = spec.resolved(_rank_device())  # one precision for every rank: rank 0's device decides
         _send("build", spec)
-        return cls(spec)
+        return cls(spec, precision)
 
     # ------------------------------------------------------------------ requests (rank 0 calls, every rank runs)
 
@@ -384,8 +391,8 @@ class DistributedBackend:
             "rng_state": self.rng_state,
             "load_rng_state": self.load_rng_state,
             "memory": self.memory,
+            "replica_digests": self.replica_digests,
         }
-        handlers["replica_digests"] = self.replica_digests
         while True:
             name, payload = _receive()
             if name == "release":

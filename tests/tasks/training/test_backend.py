@@ -25,7 +25,9 @@ TINY = Qwen2Config(
 
 
 def _spec(**backend):
-    return PolicySpec(TINY, OptimizerConfig(lr=1e-3, warmup_steps=2), BackendConfig(**backend), init_seed=3)
+    """float32 unless asked: `auto` would pick bf16 on a CPU with AVX512-BF16 and change the numbers compared."""
+    config = BackendConfig(**{"precision": "fp32", **backend})
+    return PolicySpec(TINY, OptimizerConfig(lr=1e-3, warmup_steps=2), config, init_seed=3)
 
 
 def _batch(seed=0, n=12):

@@ -37,7 +37,7 @@ def _batch(seed=0):
 
 
 def _spec(strategy="ddp", weights=TINY, **backend):
-    config = BackendConfig(nproc=2, strategy=strategy, collective_timeout=15, **backend)
+    config = BackendConfig(nproc=2, strategy=strategy, collective_timeout=15, **{"precision": "fp32", **backend})
     return PolicySpec(weights, OptimizerConfig(lr=LR), config, init_seed=5)
 
 
@@ -193,7 +193,7 @@ def _die_on_second_update(distributed):
 
 
 def _one_process(aggregation):
-    backend = LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), init_seed=5))
+    backend = LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), BackendConfig(precision="fp32"), init_seed=5))
     metrics = _update(backend, aggregation)
     return metrics, backend.full_state_dict()
 
