@@ -157,6 +157,7 @@ class ExperienceStore:
         model_dir: Path | str | None = None,
         timings: Mapping[str, float] | None = None,
         pool_stats: Mapping[str, int] | None = None,
+        left_out: Mapping[str, int] | None = None,
     ) -> Path:
         """Write DIR/manifest.json atomically from the files now on disk; returns its path.
 
@@ -165,7 +166,8 @@ class ExperienceStore:
         convention `generate`, `verify`, `write`, and optionally `total` (wall time of the whole run; the
         sum of the phases is used when it is absent), which `data.inspect` turns into throughput and shares.
         `pool_stats` (`data.pool.build_pool`'s PoolStats as a dict) is recorded under `pool`, so the
-        threshold and the dropped-row counts travel with the pool.
+        threshold and the dropped-row counts travel with the pool. `left_out` (reason -> count: rows of the
+        problem source a collection left out) is recorded as given, None when not.
         """
         trajectories = self.read_trajectories([*PROBLEM_KEY, "correct", "response_token_ids"])
         pool = read_trajectory_files([self.pool_path], list(PROBLEM_KEY)) if self.pool_path.is_file() else None
@@ -195,6 +197,7 @@ class ExperienceStore:
             "files": files,
             "timings": dict(timings or {}),
             "pool": dict(pool_stats) if pool_stats is not None else None,
+            "left_out": dict(left_out) if left_out is not None else None,
         }
         write_text_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
         return self.manifest_path

@@ -140,6 +140,7 @@ def collect_flow(config: CollectConfig = CollectConfig(), runner: RunnerConfig =
     log.info(
         f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in result["timings"].items())
+        + "".join(f"; left out: {reason} {count}" for reason, count in sorted(result.get("left_out", {}).items()))
     )
     publish_artifacts(result["run_dir"])
     return result

@@ -175,6 +175,8 @@ def _run_collect(args: argparse.Namespace) -> int:
         f"answers: {pool['samples']}, correct: {pool['correct']}, pool: {pool['pool_rows']} answers for "
         f"{pool['pool_problems']} problems (min_correct={pool['min_correct']})"
     )
+    if result.get("left_out"):  # rows of the source not collected for (invalid_rows: skip, overlong_prompts: filter)
+        print("left out: " + ", ".join(f"{reason} {count}" for reason, count in sorted(result["left_out"].items())))
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     print(f"inspect it with: rlep inspect {result['run_dir']}")
     return 0

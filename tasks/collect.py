@@ -7,7 +7,8 @@ through two steps, each a plain function (and a Prefect task in `flows.collect`)
     verify_shard    verify_batch checks them, rewards them -> DIR/trajectories/part-N.parquet (atomic)
 
 then `finalize` builds DIR/pool.parquet (verified successes of problems with >= `min_correct`, deduplicated)
-and DIR/manifest.json. A killed run restarted with the same settings and run id skips finished shards
+and DIR/manifest.json, which also counts the rows of the source left out, per reason (`invalid_rows: skip`,
+`overlong_prompts: filter`). A killed run restarted with the same settings and run id skips finished shards
 (and reuses finished staging files), so nothing is generated twice and no row is written twice.
 
 Pool rule and defaults follow RLEP (arXiv 2507.07451): 64 samples per problem at temperature 0.7 there;
@@ -21,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from rlep.data.run_layout import checkpoint_step
-from rlep.data.sources import ProblemSourceConfig, default_task, load_problems
+from rlep.data.sources import ProblemSourceConfig, default_task, load_source
 from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
 from rlep.data.trajectory import rows_for_problem, to_table
 from rlep.tasks.engines import EngineConfig, SamplingConfig
@@ -125,16 +127,29 @@ class CollectConfig(BaseModel):
         )
 
 
-def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
+OVERLONG = "prompt too long"  # the reason counted for a problem left out by `overlong_prompts: filter`
+
+
+@dataclass(frozen=True)
+class CollectPlan:
+    """The problems of each shard, and the rows of the source left out of them, per reason."""
+
+    shards: list[list[Problem]]
+    # reason -> count: rows without a usable problem or answer (invalid_rows: skip; counted over the rows read,
+    # before `limit`) and problems whose prompt leaves no room for max_tokens (overlong_prompts: filter)
+    left_out: dict[str, int] = field(default_factory=dict)
+
+
+def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
     """The problems of each shard, a pure function of the settings and the model's tokenizer (so a restart sees
     the same shards): prompts too long for the engine's context are refused, or left out and counted."""
     from transformers import AutoTokenizer
 
-    problems = load_problems(config.problems)
+    loaded = load_source(config.problems)
     chat = chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here
-    prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
+    prompts = [render_prompt(p, config.prompt_template, chat) for p in loaded.problems]
     problems = fitting_problems(
-        problems,
+        loaded.problems,
         prompts,
         chat or AutoTokenizer.from_pretrained(str(model)),
         max_model_len=config.engine.max_model_len,
@@ -142,15 +157,19 @@ def plan_shards(config: CollectConfig, model: str) -> list[list[Problem]]:
         overlong=config.prompt_length.overlong_prompts,
         model=model,
     )
-    return [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
+    left_out = dict(loaded.skipped)
+    if len(problems) < len(loaded.problems):
+        left_out[OVERLONG] = len(loaded.problems) - len(problems)
+    shards = [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
+    return CollectPlan(shards, left_out)
 
 
-def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem]], str]:
+def preflight(config: CollectConfig) -> tuple[ExperienceStore, CollectPlan, str]:
     """Every check a user can fail, before any work: problems readable and fitting the context, output
     writable, model present, and a directory with finished shards holds the same collection (else its shards
     would be reused)."""
     model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
-    shards = plan_shards(config, model)
+    plan = plan_shards(config, model)
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     take_lock(store.root)
     try:
@@ -159,7 +178,7 @@ def preflight(config: CollectConfig) -> tuple[ExperienceStore, list[list[Problem
     except BaseException:
         release_lock(store.root)
         raise
-    return store, shards, model
+    return store, plan, model
 
 
 def _check_parts(store: ExperienceStore) -> None:
@@ -331,9 +350,16 @@ def verify_shard(config: CollectConfig, shard: int, staging: Path) -> Path:
     return path
 
 
-def finalize(config: CollectConfig, model: str, started: float, engine_start: float = 0.0) -> dict[str, Any]:
-    """Build the pool and write the manifest; returns the pool statistics and timing totals
-    (`engine_start`: seconds spent starting the engine in this invocation, kept apart from `generate`)."""
+def finalize(
+    config: CollectConfig,
+    model: str,
+    started: float,
+    engine_start: float = 0.0,
+    left_out: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Build the pool and write the manifest; returns the pool statistics, timing totals and the rows left out
+    (`engine_start`: seconds spent starting the engine in this invocation, kept apart from `generate`;
+    `left_out`: the plan's rows of the source left out, per reason, recorded in the manifest)."""
     store = ExperienceStore(config.out, run_id=config.resolved_run_id())
     start = time.perf_counter()
     stats = build_pool(store, config.min_correct, config.dedupe)
@@ -347,8 +373,9 @@ def finalize(config: CollectConfig, model: str, started: float, engine_start: fl
         model_dir=model if Path(model).is_dir() else None,
         timings=timings,
         pool_stats=stats.to_dict(),
+        left_out=left_out or {},
     )
-    return {"pool": stats.to_dict(), "timings": timings, "run_dir": str(store.root)}
+    return {"pool": stats.to_dict(), "timings": timings, "run_dir": str(store.root), "left_out": left_out or {}}
 
 
 def _timing_totals(store: ExperienceStore) -> dict[str, float]:
@@ -400,13 +427,18 @@ def run_collection(
     elsewhere (flows.collect: in parallel on Ray workers, one engine each) and returns when all are written;
     then no engine starts here and the manifest's engine start is 0 (each worker's is inside its shard time)."""
     started = time.perf_counter()
-    store, shards, model = preflight(config)
+    store, plan, model = preflight(config)
+    shards = plan.shards
     try:
         done = set(store.completed_shards())
         todo = [i for i in range(len(shards)) if i not in done]
         if run_shards is not None:
             run_shards(config, model, [(i, shards[i]) for i in todo])
-            return {**finish(config, model, started, 0.0), "shards": len(shards), "skipped_shards": len(done)}
+            return {
+                **finish(config, model, started, 0.0, plan.left_out),
+                "shards": len(shards),
+                "skipped_shards": len(done),
+            }
         engine_start = time.perf_counter()
         if todo:  # started here so that shard timings measure sampling, not start-up
             shared_engine(model, config.engine)
@@ -418,6 +450,10 @@ def run_collection(
                 advance()
                 if on_shard:
                     on_shard(len(shards) - len(todo) + todo.index(index) + 1, len(shards))
-        return {**finish(config, model, started, engine_start), "shards": len(shards), "skipped_shards": len(done)}
+        return {
+            **finish(config, model, started, engine_start, plan.left_out),
+            "shards": len(shards),
+            "skipped_shards": len(done),
+        }
     finally:
         release_lock(store.root)

@@ -399,10 +399,10 @@ def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fix
         preflight(_config(fixture_model, tmp_path / "refused", engine=engine))
     assert not (tmp_path / "refused").exists()  # refused before the run directory is made
     filtered = _config(fixture_model, tmp_path / "f", engine=engine, prompt_length={"overlong_prompts": "filter"})
-    kept = sum(map(len, plan_shards(filtered, fixture_model)))
+    kept = sum(map(len, plan_shards(filtered, fixture_model).shards))
     assert kept == sum(n <= lengths[len(lengths) // 2] for n in lengths) and 0 < kept < 12
     roomy = _config(fixture_model, tmp_path / "f", engine={**engine, "max_model_len": lengths[-1] + 12})
-    assert sum(map(len, plan_shards(roomy, fixture_model))) == 12
+    assert sum(map(len, plan_shards(roomy, fixture_model).shards)) == 12
 
 
 def test_a_max_model_len_above_the_models_positions_is_one_line_before_anything_is_written(fixture_model, tmp_path):
@@ -418,3 +418,26 @@ def test_a_max_model_len_above_the_models_positions_is_one_line_before_anything_
         "its config.json): set the engine's max_model_len to 256 or less"
     ]
     assert not out.exists()
+
+
+def test_rows_left_out_are_counted_on_the_terminal_and_in_the_manifest(fixture_model, tmp_path):
+    # Before, the counts reached only rlep.log: the terminal said fewer answers than asked for, without why.
+    rows = [
+        {"problem": "1+1", "answer": "2"},
+        {"problem": "2+2", "answer": ""},  # no gold answer: skipped with --invalid-rows skip
+        {"problem": "+".join(["1"] * 80), "answer": "80"},  # too long for 128 tokens with 12 new ones: filtered
+        {"problem": "3+4", "answer": "7"},
+    ]
+    source = tmp_path / "problems.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "o"
+    settings = ["--source", str(source), "--invalid-rows", "skip", "--overlong-prompts", "filter"]
+    sizes = ["--max-model-len", "128", "--max-tokens", "12", "--samples-per-prompt", "2", "--min-correct", "1"]
+    args = ["collect", "--no-prefect", "--model", fixture_model, "--engine", "transformers", "--out", str(out)]
+    proc = _cli([*args, *settings, *sizes])
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    assert "answers: 4," in output and "left out: empty answer 1, prompt too long 1" in output.splitlines()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["left_out"] == {"empty answer": 1, "prompt too long": 1}
+    assert manifest["counts"]["problems"] == 2
