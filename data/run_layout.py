@@ -26,7 +26,8 @@ OUT/<arm>/ (training runs), OUT/eval/<name>/ (evaluation runs), OUT/report.md, r
 heldout_accuracy.png.
 
 A study directory (`rlep study`, OUT): OUT/runs/<arm>/seed-N/, OUT/explore/seed-N/ (training runs),
-OUT/collect/seed-N/ (collection runs), and the study's tables, plots and report.md (tasks.study.report).
+OUT/collect/seed-N/ (collection runs), OUT/claims.json (the claims fixed when it started), and the study's tables,
+plots and report.md (tasks.study.report).
 """
 
 from __future__ import annotations
@@ -240,6 +241,11 @@ class StudyLayout:
 
     def collect(self, seed: int) -> CollectRunLayout:
         return CollectRunLayout(self.root / "collect" / f"seed-{seed}")
+
+    @property
+    def claims(self) -> Path:
+        """The claims as fixed when the study started, with their digest (`tasks.study.claims`)."""
+        return self.root / "claims.json"
 
     def living_pool(self, arm: str, seed: int) -> Path:
         """The pool store of a living-pool arm at `seed` (`tasks.living_pool`): its versions and re-collections."""

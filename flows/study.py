@@ -28,6 +28,7 @@ from rlep.tasks.study import (
     StudyConfig,
     execute_in_process,
     execute_run,
+    fix_claims,
     gather,
     plan,
     with_models_resolved,
@@ -59,6 +60,7 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     send_logs_to_prefect()
     config = with_models_resolved(config)
     runs = plan(config)
+    fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
     if config.runner.kind == "ray":
         results = _submit_on_ray(config, runs)
     else:

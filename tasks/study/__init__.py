@@ -3,6 +3,8 @@
 - `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order
   (each seed's from `tasks.plan.plan_seed`, the pipeline's planner too); runs execute in `tasks.execute`;
 - `runs`: gather the finished runs' results as tables, with the cost each arm is charged;
+- `claims`: the claims recorded with their digest as the study starts (OUT/claims.json), refused if changed
+  once runs exist;
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `report`: study.parquet, summary.parquet, claims, plots, report.md.
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from rlep.tasks.execute import execute_in_process, execute_run
 from rlep.tasks.plan import Run
+from rlep.tasks.study.claims import fix_claims
 from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
 from rlep.tasks.study.runs import gather
@@ -26,6 +29,7 @@ __all__ = [
     "StudyError",
     "execute_in_process",
     "execute_run",
+    "fix_claims",
     "gather",
     "plan",
     "run_study",
@@ -35,10 +39,11 @@ __all__ = [
 
 
 def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
-    """Every run of the study one after another (each in a fresh process unless `runner.isolate` is off;
-    finished runs are skipped), then the outputs."""
+    """Record the claims (`fix_claims`), run every run of the study one after another (each in a fresh process
+    unless `runner.isolate` is off; finished runs are skipped), then write the outputs."""
     config = with_models_resolved(config, progress)
     runs = plan(config)
+    fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
     results: dict[str, dict] = {}
     execute = execute_in_process if config.runner.isolate else execute_run
     for run in runs:

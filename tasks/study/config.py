@@ -160,7 +160,36 @@ class StudyConfig(BaseModel):
                     raise ValueError(f"claims.{claim.name}: arm {arm!r} is not one of the arms {sorted(self.arms)}")
         if len({c.name for c in self.claims}) != len(self.claims):
             raise ValueError("claims: names repeat")
+        self._check_claim_steps()
         return self
+
+    def _check_claim_steps(self) -> None:
+        """An accuracy claim's step is one both its arms evaluate at, checked here rather than in the report
+        after every run."""
+        base = self.train.model_dump(mode="json")
+        for claim in self.claims:
+            if claim.step is None:
+                continue
+            for arm in (claim.arm, claim.against or self.baseline_arm):
+                settings = merge_settings(base, self.arms[arm])
+                try:
+                    steps, every = int(settings["steps"]), int(settings["eval_every"])
+                except (TypeError, ValueError):
+                    continue  # a bad value: `plan` names the arm and the field
+                evaluated = evaluation_steps(steps, every)
+                if claim.step not in evaluated:
+                    shown = ", ".join(map(str, evaluated)) if len(evaluated) <= 12 else f"every {every} to {steps}"
+                    raise ValueError(
+                        f"claims.{claim.name}: step {claim.step} is not evaluated in arm {arm!r} "
+                        f"(steps {steps}, eval_every {every}: {shown})"
+                    )
+
+
+def evaluation_steps(steps: int, eval_every: int) -> list[int]:
+    """The steps a training run evaluates at (`Trainer.run`): 0 and every `eval_every` when it is set, and the
+    last step."""
+    regular = range(0, steps + 1, eval_every) if eval_every else []
+    return sorted({*regular, steps})
 
 
 def with_models_resolved(config: StudyConfig, progress: bool = True) -> StudyConfig:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
+from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
@@ -135,7 +136,8 @@ def report_markdown(
     ]
     if command:
         lines += ["Regenerate with:", "", f"    {command}", ""]
-    lines += ["## Claims (fixed in the configuration before the run)", "", claims_markdown(table), ""]
+    lines += ["## Claims (fixed in the configuration before the run)", "", provenance_markdown(config), ""]
+    lines += [claims_markdown(table), ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     lines += ["## Held-out accuracy per evaluation step (mean [95% t interval]; paired difference to the baseline)", ""]
     lines += [

@@ -87,6 +87,46 @@ def test_arms_that_make_different_numbers_of_updates_are_refused(tmp_path):
     assert plan(StudyConfig.model_validate({**settings, "equal_updates": False}))  # a study of the update count
 
 
+def test_a_claim_at_a_step_an_arm_does_not_evaluate_is_refused_at_load(tmp_path):
+    # 30 steps evaluated every 10 (and at 0 and the end): a claim at step 15 used to fail only in the report,
+    # after every run; an arm with 20 steps is not evaluated at 30 either.
+    settings = _settings("tiny", tmp_path, ARMS)
+    settings["train"].update(steps=30, eval_every=10)
+    for step in (0, 10, 30):
+        StudyConfig.model_validate(
+            {**settings, "claims": [{"name": "c", "arm": "rlep", "kind": "accuracy_diff", "step": step}]}
+        )
+    claim = {"name": "mid", "arm": "rlep", "kind": "accuracy_diff", "step": 15}
+    with pytest.raises(
+        ValueError,
+        match=r"claims.mid: step 15 is not evaluated in arm 'rlep' \(steps 30, eval_every 10: 0, 10, 20, 30\)",
+    ):
+        StudyConfig.model_validate({**settings, "claims": [claim]})
+    shorter = {**settings, "arms": {**ARMS, "rlep": {"replay": {"kind": "rlep"}, "steps": 20}}}
+    with pytest.raises(ValueError, match=r"claims.end: step 30 is not evaluated in arm 'rlep' \(steps 20"):
+        StudyConfig.model_validate({**shorter, "claims": [{**claim, "name": "end", "step": 30}]})
+
+
+def test_the_claims_are_recorded_when_the_study_starts_and_refused_when_changed_after_runs(tmp_path):
+    from rlep.tasks.study.claims import fix_claims
+
+    claims = [{"name": "end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
+    config = StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, claims=claims))
+    runs = plan(config)
+    record = fix_claims(config, runs)
+    saved = json.loads((tmp_path / "claims.json").read_text())
+    assert saved["digest"] == record.digest and saved["claims"][0]["against"] == "baseline"
+    assert not saved["fixed_after_runs"]
+    moved = StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
+    assert fix_claims(moved, runs).digest != record.digest  # nothing ran yet: the claims may still change
+    fix_claims(config, runs)
+    (tmp_path / "runs" / "baseline" / "seed-0").mkdir(parents=True)
+    (tmp_path / "runs" / "baseline" / "seed-0" / "metrics.parquet").write_text("")
+    assert fix_claims(config, runs).digest == record.digest  # the same claims: the study goes on
+    with pytest.raises(StudyError, match=r"claims changed after runs exist .*end: step 2 -> 1"):
+        fix_claims(moved, runs)
+
+
 def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
     settings = _settings("tiny", tmp_path, ARMS)
     settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}
@@ -162,6 +202,7 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     assert (metrics.replay_share > 0).all()
     text = paths["report"].read_text()
     assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
+    assert "Claims fixed at " in text and "before any run (claims.json" in text  # recorded as the study started
     assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
     for name in (
         "accuracy_vs_step.png",
