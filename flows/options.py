@@ -254,13 +254,17 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
     """`model` (a config class, or a union of them such as `ProblemSourceConfig`) validated from YAML
-    `config_file` (if any) with `overrides` ({"a.b": value}) on top."""
+    `config_file` (if any) with `overrides` ({"a.b": value}, the flags) on top. A setting that does not apply
+    (`settings_not_applying`) is refused when an override gives it, or the YAML gives it a value other than a
+    default (a saved run's dump holds every field)."""
     # The user's settings (YAML, then flags) are merged onto the model's defaults, so a partial nested
     # section keeps the defaults of its siblings, including nested defaults that differ from the nested
     # class's own.
     user: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    flags: dict[str, Any] = {}  # the overrides alone: choices even where they equal a default
     for path, value in (overrides or {}).items():
         _set_path(user, path, value)
+        _set_path(flags, path, value)
     adapter = TypeAdapter(model)
     try:
         default = adapter.validate_python({})
@@ -272,7 +276,7 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
         config = adapter.validate_python(merge_settings(data, user))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
-    refused = settings_not_applying(config, user, defaults)
+    refused = settings_not_applying(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config

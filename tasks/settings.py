@@ -28,17 +28,24 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any]) -> dict[str, An
 
 
 def settings_not_applying(
-    node: Any, given: dict[str, Any], defaults: dict[str, Any] | None = None, path: tuple[str, ...] = ()
+    node: Any,
+    given: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+    path: tuple[str, ...] = (),
+    explicit: dict[str, Any] | None = None,
 ) -> list[str]:
     """Settings a user gave (`given`, nested like the config) that the validated section `node` has no use for,
     e.g. tiny-math's `families` for a file source: a section says which through its
     `settings_not_applying(names)` method. A value equal to a default is no choice of the user's (a saved run's
     config, `rlep show-config` output, a dump made before a section became a union): the default the section
     had where it was merged (`defaults`, nested), its field's, or that of another kind of the section
-    (`defaults_of_other_kinds()`)."""
+    (`defaults_of_other_kinds()`). Settings in `explicit` (nested like `given`: flags typed on a command line)
+    are choices whatever their value: `--split train` for a file without a split column is refused though
+    `train` is the default."""
     if not isinstance(node, BaseModel):
         return []
     defaults = defaults if isinstance(defaults, dict) else {}
+    explicit = explicit if isinstance(explicit, dict) else {}
     field_defaults = {
         name: field.get_default(call_default_factory=True)
         for name, field in type(node).model_fields.items()
@@ -47,6 +54,8 @@ def settings_not_applying(
     other_kinds = getattr(type(node), "defaults_of_other_kinds", dict)()
 
     def chosen(name: str, value: Any) -> bool:
+        if name in explicit and not isinstance(explicit[name], dict):
+            return True
         return not any(name in known and known[name] == value for known in (defaults, field_defaults, other_kinds))
 
     check = getattr(node, "settings_not_applying", None)
@@ -54,7 +63,9 @@ def settings_not_applying(
     refused = [".".join((*path, why)) for why in check(names)] if check else []
     for name, value in given.items():
         if isinstance(value, dict):
-            refused += settings_not_applying(getattr(node, name, None), value, defaults.get(name), (*path, name))
+            refused += settings_not_applying(
+                getattr(node, name, None), value, defaults.get(name), (*path, name), explicit.get(name)
+            )
     return refused
 
 

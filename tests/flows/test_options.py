@@ -237,6 +237,31 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
     assert build_config(CollectConfig, path, {"problems.source": "tiny-math"}).problems.levels == [2]
 
 
+def test_a_split_flag_for_a_file_without_a_split_column_is_refused_even_at_its_default(tmp_path):
+    # `--split train` equals the default split: it was taken for no choice of the user's and passed silently.
+    import json
+
+    from rlep.tasks.collect import CollectConfig
+
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
+    refused = (
+        rf"^invalid configuration: problems.split: {plain} has no split column \(split or extra_info.split\) to "
+        r"choose rows by; a file without one is read whole \(drop the split, or name the column with split_column\)$"
+    )
+    for split in ("train", "test"):
+        with pytest.raises(ConfigError, match=refused):
+            build_config(CollectConfig, None, {"problems.source": str(plain), "problems.split": split})
+    # In YAML the default stays no choice (a saved run's settings and `rlep show-config` output hold every field);
+    # another split there is refused.
+    path = tmp_path / "collect.yaml"
+    path.write_text(f"problems: {{source: {plain}, split: train}}\n")
+    assert build_config(CollectConfig, path).problems.split == "train"
+    path.write_text(f"problems: {{source: {plain}, split: test}}\n")
+    with pytest.raises(ConfigError, match="problems.split: .* has no split column"):
+        build_config(CollectConfig, path)
+
+
 def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     # `rlep show-config` output and a run's saved train_config.json (`--resume`) hold every field, defaults
     # included; a source's dump holds only its own kind's settings, and one of another kind is refused.

@@ -441,3 +441,18 @@ def test_rows_left_out_are_counted_on_the_terminal_and_in_the_manifest(fixture_m
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["left_out"] == {"empty answer": 1, "prompt too long": 1}
     assert manifest["counts"]["problems"] == 2
+
+
+def test_a_split_for_a_file_without_a_split_column_is_refused_in_one_line(tmp_path):
+    source = tmp_path / "problems.jsonl"
+    source.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
+    out = tmp_path / "o"
+    proc = _cli(["collect", "--no-prefect", "--source", str(source), "--split", "train", "--out", str(out)])
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, output
+    assert output.strip().splitlines() == [
+        f"rlep collect: error: invalid configuration: problems.split: {source} has no split column (split or "
+        "extra_info.split) to choose rows by; a file without one is read whole (drop the split, or name the column "
+        "with split_column)"
+    ]
+    assert not out.exists()
