@@ -12,8 +12,12 @@ completion tokens. The two objectives return the value and a dict of float metri
 - Asymmetric REINFORCE (AsymRE; Arnal et al. 2025, arXiv 2506.20520): the off-policy REINFORCE objective
   E_mu[(r - V) log pi] with no ratio and no clip; V slightly below the expected reward keeps it stable on
   stale data (its advantages come from `advantages.asymre_advantages`).
-- Truncated importance weights for stale samples (TIS; as in IMPALA's truncated rho, Espeholt et al. 2018):
-  w = min(pi_old / mu, cap) with mu the behaviour policy that generated the sample.
+- Truncated importance weights for stale samples (TIS; as in IMPALA's truncated rho, Espeholt et al. 2018,
+  and verl's TIS): w = min(pi_old / mu, cap) with mu the behaviour policy that generated the sample. A token
+  above the cap is truncated, not dropped: it keeps its gradient at weight `cap`, so every stale token still
+  counts and the variance stays bounded, at a bias on the capped tokens only. AReaL's decoupled loss instead
+  drops such tokens (weight 0 above `behav_imp_weight_cap`), which bounds the weight as well but takes the
+  tokens the policy has moved furthest towards out of the update.
 """
 
 from __future__ import annotations
@@ -132,7 +136,8 @@ def truncated_importance_weights(
 ) -> torch.Tensor:
     """Per-token weights [B, T] = min(exp(old_logp - behaviour_logp), cap), without gradient.
 
-    Corrects a stale sample (drawn by behaviour policy mu) towards the policy being updated.
+    Corrects a stale sample (drawn by behaviour policy mu) towards the policy being updated. Truncated: a weight
+    above `cap` becomes `cap` (IMPALA's truncated rho), never 0 as in AReaL's filter.
     """
     return torch.exp(old_logp - behaviour_logp).clamp(max=cap).detach()
 
