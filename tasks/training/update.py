@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
@@ -94,6 +95,7 @@ def policy_update(
     old_logp_all = None if single_pass else _logprobs(model, batch, micro, temperature, before_micro_batch)
     fresh_tokens_per_update = _fresh_tokens(batch).item() / updates_per_epoch
     sums: dict[str, float] = defaultdict(float)
+    measured: dict[str, int] = defaultdict(int)
     updates, tokens_trained = 0, 0
     model.train()
     for _ in range(ppo_epochs):
@@ -173,10 +175,14 @@ def policy_update(
             updates += 1
             tokens_trained += int(mb.mask.sum().item())
             for name, value in step.result(grad_norm.item()).items():
-                sums[name] += value
+                if not math.isnan(value):  # a metric an update did not measure (NaN) averages over those that did
+                    sums[name] += value
+                    measured[name] += 1
+                else:
+                    sums.setdefault(name, 0.0)
     model.eval()
     return {
-        **{name: value / updates for name, value in sums.items()},
+        **{name: value / measured[name] if measured[name] else math.nan for name, value in sums.items()},
         "optimizer_updates": updates,
         "tokens_trained": tokens_trained,
     }
@@ -241,8 +247,8 @@ class _Accumulator:
     loss weights. Two health metrics: `is_ratio_mean`, the mean pi_old / mu over stale (replayed, or generated
     by an older policy) tokens with known behaviour log-probs (1 when none); `logprob_mismatch`, the mean
     |log pi_old - log mu| over fresh tokens, the engine-vs-trainer gap (vLLM's sampler against the torch model
-    with the same weights), near 0; with truncated IS, `is_capped_frac`, the share of stale tokens whose
-    weight the cap binds (0 means the cap never acts).
+    with the same weights), near 0; with truncated IS only, `is_capped_frac`, the share of stale tokens whose
+    weight the cap binds (0 means the cap never acts; NaN, no stale token to weight).
     """
 
     def __init__(self, is_cap: float | None = None) -> None:
@@ -288,5 +294,10 @@ class _Accumulator:
             "grad_norm": grad_norm,
             "is_ratio_mean": self.replay_ratio[0] / self.replay_ratio[1] if self.replay_ratio[1] else 1.0,
             "logprob_mismatch": self.mismatch[0] / self.mismatch[1] if self.mismatch[1] else 0.0,
-            "is_capped_frac": self.capped[0] / self.capped[1] if self.capped[1] else 0.0,
+            # Only where truncated IS runs; NaN in an update with no stale token to weight (0 would read "never binds").
+            **(
+                {"is_capped_frac": self.capped[0] / self.capped[1] if self.capped[1] else math.nan}
+                if self.is_cap is not None
+                else {}
+            ),
         }

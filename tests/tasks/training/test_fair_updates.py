@@ -298,3 +298,24 @@ def test_token_mean_over_fresh_never_divides_by_one(fixture_model):
     # per-token loss is -1 (A = 1, ratio 1), so the scaled loss is -replay_tokens / (fresh_tokens / 2).
     expected_replay = -replay_tokens / (fresh_tokens / 2)
     assert m["loss"] == pytest.approx((expected_replay + -1.0) / 2, rel=1e-5)
+
+
+def test_is_capped_frac_is_absent_without_truncation_and_nan_without_stale_tokens(fixture_model):
+    # 0.0 read as "the cap never binds" where no correction ran at all: absent without truncated IS, NaN in a
+    # step with no stale token to weight, a share where there were some.
+    gen = torch.Generator().manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+
+    def update(origin, loss):
+        rows = [_rollout(f"p{i}", 0, i, 1.0, gen, origin=origin) for i in range(3)]
+        for r in rows:
+            r.advantage = 1.0
+        return policy_update(
+            model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0), build_batch(rows, 0, 1), loss, 1e9
+        )
+
+    truncate = LossConfig(is_correction="truncate", is_cap=1.5)
+    assert "is_capped_frac" not in update("replay", LossConfig())
+    assert math.isnan(update("fresh", truncate)["is_capped_frac"])
+    assert 0.0 <= update("replay", truncate)["is_capped_frac"] <= 1.0
