@@ -15,7 +15,7 @@ reason it is stored rather than re-derived):
 | `prompt` | string | no | Exact text the model was given (template applied). |
 | `response` | string | no | Sampled answer text, as decoded by the engine. |
 | `response_token_ids` | list<int32> | no | Token ids of `response`; empty when unknown (imported rows). |
-| `behaviour_logprobs` | list<float32> | no | Log-prob of each sampled token under the generating policy (temperature 1, no top-p), same length as `response_token_ids`; the denominator of an off-policy importance ratio. Empty when unknown. |
+| `behaviour_logprobs` | list<float32> | no | Log-prob of each sampled token under the distribution it was sampled from (the generating policy after temperature and top-p: vLLM's processed log-probs), same length as `response_token_ids`; the denominator of an off-policy importance ratio. Empty when unknown. |
 | `extracted_answer` | string | yes | Final answer the verifier found in `response`; null when none was found (or not re-verified). |
 | `gold_answer` | string | no | Reference answer of the problem. |
 | `correct` | bool | no | Verifier verdict: `extracted_answer` is equivalent to `gold_answer`. |

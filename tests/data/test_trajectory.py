@@ -332,3 +332,12 @@ def test_rollout_row_round_trip_keeps_every_field():
     assert Rollout.from_row(row) == rollout
     imported = Rollout.from_row({**row, "behaviour_logprobs": [], "response_token_ids": [], "origin": None})
     assert imported.behaviour_logprobs is None and imported.origin == "fresh"
+
+
+def test_behaviour_logprobs_are_documented_as_the_engines_store_them():
+    # Both engines store the log-prob under the distribution sampled from, after temperature and top-p (vLLM's
+    # processed log-probs, the HF engine's processed scores): the docstring said temperature 1 without top-p.
+    row = r"^\| `behaviour_logprobs` \| [^|]+ \| no \| (.+) \|$"
+    described = re.search(row, trajectory.__doc__, re.M).group(1)
+    assert "after temperature and top-p" in described and "temperature 1" not in described
+    assert described == re.search(row, (REPO / "docs" / "schema.md").read_text(), re.M).group(1)
