@@ -24,6 +24,7 @@ import torch
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
+from rlep.tasks.training.collectives import named_out_of_memory
 from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 from rlep.tasks.training.update import policy_update
@@ -167,10 +168,12 @@ class LocalBackend:
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
 
     def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """`policy_update` of this policy on `batch`; arguments after the batch are passed through."""
-        return policy_update(
-            self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs
-        )
+        """`policy_update` of this policy on `batch`; arguments after the batch are passed through. Out of memory
+        is reported with the micro-batch size to lower (tasks/training/collectives.py)."""
+        with named_out_of_memory("the policy update", kwargs.get("micro_batch_size")):
+            return policy_update(
+                self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs
+            )
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         return self.model.state_dict()

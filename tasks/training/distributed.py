@@ -5,7 +5,8 @@ Ranks > 0 hold a copy (ddp) or a shard (fsdp2) of the policy and follow rank 0's
 the policy, update it on a batch, gather the full state dict, save or load the optimizer, report memory,
 stop. Each request is one object broadcast on a gloo group whose timeout (`command_timeout`) covers rank 0's
 generation between two updates; the collectives of a request run on the default group, whose timeout
-(`collective_timeout`) bounds how long a lost rank can stall the others.
+(`collective_timeout`) bounds how long a lost rank can stall the others, with tensors on its device, and a
+failure is told apart as out of memory, a lost rank or a bug (tasks/training/collectives.py).
 
 The update: every rank receives the step's whole batch (token ids, small next to the model), forms the same
 mini-batches as one process would, and trains on its share of each mini-batch's prompt groups
@@ -22,8 +23,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -44,6 +44,8 @@ from rlep.tasks.training.backend import (
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
+from rlep.tasks.training.collectives import GROUP as _GROUP
+from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, collective
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.update import policy_update
 
@@ -70,20 +72,6 @@ TORCHRUN_VARIABLES = (
 )
 
 
-class DistributedError(RuntimeError):
-    """A rank was lost or the process group could not form; the message says which request and what to do."""
-
-
-@dataclass
-class _Group:
-    commands: Any = None  # gloo group of rank 0's requests
-    local_rank: int = 0
-    timeout: float = 0.0
-
-
-_GROUP = _Group()
-
-
 def init_distributed(config: BackendConfig) -> int:
     """Join the process group torchrun described in the environment; returns this process's rank.
 
@@ -100,8 +88,9 @@ def init_distributed(config: BackendConfig) -> int:
         raise DistributedError(f"nproc {config.nproc} but the launcher ({config.launcher}) started {world} processes")
     _GROUP.local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
     cuda = torch.cuda.is_available()
-    if cuda:
+    if cuda:  # NCCL: the group's tensors live on this rank's GPU, which is also where all_gather_object puts them
         torch.cuda.set_device(_GROUP.local_rank)
+    _GROUP.device = torch.device("cuda", _GROUP.local_rank) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=config.collective_timeout))
     _GROUP.commands = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.command_timeout))
     _GROUP.timeout = config.collective_timeout
@@ -110,37 +99,19 @@ def init_distributed(config: BackendConfig) -> int:
     return dist.get_rank()
 
 
-def _rank_device() -> torch.device:
-    return torch.device(f"cuda:{_GROUP.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-
-
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
-@contextmanager
-def _collective(what: str) -> Iterator[None]:
-    """Turn a lost rank (closed connection, timeout) into one clear error naming the request."""
-    try:
-        yield
-    except (RuntimeError, dist.DistBackendError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DistributedError(
-            f"rank {dist.get_rank()} of {dist.get_world_size()}: another training process stopped or did not answer "
-            f"within {_GROUP.timeout:.0f}s during {what} ({first[:200]}); the run stops here, no checkpoint is written "
-            "for this step, resume from the last complete one with --resume"
-        ) from err
-
-
 def _send(name: str, *payload: Any) -> None:
-    with _collective(f"request {name!r}"):
+    with collective(f"request {name!r}"):
         dist.broadcast_object_list([(name, payload)], src=0, group=_GROUP.commands)
 
 
 def _receive() -> tuple[str, tuple]:
     box: list[Any] = [None]
-    with _collective("wait for rank 0's next request"):
+    with collective("wait for rank 0's next request"):
         dist.broadcast_object_list(box, src=0, group=_GROUP.commands)
     return box[0]
 
@@ -188,11 +159,8 @@ class Sharding:
         return float(self.world_size)
 
     def all_reduce(self, values: list[float]) -> list[float]:
-        """Element-wise sums over ranks (metrics' numerators and denominators)."""
-        tensor = torch.tensor(values, dtype=torch.float64)
-        with _collective("metric reduction"):
-            dist.all_reduce(tensor)
-        return tensor.tolist()
+        """Element-wise sums over ranks (metrics' numerators and denominators), on the group's device."""
+        return all_reduce_sum(values)
 
 
 def _fsdp2(model: torch.nn.Module, precision: str) -> None:
@@ -221,7 +189,7 @@ class DistributedBackend:
         from torch.nn.parallel import DistributedDataParallel
 
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.device = _rank_device()
+        self.device = _GROUP.device
         spec, resolved = spec.resolved(self.device)
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
@@ -247,7 +215,7 @@ class DistributedBackend:
             )
         if dist.get_rank() != 0:
             raise DistributedError("only rank 0 drives the training backend; the other ranks run serve()")
-        spec, precision = spec.resolved(_rank_device())  # one precision for every rank: rank 0's device decides
+        spec, precision = spec.resolved(_GROUP.device)  # one precision for every rank: rank 0's device decides
         _send("build", spec)
         return cls(spec, precision)
 
@@ -260,7 +228,7 @@ class DistributedBackend:
         return self._update(batch, args, {**kwargs, "generator": generator, "before_micro_batch": hook})
 
     def _update(self, batch, args, kwargs) -> dict[str, float]:
-        with _collective("the policy update"):
+        with collective("the policy update", kwargs.get("micro_batch_size")):
             return policy_update(
                 self.model,
                 self.optimizer,
@@ -285,7 +253,7 @@ class DistributedBackend:
             _send("full_state_dict")
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        with _collective("gathering the weights"):
+        with collective("gathering the weights"):
             return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def save_pretrained(self, directory, **kwargs: Any) -> None:
@@ -299,7 +267,7 @@ class DistributedBackend:
             _send("training_state")
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        with _collective("gathering the optimizer state"):
+        with collective("gathering the optimizer state"):
             optimizer = get_optimizer_state_dict(
                 self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
@@ -321,7 +289,7 @@ class DistributedBackend:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         optimizer = state["optimizer"] if self.rank == 0 else {}
-        with _collective("loading the optimizer state"):
+        with collective("loading the optimizer state"):
             set_optimizer_state_dict(
                 self.model,
                 self.optimizer,
@@ -335,7 +303,7 @@ class DistributedBackend:
         if self.rank == 0:
             _send("rng_state")
         states: list[Any] = [None] * self.world_size
-        with _collective("gathering the random states"):
+        with collective("gathering the random states"):
             dist.all_gather_object(states, process_rng_state())
         return {**states[0], "ranks": states}
 
@@ -353,7 +321,7 @@ class DistributedBackend:
         if self.rank == 0:
             _send("memory")
         facts: list[Any] = [None] * self.world_size
-        with _collective("gathering memory facts"):
+        with collective("gathering memory facts"):
             dist.all_gather_object(facts, rank_memory(self.model, self.optimizer, self.device))
         return facts
 
@@ -368,7 +336,7 @@ class DistributedBackend:
         if self.rank == 0:
             _send("replica_digests")
         digest = hashlib.sha256()
-        with _collective("comparing replicas"):
+        with collective("comparing replicas"):
             for name, value in self.module.state_dict().items():
                 value = value.full_tensor() if hasattr(value, "full_tensor") else value
                 digest.update(name.encode() + value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
