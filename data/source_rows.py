@@ -2,14 +2,24 @@
 
 Rows come back as plain dicts (Parquet struct columns as dicts, list columns as lists), exactly as the file
 holds them; data/sources.py turns them into Problems. Every failure names the file (or dataset).
+
+An `hf:` dataset out of reach is one line at once: the hub's host is probed first (2 s at most), and when it
+cannot be reached, or HF_HUB_OFFLINE is set, the dataset is read from the local cache only, so the hub client
+does not retry for half a minute (5 retries with backoff, a warning line each) before failing.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlep.data.columns import column_names
 
@@ -87,14 +97,23 @@ def hf_rows(name: str, subset: str | None, split: str) -> list[dict[str, Any]]:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a dependency
         raise ProblemSourceError(f"hf:{name}: the `datasets` package is not installed") from err
+    unreachable = None if Path(name).is_dir() else hub_unreachable()  # a local dataset directory needs no hub
     try:
-        dataset = datasets.load_dataset(name, subset, split=split)
+        with _cache_only(unreachable is not None), _quiet("huggingface_hub"):
+            dataset = datasets.load_dataset(name, subset, split=split)
     except Exception as err:
         text = str(err)
         if "Config name is missing" in text:  # datasets' words when a dataset has several subsets
             choices = text.split("available configs:", 1)[-1].split("\n", 1)[0].strip()
             raise ProblemSourceError(
                 f"hf:{name}: the dataset has several subsets, choose one with subset (--subset): {choices}"
+            ) from None
+        what = f"{'subset ' + repr(subset) + ', ' if subset else ''}split {split!r}"
+        if unreachable is not None and isinstance(err, ConnectionError):  # datasets' words for "not cached"
+            raise ProblemSourceError(
+                f"hf:{name}: {what} is not in the local Hugging Face cache and the hub cannot be reached "
+                f"({unreachable}); load it once on a machine that reaches the hub and copy its cache (HF_HOME), "
+                "or give a local file as source"
             ) from None
         raise ProblemSourceError(
             f"hf:{name}: could not load {'subset ' + repr(subset) + ', ' if subset else ''}split {split!r} "
@@ -105,3 +124,57 @@ def hf_rows(name: str, subset: str | None, split: str) -> list[dict[str, Any]]:
     if not rows:
         raise ProblemSourceError(f"hf:{name}: split {split!r} is empty")
     return rows
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_unreachable(timeout: float = 2.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (offline mode set, or no connection to its host
+    within `timeout` seconds), or None when it can. Behind a proxy the host is not probed (the client goes
+    through the proxy): None."""
+    import datasets
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode() or datasets.config.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return None
+    endpoint = urlsplit(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"no connection to {host}:{port}: {err.strerror or err}"
+    return None
+
+
+@contextmanager
+def _cache_only(on: bool) -> Iterator[None]:
+    """While on, the hub client and datasets act as under HF_HUB_OFFLINE=1 (read at their import, so set here
+    on the modules): the local cache only, no requests."""
+    if not on:
+        yield
+        return
+    import datasets
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
+@contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """The logger's warnings (the hub client's "Retrying in 8s" lines) off while the block runs: the load's
+    outcome is reported in one line either way."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

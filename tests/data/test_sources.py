@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -113,6 +114,37 @@ def test_unknown_source_and_missing_file(tmp_path):
 def test_hf_dataset_unavailable_is_a_clear_error():
     with pytest.raises(ProblemSourceError, match="hf:rlep-no-such/dataset"):
         _load("hf:rlep-no-such/dataset", split="train")
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["no-network", "HF_HUB_OFFLINE"])
+def test_an_hf_dataset_out_of_reach_is_one_line_at_once(offline, tmp_path, monkeypatch, caplog, capfd):
+    # Before: without a network the hub client retried 5 times (11 lines on stderr, 27 s) before the one line.
+    import socket
+    import time
+
+    import datasets
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)  # what HF_HUB_OFFLINE=1 (or its absence) sets
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))  # nothing cached
+
+    def no_network(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)  # no network, wherever the test runs
+    start = time.perf_counter()
+    with pytest.raises(ProblemSourceError) as info:
+        _load("hf:openai/gsm8k", subset="main")
+    assert time.perf_counter() - start < 3
+    reason = "HF_HUB_OFFLINE is set" if offline else "no connection to huggingface.co:443: Name or service not known"
+    assert str(info.value) == (
+        f"hf:openai/gsm8k: subset 'main', split 'train' is not in the local Hugging Face cache and the hub cannot be "
+        f"reached ({reason}); load it once on a machine that reaches the hub and copy its cache (HF_HOME), or give "
+        "a local file as source"
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("huggingface_hub")]
+    assert "Retrying" not in capfd.readouterr().err
 
 
 def test_write_rejects_unknown_suffix(tmp_path):
