@@ -74,6 +74,7 @@ def _config(model, out, replay, **kw):
         save_every=2,
         problems=PROBLEMS,
         engine={"backend": "vllm", "max_num_seqs": 64},
+        backend={"precision": "fp32"},  # as vLLM samples: `auto` is bf16 on a CPU with AVX512-BF16 or AMX
         eval_problems={"source": "tiny-math", "split": "test", "limit": 8},
         replay=replay,
         loss={"overlong_buffer": 8},
@@ -166,6 +167,7 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
             save_every=0,
             problems={**PROBLEMS, "limit": 32},
             engine={"backend": "vllm", "max_num_seqs": 64},
+            backend={"precision": "fp32"},  # the float32 vLLM samples in (checked below)
             eval_problems={"source": "tiny-math", "split": "test", "limit": 4},
             loss={"overlong_buffer": 8},
         )
