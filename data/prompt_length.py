@@ -8,9 +8,9 @@ that leaves less than `max_new_tokens`, which training would score as truncated.
 is an error naming the longest one (default), or with `overlong_prompts: filter` it is left out and
 counted. `check_prompt_lengths` takes token counts and needs no tokenizer; `fitting_problems` counts the
 rendered prompts with the model's tokenizer as the engines tokenise them (nothing added) and keeps the
-problems that fit, the one call a collection, training or evaluation makes before its engine starts. It also
-refuses a `max_model_len` above the model's own limit (`model_context_limit`: config.json's
-`max_position_embeddings`), which vLLM refuses only after start-up, and never advises one above it.
+problems that fit, the one call a collection, training or evaluation makes before its engine starts. Given the
+model's own limit (`model_context_limit`: config.json's `max_position_embeddings`), it also refuses a
+`max_model_len` above it, which vLLM refuses only after start-up, and never advises one above it.
 """
 
 from __future__ import annotations
@@ -183,12 +183,12 @@ def fitting_problems(
     max_model_len: int,
     max_new_tokens: int,
     overlong: Literal["error", "filter"] = "error",
-    model: str | Path | None = None,
+    model_limit: int | None = None,
 ) -> list[P]:
     """The problems whose rendered `prompts` (one per problem, same order) fit with `max_new_tokens` of room;
     the others raise `PromptTooLongError` or, with `overlong="filter"`, are left out and logged with a count.
-    A `max_model_len` above the limit of `model` (default: the directory `tokenizer` was loaded from) is
-    refused first."""
+    `model_limit` (the model's positions where the engine holds a context to them: `tasks.engines.context_limit`)
+    refuses a `max_model_len` above it first."""
     if len(prompts) != len(problems):
         raise ValueError(f"{len(prompts)} prompts for {len(problems)} problems")
     check = check_prompt_lengths(
@@ -197,6 +197,6 @@ def fitting_problems(
         max_new_tokens=max_new_tokens,
         overlong=overlong,
         names=[str(getattr(p, "id", i)) for i, p in enumerate(problems)],
-        model_limit=model_context_limit(model if model is not None else getattr(tokenizer, "name_or_path", None)),
+        model_limit=model_limit,
     )
     return [problems[i] for i in check.kept]

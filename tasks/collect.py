@@ -39,7 +39,7 @@ from rlep.data.run_layout import checkpoint_step
 from rlep.data.sources import ProblemSourceConfig, default_task, load_source
 from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
 from rlep.data.trajectory import rows_for_problem, to_table
-from rlep.tasks.engines import EngineConfig, SamplingConfig
+from rlep.tasks.engines import EngineConfig, SamplingConfig, context_limit
 from rlep.tasks.engines.cache import shared_engine
 from rlep.tasks.models import resolve_model
 from rlep.tasks.progress import progress_bar
@@ -155,7 +155,7 @@ def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
         max_model_len=config.engine.max_model_len,
         max_new_tokens=config.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
-        model=model,
+        model_limit=context_limit(model, config.engine),
     )
     left_out = dict(loaded.skipped)
     if len(problems) < len(loaded.problems):

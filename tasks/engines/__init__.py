@@ -16,6 +16,7 @@ __all__ = [
     "EngineUnavailable",
     "GenerationEngine",
     "SamplingConfig",
+    "context_limit",
     "make_engine",
     "resolve_backend",
 ]
@@ -47,6 +48,19 @@ def resolve_backend(backend: str) -> str:
             "`pip install -e .[gpu]` (vllm) on a CUDA machine, or choose engine=transformers"
         )
     return backend
+
+
+def context_limit(model: str | Path, config: EngineConfig) -> int | None:
+    """The most tokens `config`'s engine takes in one sequence of `model`, where the engine holds it to the model's
+    positions (config.json's `max_position_embeddings`): vLLM refuses a longer `max_model_len`, after start-up and
+    with a long traceback, so it is checked before. The transformers engine runs past them (RoPE extrapolates,
+    badly): None there, as for a model whose limit cannot be read."""
+    from rlep.data.prompt_length import model_context_limit
+
+    backend = config.backend
+    if backend == "transformers" or (backend == "auto" and not vllm_installed()):
+        return None
+    return model_context_limit(model)
 
 
 def make_engine(model: str | Path, config: EngineConfig | None = None) -> GenerationEngine:

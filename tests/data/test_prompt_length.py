@@ -109,7 +109,6 @@ def test_no_room_for_any_prompt_within_the_models_limit():
 
 def test_the_models_limit_is_read_from_its_config(tmp_path):
     from rlep.data.prompt_length import model_context_limit
-    from rlep.data.tokenizer import build_tokenizer
 
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256, "model_type": "qwen2"}))
     assert model_context_limit(tmp_path) == 256
@@ -122,14 +121,12 @@ def test_the_models_limit_is_read_from_its_config(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert model_context_limit(tmp_path) is None
     assert model_context_limit("some-org/some-model") is None and model_context_limit(None) is None
-    # fitting_problems reads it from the directory the tokenizer was loaded from
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(str(tmp_path))
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 128}))
-    from transformers import AutoTokenizer
 
+
+def test_fitting_problems_refuses_a_max_model_len_above_the_limit_given():
     from rlep.data.prompt_length import fitting_problems
+    from rlep.data.tokenizer import build_tokenizer
 
-    loaded = AutoTokenizer.from_pretrained(str(tmp_path))
     with pytest.raises(PromptTooLongError, match="max_model_len 512 is above the model's limit of 128 tokens"):
-        fitting_problems([], [], loaded, max_model_len=512, max_new_tokens=24)
+        fitting_problems([], [], build_tokenizer(), max_model_len=512, max_new_tokens=24, model_limit=128)
+    assert fitting_problems([], [], build_tokenizer(), max_model_len=512, max_new_tokens=24) == []

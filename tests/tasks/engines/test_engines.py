@@ -129,3 +129,13 @@ def test_a_resumed_run_samples_in_the_starting_models_precision(tmp_path):
     assert engine_for_weights(auto, base, checkpoint).dtype == "bfloat16"
     assert engine_for_weights(auto, base, base) is auto  # a fresh run: "auto" is read from the weights themselves
     assert engine_for_weights(EngineConfig(dtype="float16"), base, checkpoint).dtype == "float16"  # a choice is kept
+
+
+def test_the_context_limit_is_the_models_positions_where_the_engine_holds_to_them(tmp_path):
+    import json
+
+    from rlep.tasks.engines import EngineConfig, context_limit
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+    assert context_limit(tmp_path, EngineConfig(backend="vllm")) == 256  # vLLM refuses a longer max_model_len
+    assert context_limit(tmp_path, EngineConfig(backend="transformers")) is None  # runs past them (RoPE)
