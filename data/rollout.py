@@ -23,7 +23,9 @@ class Rollout:
     `advantage` is None until computed for its group; FIFO and prioritized replay bring rollouts whose
     advantage was computed when they were generated. `reward` / `correct` are None until verified (RLEP's
     replayed answers are re-scored by the current verifier). `behaviour_logprobs` are the log-probs of the
-    policy that generated the answer (None when unknown, e.g. an imported pool).
+    policy that generated the answer (None when unknown, e.g. an imported pool). `shaping`: the beta of the policy
+    shaping its tokens train with instead of the run's objective (ExGRPO's replayed trajectory,
+    tasks/training/losses.PolicyShaping); None for every other row. It is not written to the row form.
     """
 
     problem_id: str
@@ -44,6 +46,7 @@ class Rollout:
     finish_reason: str = "stop"
     sample_index: int = 0
     sampling: dict[str, Any] | None = None  # the request that generated it (n, temperature, top_p, max_tokens, seed)
+    shaping: float | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Rollout:

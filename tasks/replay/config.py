@@ -15,6 +15,7 @@ class _GroupedBatch(BaseModel):
     """A design whose step trains on its prompt groups (fresh, with replayed members or rows added)."""
 
     batch_from_buffer: ClassVar[bool] = False
+    plans_prompts: ClassVar[bool] = False  # puts its own prompts in the step's generation (sync mode only)
 
     def trained_prompts(self, prompts_per_step: int, samples_per_prompt: int) -> float:
         """The step's batch counted in prompts (what mini_batch_prompts divides)."""
@@ -197,12 +198,67 @@ class RefillReplayConfig(_GroupedBatch):
     )
 
 
+class ExGRPOReplayConfig(_GroupedBatch):
+    """ExGRPO (Zhan et al. 2025, arXiv 2510.02245): once a batch's Pass@1 passes `start_accuracy`, a buffer of the
+    run's successes of partially solved prompts, bucketed by success count; up to rho x prompts_per_step of a
+    step's prompts are replayed ones (Gaussian bucket weights), each a group of its lowest-entropy stored
+    trajectory (policy-shaped loss) + K-1 fresh answers (tasks/replay/exgrpo.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["exgrpo"] = Field("exgrpo", description="Replay strategy.", json_schema_extra=_KIND)
+    replay_ratio: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="rho: at most floor(rho x prompts_per_step) of a step's prompts are replayed from the buffer, in "
+        "place of as many drawn ones (paper: 0.5; 0.25 and 0.75 worse, Table 6).",
+    )
+    start_accuracy: float = Field(
+        0.35,
+        ge=0,
+        lt=1,
+        description="Delayed start: collection and replay switch on (for good) after the first step whose fresh "
+        "answers' Pass@1 exceeds this (paper: 0.35); 0 = on from step 1.",
+    )
+    bucket_mean: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="mu of the Gaussian bucket weights, as a share of K: weight exp(-(k - mu K)^2 / (2 sigma^2)) for "
+        "the bucket of prompts with k of K successes (paper and code: 0.5; Table 3's hard-biased run: 0.25).",
+    )
+    bucket_sigma: float = Field(
+        1.0,
+        gt=0,
+        le=1000,
+        description="sigma of the bucket weights, in successes (the authors' code: 1 success, i.e. 1/K in rates; "
+        "the paper's text writes sigma = 1 in rates, nearly uniform).",
+    )
+    shaping_beta: float = Field(
+        0.1,
+        gt=0,
+        le=100,
+        description="beta of the policy shaping f(w) = w / (w + beta) on the replayed trajectory's per-token ratio "
+        "to its stored behaviour log-probs (paper: 0.1).",
+    )
+    buffer_trajectories: int | None = Field(
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Most stored trajectories; over it the oldest stored leave first. null = unbounded, as published "
+        "(entries leave only when their prompt is retired).",
+    )
+
+    plans_prompts: ClassVar[bool] = True
+
+
 ReplayConfig = Annotated[
     NoReplayConfig
     | RLEPReplayConfig
     | FIFOReplayConfig
     | PrioritizedReplayConfig
     | ReuseReplayConfig
-    | RefillReplayConfig,
+    | RefillReplayConfig
+    | ExGRPOReplayConfig,
     Field(discriminator="kind"),
 ]

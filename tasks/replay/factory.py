@@ -5,6 +5,7 @@ needs. A pool is read here (data.pool.read_pool), checked before the run, matche
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rlep.data.pool import resolve_pool_path
@@ -47,9 +48,17 @@ def pinned(config):
     return config
 
 
-def make_replay(config, seed: int = 0, problems: dict[PoolKey, Problem] | None = None) -> ReplayStrategy:
-    """The strategy for `config`; `problems` (the training problems by key) lets a pool be checked against them."""
+def make_replay(
+    config,
+    seed: int = 0,
+    problems: dict[PoolKey, Problem] | None = None,
+    policy: Callable[[list[int], list[list[int]]], list[float]] | None = None,
+) -> ReplayStrategy:
+    """The strategy for `config`; `problems` (the training problems by key) lets a pool be checked against them;
+    `policy` scores stored answers under the current policy, for a design that `needs.policy` (ExGRPO)."""
     design = DESIGNS[config.kind]
+    if design.needs.policy:
+        return design(config, seed=seed, policy=policy)
     if not reads_pool(config):
         return design(config, seed=seed)
     if getattr(config, "follow", False):

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlep.data.rollout import Group, PoolKey, Rollout
-from rlep.tasks.replay.base import ReplayNeeds
+from rlep.tasks.replay.base import FreshPrompts, ReplayNeeds
 from rlep.tasks.replay.config import RefillReplayConfig, ReuseReplayConfig
 
 
@@ -45,7 +45,7 @@ class Banked:
     drawn: bool = False
 
 
-class ReuseReplay:
+class ReuseReplay(FreshPrompts):
     """Response reuse (AR3PO, arXiv 2509.25808; POPO, arXiv 2606.01281).
 
     Papers: a prompt whose fresh answers all fail gives GRPO no signal; AR3PO reuses a correct answer the
@@ -161,7 +161,7 @@ class StoredGroup:
     drawn: bool = False
 
 
-class RefillReplay:
+class RefillReplay(FreshPrompts):
     """Zero-variance refill (TRL's experimental GRPOWithReplayBuffer, trl/experimental/grpo_with_replay_buffer).
 
     TRL: groups whose rewards have zero standard deviation carry no GRPO signal; a buffer of

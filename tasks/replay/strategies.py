@@ -1,6 +1,7 @@
 """The replay strategies behind one interface (`join` after the fresh answers are verified, `mix` after
 advantages), and their registry (`DESIGNS`, by config `kind`); the designs that replay the run's own answers
-into its groups (`reuse`, `refill`) live in self_replay.py.
+into its groups (`reuse`, `refill`) live in self_replay.py, and ExGRPO (`exgrpo`, which also puts replayed prompts
+into the step's generation through `plan`) in exgrpo.py.
 
 Each class docstring states what its paper does, what we do, and every departure; the README's table of
 designs says the same in one line each. Each class declares what it needs from the run (`needs`: a pool,
@@ -22,13 +23,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlep.data.rollout import Group, PoolKey, Rollout
-from rlep.tasks.replay.base import ReplayNeeds, ReplayStrategy
+from rlep.tasks.replay.base import FreshPrompts, ReplayNeeds, ReplayStrategy
 from rlep.tasks.replay.config import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
     RLEPReplayConfig,
 )
+from rlep.tasks.replay.exgrpo import ExGRPOReplay
 from rlep.tasks.replay.pool_source import PoolSource
 from rlep.tasks.replay.self_replay import RefillReplay, ReuseReplay
 
@@ -43,7 +45,7 @@ def _flatten(groups: list[Group]) -> list[Rollout]:
     return [r for g in groups for r in g.rollouts]
 
 
-class NoReplay:
+class NoReplay(FreshPrompts):
     """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged."""
 
     name: ClassVar[str] = "none"
@@ -68,7 +70,7 @@ class NoReplay:
         pass
 
 
-class RLEPReplay:
+class RLEPReplay(FreshPrompts):
     """RLEP (Zhang et al. 2025, arXiv 2507.07451).
 
     Paper: phase 1 trains a policy with RL and collects its verified successes; phase 2 restarts from the
@@ -167,7 +169,7 @@ class RLEPReplay:
         self.drawn = set(state.get("drawn", ()))  # a checkpoint from before this count: none recorded
 
 
-class FIFOReplay:
+class FIFOReplay(FreshPrompts):
     """FIFO replay for asynchronous RL (arXiv 2604.08706).
 
     Paper: inference keeps pushing rollouts into a FIFO buffer of size N; the trainer samples its batch
@@ -242,7 +244,7 @@ class FIFOReplay:
         self.drawn = deque(state.get("drawn", [False] * len(self.buffer)), maxlen=self.config.buffer_size)
 
 
-class PrioritizedReplay:
+class PrioritizedReplay(FreshPrompts):
     """Advantage-prioritized replay (arXiv 2606.04560).
 
     Paper: a rollout-level buffer; rollouts older than tau_max policy updates are evicted; replayed rollouts
@@ -330,5 +332,6 @@ def _share(flags) -> float:
 
 # The designs by config `kind`: tasks.replay.factory builds a strategy from this table only.
 DESIGNS: dict[str, type[ReplayStrategy]] = {
-    design.name: design for design in (NoReplay, RLEPReplay, FIFOReplay, PrioritizedReplay, ReuseReplay, RefillReplay)
+    design.name: design
+    for design in (NoReplay, RLEPReplay, FIFOReplay, PrioritizedReplay, ReuseReplay, RefillReplay, ExGRPOReplay)
 }

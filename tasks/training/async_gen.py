@@ -243,6 +243,27 @@ class Arrival:
     dropped: int = 0  # answers generated beyond max_staleness, thrown away (the step was regenerated)
 
 
+# A replay design's `plan`: (drawn prompts, step, G) -> the step's prompts, each with its count of fresh answers.
+Plan = Callable[[list[Problem], int, int], list[tuple[Problem, int]]]
+
+
+def generate_counts(
+    engine: GenerationEngine, prompts: list[str], counts: list[int], sampling: SamplingConfig
+) -> list[list[Completion]]:
+    """`counts[i]` completions of `prompts[i]`, in prompt order: one engine call per distinct count, the first (the
+    count `sampling.n`, or the first prompt's) with `sampling` as it is, so a step that plans nothing generates
+    exactly as before; each further call samples on a stream of its own (seed + 2^31 x its index)."""
+    order = sorted(set(counts), key=lambda n: (n != sampling.n, counts.index(n)))
+    out: list[list[Completion] | None] = [None] * len(prompts)
+    for i, n in enumerate(order):
+        rows = [row for row, c in enumerate(counts) if c == n]
+        seed = None if sampling.seed is None else sampling.seed + (1 << 31) * i
+        request = sampling if i == 0 and n == sampling.n else sampling.model_copy(update={"n": n, "seed": seed})
+        for row, group in zip(rows, engine.generate([prompts[row] for row in rows], request)):
+            out[row] = group
+    return out
+
+
 class RolloutFeed:
     """Supplies each step's fresh answers in either mode; `publish` hands the engine the new weights."""
 
@@ -279,7 +300,12 @@ class RolloutFeed:
         self.engine.submit(("step", step), prompts, self.sampling_for(step))
         self.submitted_at[step] = self.version
 
-    def take(self, step: int) -> Arrival:
+    def take(self, step: int, plan: Plan | None = None) -> Arrival:
+        """Step `step`'s fresh answers. `plan` (sync only; a replay design's `plan`) may put other prompts in place
+        of drawn ones and ask fewer answers for them; async draws ahead and takes no plan (TrainConfig refuses a
+        design that plans prompts there)."""
+        if plan is not None and self.mode == "async":
+            raise ValueError("a plan of the step's prompts needs mode sync (async draws them ahead)")
         if self.mode == "async":
             # Ahead: every step whose weights bound (version >= step - 1 - L) has been sent is requested.
             for later in range(step, min(self.version + 1 + self.lookahead, self.last_step) + 1):
@@ -292,7 +318,10 @@ class RolloutFeed:
             start = time.perf_counter()
             idle = start - self.last_end if self.last_end is not None else 0.0
             sampling = self.sampling_for(step)
-            completions = self.engine.generate([render_prompt(p, self.template, self.chat) for p in problems], sampling)
+            planned = plan(problems, step, sampling.n) if plan else [(p, sampling.n) for p in problems]
+            problems = [p for p, _ in planned]
+            prompts = [render_prompt(p, self.template, self.chat) for p in problems]
+            completions = generate_counts(self.engine, prompts, [n for _, n in planned], sampling)
             busy = time.perf_counter() - start
             arrival = Arrival(problems, completions, sampling, step - 1, busy, wait_seconds=busy, idle_seconds=idle)
         else:

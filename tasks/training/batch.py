@@ -18,7 +18,8 @@ class TrainingBatch:
     input_ids, attention_mask: [B, T]. Per next-token position ([B, T-1]): `mask` (1 on completion tokens),
     `behaviour_logp` (the generating policy's log-probs, 0 where unknown). Per sequence ([B]): `advantages`,
     `is_replay`, `has_behaviour` (behaviour log-probs known), `age` (policy updates since generation),
-    `group` (the index of the prompt group a row trains with, -1 for a row drawn on its own from a buffer).
+    `group` (the index of the prompt group a row trains with, -1 for a row drawn on its own from a buffer),
+    `shaping` (float: the beta of ExGRPO's policy shaping the row trains with, 0 = the run's objective).
     """
 
     input_ids: torch.Tensor
@@ -30,6 +31,7 @@ class TrainingBatch:
     has_behaviour: torch.Tensor
     age: torch.Tensor
     group: torch.Tensor
+    shaping: torch.Tensor
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -51,6 +53,7 @@ class TrainingBatch:
             has_behaviour=self.has_behaviour[index],
             age=self.age[index],
             group=self.group[index],
+            shaping=self.shaping[index],
         )
 
 
@@ -79,6 +82,7 @@ def build_batch(
         has_behaviour=has_behaviour,
         age=torch.tensor([r.age(step) for r in rollouts], dtype=torch.float32),
         group=torch.tensor(list(groups) if groups is not None else [-1] * len(rollouts), dtype=torch.long),
+        shaping=torch.tensor([r.shaping or 0.0 for r in rollouts], dtype=torch.float32),
     )
 
 

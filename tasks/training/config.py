@@ -303,6 +303,11 @@ class TrainConfig(BaseModel):
                     f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
                     f"give the generator GPUs from {self.backend.nproc} on"
                 )
+        if self.replay.plans_prompts and self.mode != "sync":
+            raise ValueError(
+                f"replay {self.replay.kind}: puts replayed prompts into the step's generation, so needs mode sync "
+                "(async draws prompts ahead)"
+            )
         if self.mini_batch_prompts is not None:
             self._check_mini_batches_divide(self.mini_batch_prompts)
         return self

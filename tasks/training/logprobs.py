@@ -103,3 +103,26 @@ def completion_logprobs(
     input_ids, attention_mask, mask = pad_sequences(prompts, completions, pad_id)
     logp, _ = token_logprobs(model, input_ids, attention_mask, temperature)
     return [row[m.bool()].tolist() for row, m in zip(logp, mask)]
+
+
+@torch.no_grad()
+def mean_completion_entropy(
+    model: torch.nn.Module,
+    prompt: Sequence[int],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+    micro_batch_size: int | None = None,
+) -> list[float]:
+    """For each completion of `prompt`, the mean over its tokens of the model's next-token entropy (at
+    `temperature`): H(o) = -(1/|o|) sum_t sum_v pi(v | q, o_<t) log pi(v | q, o_<t), ExGRPO's trajectory score
+    (arXiv 2510.02245, Sec. 3.2). Computed `micro_batch_size` completions at a time (None: all at once)."""
+    out: list[float] = []
+    step = micro_batch_size or len(completions) or 1
+    for start in range(0, len(completions), step):
+        part = completions[start : start + step]
+        input_ids, attention_mask, mask = pad_sequences([prompt] * len(part), part, pad_id)
+        _, entropy = token_logprobs(model, input_ids, attention_mask, temperature)
+        mask = mask.to(entropy.device)
+        out += ((entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
+    return out

@@ -18,10 +18,14 @@ completion tokens. The two objectives return the value and a dict of float metri
   counts and the variance stays bounded, at a bias on the capped tokens only. AReaL's decoupled loss instead
   drops such tokens (weight 0 above `behav_imp_weight_cap`), which bounds the weight as well but takes the
   tokens the policy has moved furthest towards out of the update.
+- Policy shaping of a replayed trajectory (ExGRPO, arXiv 2510.02245, Sec. 4.2): on the rows a `PolicyShaping`
+  names, either objective's token loss is replaced by -A f(w), w = pi / mu the ratio to the policy that generated
+  the row, f(w) = w / (w + beta), unclipped.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -46,6 +50,33 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: Aggregation, horiz
     raise ValueError(f"unknown loss aggregation {mode!r}")
 
 
+@dataclass
+class PolicyShaping:
+    """The rows whose token loss is ExGRPO's policy shaping (arXiv 2510.02245, Sec. 4.2) instead of the objective's.
+
+    `beta` [B]: beta of f(w) = w / (w + beta) for a shaped row, 0 for a row that keeps the objective's loss;
+    `behaviour_logp` [B, T]: log mu, the log-probs of the policy that generated each row (stored with it).
+    """
+
+    beta: torch.Tensor
+    behaviour_logp: torch.Tensor
+
+
+def shaped_token_loss(
+    logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor, beta: torch.Tensor
+) -> torch.Tensor:
+    """ExGRPO's loss per token [B, T] (to minimise): -A f(w), w = exp(logp - behaviour_logp), f(w) = w / (w + beta).
+
+    logp, behaviour_logp: [B, T]; advantages, beta: [B]. Per token and unclipped, as the authors' code
+    (`off_policy_reshape=p_div_p_0.1`); the gradient is -A beta w / (w + beta)^2 d log pi, which is largest where
+    w is near beta and vanishes as w grows, so a token the policy already favours pulls less (the paper's point:
+    shaping amplifies low-probability tokens of the replayed trajectory instead of clipping).
+    """
+    w = torch.exp(logp - behaviour_logp)
+    b = beta.unsqueeze(-1).to(logp.dtype).clamp(min=torch.finfo(logp.dtype).tiny)  # rows with beta 0 are not used
+    return -advantages.unsqueeze(-1).to(logp.dtype) * w / (w + b)
+
+
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -57,6 +88,7 @@ def clipped_policy_loss(
     aggregation: Aggregation = "token-mean",
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
+    shaping: PolicyShaping | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss (to minimise).
 
@@ -76,9 +108,10 @@ def clipped_policy_loss(
         bound = -adv * dual_clip
         dual_active = (adv < 0) & (loss > bound)
         loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
-    value, real, n = _weighted(loss, mask, aggregation, horizon, token_weights)
+    value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
     with torch.no_grad():
         metrics = {
+            **shaped,
             "clip_frac_low": (((adv < 0) & (ratio < 1.0 - clip_low)) & real).sum().item() / n,
             "clip_frac_high": (((adv > 0) & (ratio > 1.0 + clip_high)) & real).sum().item() / n,
             "dual_clip_frac": (dual_active & real).sum().item() / n,
@@ -87,12 +120,26 @@ def clipped_policy_loss(
     return value, metrics
 
 
-def _weighted(loss, mask, aggregation, horizon, token_weights):
-    """(aggregated loss after the per-token weights, the real-token mask, the real-token count) of a loss."""
+def _weighted(loss, mask, aggregation, horizon, token_weights, shaping=None, logp=None, advantages=None):
+    """(aggregated loss after the per-token weights and the shaped rows' loss, the real-token mask, the real-token
+    count, the shaping metrics) of a loss [B, T]."""
     if token_weights is not None:
         loss = loss * token_weights.detach()
     real = mask.bool()
-    return aggregate(loss, mask, aggregation, horizon), real, real.sum().clamp(min=1).item()
+    metrics = {}
+    if shaping is not None:
+        rows = (shaping.beta > 0).unsqueeze(-1)
+        behaviour = shaping.behaviour_logp[:, : logp.shape[1]].to(logp.dtype)
+        loss = torch.where(rows, shaped_token_loss(logp, behaviour, advantages, shaping.beta), loss)
+        with torch.no_grad():
+            tokens = rows & real
+            metrics = {
+                "shaped_token_frac": tokens.sum().item() / real.sum().clamp(min=1).item(),
+                "shaped_ratio_mean": torch.exp(logp - behaviour)[tokens].mean().item()
+                if tokens.any()
+                else float("nan"),
+            }
+    return aggregate(loss, mask, aggregation, horizon), real, real.sum().clamp(min=1).item(), metrics
 
 
 def asymre_loss(
@@ -102,18 +149,20 @@ def asymre_loss(
     aggregation: Aggregation = "token-mean",
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
+    shaping: PolicyShaping | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """AsymRE loss (to minimise): -(r - V) * log pi per token, aggregated.
 
     logp, mask, token_weights: [B, T]; advantages: [B] = r - V (see `asymre_advantages`). No importance
     ratio and no clipping: the paper's off-policy REINFORCE; the bias from sampling with mu is what V's
-    asymmetry controls. Metrics: the share of tokens with a positive advantage (`positive_token_frac`).
+    asymmetry controls. `shaping` replaces the loss of the rows it names, as in `clipped_policy_loss`.
+    Metrics: the share of tokens with a positive advantage (`positive_token_frac`), and shaping's.
     """
     adv = advantages.unsqueeze(-1).to(logp.dtype)
     loss = -adv * logp
-    value, real, n = _weighted(loss, mask, aggregation, horizon, token_weights)
+    value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
     with torch.no_grad():
-        metrics = {"positive_token_frac": ((adv > 0) & real).sum().item() / n}
+        metrics = {**shaped, "positive_token_frac": ((adv > 0) & real).sum().item() / n}
     return value, metrics
 
 

@@ -2,11 +2,13 @@
 
 Each step reads top to bottom as named, timed phases:
 
-    generate   G fresh answers per prompt from the vLLM engine (weights = current policy)
+    generate   G fresh answers per prompt from the vLLM engine (weights = current policy); `replay.plan` may put
+               stored prompts in place of drawn ones, with G - 1 answers each (ExGRPO)
     verify     the fresh answers are checked by the sandboxed verifier and rewarded
     replay     `replay.join`: RLEP's M pooled answers (reuse: M banked ones, for all-wrong groups) join their
-               prompt's group; refill puts a stored group in each flat group's place; replayed answers
-               without a verdict (RLEP's re-scored pool) are verified too
+               prompt's group; refill puts a stored group in each flat group's place; ExGRPO completes each
+               planned prompt's group with its stored answer of lowest entropy; replayed answers without a
+               verdict (RLEP's re-scored pool) are verified too
     advantage  group-relative advantages over each group's members (G + M for RLEP); AsymRE's r - V
     replay     `replay.mix`: the strategy stores what it keeps and returns the batch (FIFO: drawn from its
                buffer; prioritized: fresh + drawn by |advantage|)
@@ -65,6 +67,7 @@ from rlep.tasks.training.checkpoint import (
     save_checkpoint,
 )
 from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.logprobs import mean_completion_entropy
 from rlep.tasks.training.precision import record_precision
 from rlep.tasks.training.prompts import PromptSampler, fitting
 from rlep.tasks.training.scoring import score_rollouts
@@ -111,7 +114,10 @@ class Trainer:
             PolicySpec.of_run(config, weights, self.base_model)
         )  # policy, optimizer, KL reference
         self.replay = make_replay(
-            config.replay, seed=config.seed, problems={(p.data_source, p.id): p for p in self.problems}
+            config.replay,
+            seed=config.seed,
+            problems={(p.data_source, p.id): p for p in self.problems},
+            policy=self._mean_entropies,
         )
         self.sampler = PromptSampler(self.problems, seed=config.seed)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
@@ -155,7 +161,7 @@ class Trainer:
         """One training step; returns its metrics row."""
         config, timer, start = self.config, PhaseTimer(), time.perf_counter()
         with timer("generate"):
-            arrival = self.feed.take(step)
+            arrival = self.feed.take(step, self.replay.plan if config.mode == "sync" else None)  # ExGRPO's prompts
             fresh = self._groups(arrival)
         with timer("verify"):
             score_rollouts([r for g in fresh for r in g.rollouts], config)
@@ -193,6 +199,18 @@ class Trainer:
         self._write_rows(fresh, rollouts, step)
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)
 
+    def _mean_entropies(self, prompt: list[int], answers: list[list[int]]) -> list[float]:
+        """Each answer's mean token entropy under the current policy (ExGRPO's choice among stored answers). One
+        process's model: ExGRPO runs sync, and more than one training process needs async."""
+        return mean_completion_entropy(
+            self.backend.model,
+            prompt,
+            answers,
+            self.tokenizer.pad_token_id,
+            self.config.temperature,
+            self.config.micro_batch_size,
+        )
+
     def _share_cores(self) -> None:
         self.cores.adjust(generator_busy=self.engine.busy())
 
@@ -224,7 +242,8 @@ class Trainer:
                     behaviour_logprobs=list(c.logprobs),
                     finish_reason=c.finish_reason,
                     sample_index=i,
-                    sampling=sampling.model_dump(include={"n", "temperature", "top_p", "max_tokens", "seed"}),
+                    sampling=sampling.model_dump(include={"n", "temperature", "top_p", "max_tokens", "seed"})
+                    | {"n": len(group)},  # G, or G - 1 for a prompt ExGRPO replays
                 )
                 for i, c in enumerate(group)
             ]
