@@ -105,6 +105,7 @@ class FIFOReplayConfig(BaseModel):
     )
 
     batch_from_buffer: ClassVar[bool] = True
+    plans_prompts: ClassVar[bool] = False
 
     def batch_rollouts(self, n_fresh: int) -> int:
         """Rollouts trained per step: `batch_size`, or the fresh count / (1 - replay_ratio)."""

@@ -281,3 +281,14 @@ def test_a_design_acts_as_its_needs_declare(kind):
         assert joined_replay and all(r.advantage is None for r in joined_replay)
     if needs(config) == ReplayNeeds():
         assert not joined_replay and not trained_replay
+
+
+@pytest.mark.parametrize("kind", sorted(DESIGNS))
+def test_every_design_validates_in_a_training_config_with_its_defaults(kind):
+    # A class-level flag read by TrainConfig's checks was declared on the grouped designs only, and every FIFO
+    # configuration failed to load ('FIFOReplayConfig' object has no attribute 'plans_prompts').
+    from rlep.tasks.training.config import TrainConfig
+
+    sizes = {"fifo": {"batch_size": 256}}.get(kind, {})
+    pool = {"pool": "runs/collect"} if kind == "rlep" else {}
+    assert TrainConfig(replay={"kind": kind, **sizes, **pool}).replay.kind == kind
