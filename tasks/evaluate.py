@@ -21,7 +21,7 @@ from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from rlep.data.run_layout import EvalRunLayout
 from rlep.data.sources import ProblemSourceConfig, default_task, load_problems
-from rlep.tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, make_engine
+from rlep.tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, context_limit, make_engine
 from rlep.tasks.models import resolve_model
 from rlep.verifiers import VerifierConfig, verify_batch
 
@@ -188,4 +188,5 @@ def _fitting(problems: list[Problem], model: str, chat: Any, config: EvalConfig)
         max_model_len=config.engine.max_model_len,
         max_new_tokens=config.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
+        model_limit=context_limit(model, config.engine),
     )

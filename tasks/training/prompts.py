@@ -8,12 +8,14 @@ from typing import Any
 
 from rlep.data.problem import Problem, render_prompt
 from rlep.data.prompt_length import fitting_problems
+from rlep.tasks.engines import context_limit
 
 
-def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None) -> list[Problem]:
+def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None, model: Any = None) -> list[Problem]:
     """The problems whose prompts, rendered as the run renders them (`config`: a TrainConfig), leave
     `config.max_tokens` of room in the engine's context; the others refused in one line, or left out and counted
-    (`config.prompt_length`), before any engine starts."""
+    (`config.prompt_length`), before any engine starts. With the `model` directory, a `max_model_len` above what
+    the engine takes of it is refused in one line too."""
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
     return fitting_problems(
         problems,
@@ -22,6 +24,7 @@ def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = No
         max_model_len=config.engine.max_model_len,
         max_new_tokens=config.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
+        model_limit=context_limit(model, config.engine) if model is not None else None,
     )
 
 

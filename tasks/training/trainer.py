@@ -106,7 +106,7 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
         self.problems, self.eval_problems = (
-            fitting(load_problems(source), config, self.tokenizer, self.chat)
+            fitting(load_problems(source), config, self.tokenizer, self.chat, self.base_model)
             for source in (config.problems, config.eval_problems)
         )
         self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}

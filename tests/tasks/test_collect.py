@@ -420,6 +420,33 @@ def test_a_max_model_len_above_the_models_positions_is_one_line_before_anything_
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_train_and_eval_refuse_a_max_model_len_above_the_models_positions_in_one_line(command, fixture_model, tmp_path):
+    # The same refusal as collect's: before, both started vLLM and ended in its traceback.
+    out = tmp_path / "o"
+    proc = _cli(
+        [
+            command,
+            "--no-prefect",
+            "--model",
+            fixture_model,
+            "--max-model-len",
+            "512",
+            "--engine",
+            "vllm",
+            "--out",
+            str(out),
+        ]
+    )
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2, output
+    assert output.strip().splitlines() == [
+        f"rlep {command}: error: max_model_len 512 is above the model's limit of 256 tokens (max_position_embeddings "
+        "in its config.json): set the engine's max_model_len to 256 or less"
+    ]
+    assert not out.exists()
+
+
 def test_rows_left_out_are_counted_on_the_terminal_and_in_the_manifest(fixture_model, tmp_path):
     # Before, the counts reached only rlep.log: the terminal said fewer answers than asked for, without why.
     rows = [
