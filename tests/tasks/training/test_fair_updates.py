@@ -9,12 +9,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from rlep.data.problem import Problem
 from rlep.data.rollout import Group, Rollout
 from rlep.tasks.replay import make_replay
 from rlep.tasks.replay.config import (
+    ExGRPOReplayConfig,
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
+    RefillReplayConfig,
+    ReuseReplayConfig,
     RLEPReplayConfig,
 )
 from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
@@ -47,10 +51,13 @@ def _rollout(pid, version, sample, reward, gen, origin="fresh"):
     )
 
 
-def _fresh(step, gen):
+def _fresh(step, gen, planned=None):
+    """The step's fresh groups: G answers to each of p0..p7, or as a design's `plan` asks (ExGRPO: G - 1 for the
+    prompts it replays)."""
+    planned = planned or [(Problem(f"p{i}", f"Q p{i}", "1", "d"), G) for i in range(PROMPTS)]
     return [
-        Group(f"p{i}", [_rollout(f"p{i}", step - 1, j, float((i + j) % 2), gen) for j in range(G)])
-        for i in range(PROMPTS)
+        Group(p.id, [_rollout(p.id, step - 1, j, float((int(p.id[1:]) + j) % 2), gen) for j in range(n)])
+        for p, n in planned
     ]
 
 
@@ -64,8 +71,12 @@ def _strategy(kind):
             "none": NoReplayConfig(),
             "fifo": FIFOReplayConfig(batch_size=PROMPTS * G, buffer_size=256),
             "prioritized": PrioritizedReplayConfig(replay_fraction=0.5),
+            "reuse": ReuseReplayConfig(when="always"),
+            "refill": RefillReplayConfig(),
+            "exgrpo": ExGRPOReplayConfig(start_accuracy=0),
         }[kind],
         seed=0,
+        policy=lambda prompt, answers: [float(len(a)) for a in answers],
     )
 
 
@@ -75,7 +86,7 @@ def _count_steps(optimizer):
     return calls
 
 
-@pytest.mark.parametrize("kind", ["none", "rlep", "fifo", "prioritized"])
+@pytest.mark.parametrize("kind", ["none", "rlep", "fifo", "prioritized", "reuse", "refill", "exgrpo"])
 def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
     # The same settings (8 prompts x 4 answers a step, 2 prompts per mini-batch, 2 epochs) for every design:
     # whatever replay adds, each step makes 2 x 8 / 2 = 8 optimizer updates, and the rows replay adds ride
@@ -86,6 +97,9 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
         "rlep": {"kind": "rlep", "pool": "x"},
         "prioritized": {"kind": "prioritized"},
         "fifo": {"kind": "fifo", "batch_size": PROMPTS * G},
+        "reuse": {"kind": "reuse"},
+        "refill": {"kind": "refill"},
+        "exgrpo": {"kind": "exgrpo"},
     }[kind]
     config = TrainConfig.model_validate({**settings, "replay": replay})
     assert config.updates_per_epoch() == 4
@@ -96,7 +110,8 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
     strategy, gen = _strategy(kind), torch.Generator().manual_seed(0)
     sizes = []
     for step in (1, 2, 3):
-        groups = strategy.join(_fresh(step, gen), step)
+        prompts = [Problem(f"p{i}", f"Q p{i}", "1", "d") for i in range(PROMPTS)]
+        groups = strategy.join(_fresh(step, gen, strategy.plan(prompts, step, G)), step)
         fill_advantages(groups, LossConfig())
         rollouts = strategy.mix(groups, step)
         sizes.append(len(rollouts))
@@ -116,6 +131,8 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
         )
         assert len(calls) - before == metrics["optimizer_updates"] == 8
         assert metrics["tokens_trained"] == 2 * int(batch.mask.sum())  # every token, once per epoch
+    if kind == "exgrpo":  # replayed prompts in place of drawn ones: the batch keeps its size, and replays
+        assert sizes == [PROMPTS * G] * 3 and strategy.stats()["buffer_utilisation"] > 0
     if kind in ("rlep", "prioritized"):
         assert max(sizes) > PROMPTS * G  # replay did add rows, and still no extra update
 
