@@ -1,4 +1,5 @@
-"""Prefect flow `train`: GRPO with experience replay (none | rlep | fifo | prioritized | reuse | refill) on one policy.
+"""Prefect flow `train`: GRPO with experience replay (none | rlep | fifo | prioritized | reuse | refill |
+exgrpo) on one policy.
 
 The loop lives in `tasks.training.trainer` (it holds an engine and a torch model, which do not travel
 between tasks); this flow runs it as one task, mirrors its progress into Prefect artifacts (a progress
