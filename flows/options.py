@@ -271,6 +271,7 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
         data, defaults = adapter.dump_python(default), adapter.dump_python(default, mode="json")
     except ValidationError:  # a model with required fields: nothing to start from
         data, defaults = {}, {}
+    _drop_replaced_mappings(model, data, user)
     origin = f"{config_file}: " if config_file else ""
     try:
         config = adapter.validate_python(merge_settings(data, user))
@@ -280,6 +281,21 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config
+
+
+def _drop_replaced_mappings(model: Any, data: dict[str, Any], user: dict[str, Any]) -> None:
+    """Remove from the defaults `data` every mapping of free names (a `dict[str, ...]` field, such as a study's
+    `arms`) that `user` gives: the user's mapping replaces the default one whole, where a section (a model)
+    merges key by key. Otherwise a study listing its arms would also run the default arms it left out."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return
+    for name, field in model.model_fields.items():
+        if name not in user or not isinstance(data.get(name), dict):
+            continue
+        if get_origin(field.annotation) is dict:
+            data.pop(name)
+        elif isinstance(user[name], dict):
+            _drop_replaced_mappings(field.annotation, data[name], user[name])
 
 
 def dump_yaml(config: BaseModel) -> str:

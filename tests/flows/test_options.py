@@ -288,3 +288,16 @@ def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     before["eval_problems"] |= {"layout": "auto", "problem_column": None, "invalid_rows": "error", "subset": None}
     path.write_text(json.dumps(before))
     assert build_config(TrainConfig, path) == file_run
+
+
+def test_a_mapping_of_names_given_replaces_the_defaults_one_whole(tmp_path):
+    # A study that lists its arms runs those arms: its `arms` merged key by key into the default
+    # {baseline, rlep} ran an rlep arm (exploration and collection included) nobody asked for.
+    from rlep.tasks.study.config import StudyConfig
+
+    path = tmp_path / "study.yaml"
+    path.write_text("arms: {baseline: {replay: {kind: none}}, reuse: {replay: {kind: reuse}}}\ntrain: {steps: 3}\n")
+    config = build_config(StudyConfig, path)
+    assert list(config.arms) == ["baseline", "reuse"]
+    assert config.train.steps == 3 and config.train.prompts_per_step == StudyConfig().train.prompts_per_step
+    assert list(build_config(StudyConfig).arms) == ["baseline", "rlep"]  # not given: the default arms
