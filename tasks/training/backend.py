@@ -26,6 +26,7 @@ from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import named_out_of_memory
 from rlep.tasks.training.config import OptimizerConfig
+from rlep.tasks.training.fsdp import autocast_bf16
 from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 from rlep.tasks.training.update import policy_update
 
@@ -108,11 +109,6 @@ def load_reference(path: str | None, device: torch.device) -> torch.nn.Module | 
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     return model.requires_grad_(False).eval()
-
-
-def autocast_bf16(model: torch.nn.Module, device: torch.device) -> None:
-    """Run `model`'s forward (and so its backward) under bf16 autocast; the weights stay float32."""
-    model.forward = torch.autocast(device_type=device.type, dtype=torch.bfloat16)(model.forward)
 
 
 def build_optimizer(params, config: OptimizerConfig):

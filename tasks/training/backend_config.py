@@ -6,7 +6,7 @@ themselves are in tasks/training/backend.py and tasks/training/distributed.py (d
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,8 +35,9 @@ class BackendConfig(BaseModel):
     )
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
-        description="`bf16`: forward and backward in bfloat16 with float32 master weights and optimizer state (FSDP2's "
-        "MixedPrecisionPolicy; autocast otherwise). Log-probs of the ratio move by up to ~6e-3 (docs/distributed.md). "
+        description="`bf16`: forward and backward under bfloat16 autocast over float32 master weights, with float32 "
+        "gradient reductions and optimizer state: one mechanism for one process, DDP and FSDP2. Log-probs of the "
+        "ratio move by up to ~6e-3 (docs/distributed.md). "
         "`auto`: bf16 where the update's device computes it natively (a GPU with native bf16; a CPU with AVX512-BF16 "
         "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "
         "logged and recorded in OUT/resolved_settings.json (tasks/training/precision.py).",
@@ -56,7 +57,11 @@ class BackendConfig(BaseModel):
         None, description="launcher ray: cluster address (`auto`, `ray://host:10001`); none: start a local Ray."
     )
     cpus_per_rank: float = Field(1.0, gt=0, le=1024, description="launcher ray: CPUs of each rank (its threads too).")
-    gpus_per_rank: float = Field(0.0, ge=0, le=64, description="launcher ray: GPUs of each rank (1 on GPU nodes).")
+    gpus_per_rank: Literal["auto"] | Annotated[float, Field(ge=0, le=64)] = Field(
+        "auto",
+        description="launcher ray: GPUs of each rank. `auto`: 1 when the Ray cluster reports GPUs, else 0 (CPU ranks, "
+        "gloo). A number above 0 on a cluster without GPUs is refused when the run starts.",
+    )
     ray_placement_timeout: float = Field(
         120.0, ge=1, le=86_400, description="launcher ray: seconds to wait for the cluster to place every rank."
     )

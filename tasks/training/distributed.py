@@ -34,7 +34,6 @@ import torch.distributed as dist
 
 from rlep.tasks.training.backend import (
     PolicySpec,
-    autocast_bf16,
     build_optimizer,
     load_policy,
     load_reference,
@@ -46,6 +45,7 @@ from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import GROUP as _GROUP
 from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, collective
+from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.update import policy_update
 
@@ -163,25 +163,6 @@ class Sharding:
         return all_reduce_sum(values)
 
 
-def _fsdp2(model: torch.nn.Module, precision: str) -> None:
-    """Shard each decoder layer, then the root (embeddings, final norm, head) over all ranks, in place."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    policy = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if precision == "bf16"
-        else MixedPrecisionPolicy()
-    )
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise DistributedError(
-            f"fsdp2: {type(model).__name__} has no .model.layers to shard (a decoder-only HF model is needed)"
-        )
-    for layer in layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
-
-
 class DistributedBackend:
     """One rank's part of the policy: a full copy under DDP, a shard under FSDP2; its optimizer holds the same."""
 
@@ -194,13 +175,13 @@ class DistributedBackend:
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
         self.module = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
+        if spec.backend.precision == "bf16":  # one bf16 meaning for every strategy (tasks/training/fsdp.py)
+            autocast_bf16(self.module, self.device)
         if spec.backend.strategy == "ddp":
-            if spec.backend.precision == "bf16":
-                autocast_bf16(self.module, self.device)
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=ids)
         else:
-            _fsdp2(self.module, spec.backend.precision)
+            shard_fsdp2(self.module)
             self.model = self.module
         self.reference = load_reference(spec.reference, self.device)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)

@@ -1,0 +1,47 @@
+"""FSDP2 over a decoder-only HF model, and what `precision: bf16` means for every strategy.
+
+`fully_shard` goes on each decoder layer, then on the root (embeddings, final norm, head), so a rank holds
+1/N of every weight, gradient and AdamW moment, and gathers one layer's weights at a time for its forward and
+backward.
+
+One bf16 meaning (one process, DDP and FSDP2 alike): the forward, and so the backward, runs under bf16
+autocast over float32 master weights; gradients are float32, so are their reductions (DDP's all-reduce,
+FSDP2's reduce-scatter) and the AdamW state. FSDP2's own `MixedPrecisionPolicy(param_dtype=bfloat16)` was
+the alternative: it gathers bf16 weights (half the traffic) but then the embedding's output and so the whole
+residual stream are bf16, where autocast keeps them float32 and rounds only matmul inputs; on this CPU its
+updates drifted from one process's and DDP's by as much as bf16 drifts from float32 (2.5e-2 of the weight
+change after 12 AdamW steps, tests/tasks/training/test_distributed.py). Under one mechanism FSDP2 and DDP on
+the same ranks agree to float32 reduction noise. The price: FSDP2 all-gathers float32 weights, one layer at a
+time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlep.tasks.training.collectives import DistributedError
+
+
+def autocast_bf16(model: torch.nn.Module, device: torch.device) -> None:
+    """Run `model`'s forward (and so its backward) under bf16 autocast; the weights stay as they are."""
+    model.forward = torch.autocast(device_type=device.type, dtype=torch.bfloat16)(model.forward)
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        raise DistributedError(
+            f"fsdp2: {type(model).__name__} has no .model.layers to shard (a decoder-only HF model is needed)"
+        )
+    return layers
+
+
+def shard_fsdp2(model: torch.nn.Module) -> None:
+    """Shard each decoder layer, then the root over all ranks, in place; float32 gathers and reductions (the
+    weights' own dtype; bf16 compute comes from autocast, `autocast_bf16`)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
