@@ -20,7 +20,8 @@ from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
 from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
 from rlep.data.run_layout import EvalRunLayout
-from rlep.data.sources import ProblemSourceConfig, default_task, load_problems
+from rlep.data.source_config import ProblemSourceConfig, default_task
+from rlep.data.sources import load_problems
 from rlep.tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, context_limit, make_engine
 from rlep.tasks.models import resolve_model
 from rlep.verifiers import VerifierConfig, verify_batch

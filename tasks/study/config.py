@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlep.data.run_layout import StudyLayout
-from rlep.data.sources import ProblemSourceConfig
+from rlep.data.source_config import ProblemSourceConfig
 from rlep.tasks.collect import CollectConfig
 from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig

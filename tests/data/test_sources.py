@@ -5,14 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlep.data.sources import (
-    ProblemSourceConfig,
-    ProblemSourceError,
-    default_task,
-    load_problems,
-    problem_source,
-    write_problems,
-)
+from rlep.data.source_config import ProblemSourceConfig, default_task, problem_source
+from rlep.data.sources import ProblemSourceError, load_problems, write_problems
 
 
 def _load(source, **kwargs):
@@ -276,7 +270,7 @@ def test_the_cli_exposes_the_source_settings(tmp_path):
 
 
 def test_the_kind_of_source_is_read_from_source_and_each_kind_has_only_its_own_settings(tmp_path):
-    from rlep.data.sources import FileSource, HfSource, TinyMathSource
+    from rlep.data.source_config import FileSource, HfSource, TinyMathSource
 
     assert isinstance(problem_source(), TinyMathSource)
     assert isinstance(problem_source(source="hf:openai/gsm8k", subset="main"), HfSource)
