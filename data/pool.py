@@ -1,6 +1,6 @@
 """The experience pool's one home: building it from a collection run, the versioned pool store, resolving
 what path names a pool, and the one schema-checked reader training uses (export / import in RLEP's layout:
-data.rlep_format).
+data.rlep_format / data.rlep_import).
 
 Building (RLEP, arXiv 2507.07451, section 4.2): of many samples per problem (64 at temperature 0.7, top-p
 0.95 in the paper) keep the verified-correct ones, and keep a problem only when it has at least two valid

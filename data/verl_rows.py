@@ -2,7 +2,7 @@
 
 A pool problem is a row of such a file when its id is the row's `extra_info.index` (as text) and their
 problem texts do not disagree, or else when their problem texts are equal (whitespace collapsed). The
-same rule matches an imported row to a training problem (data.rlep_format). A row keeps its own columns
+same rule matches an imported row to a training problem (data.rlep_import). A row keeps its own columns
 and types; `with_candidates` gives its schema the `reward_model.candidates` list RLEP reads.
 """
 

@@ -9,7 +9,8 @@ from conftest import judged_row
 
 from rlep.data.pool import build_pool
 from rlep.data.problem import Problem
-from rlep.data.rlep_format import IMPORT_DEFAULTS, RLEP_SCHEMA, export_pool, import_pool
+from rlep.data.rlep_format import RLEP_SCHEMA, export_pool
+from rlep.data.rlep_import import IMPORT_DEFAULTS, import_pool
 from rlep.data.store import ExperienceStore, StoreError
 from rlep.data.trajectory import TRAJECTORY_SCHEMA, trajectory_row
 
