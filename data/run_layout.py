@@ -6,7 +6,8 @@ A training run directory (`rlep train --out OUT`):
     OUT/metrics.parquet          one row per step (data.metrics columns)
     OUT/eval.parquet             held-out evaluation rows, appended every `eval_every` steps
     OUT/fresh/part-NNNNN.parquet every answer sampled at step N and every replayed answer it trained on
-    OUT/checkpoints/step-N/      HF weights + tokenizer + trainer state (complete or absent)
+    OUT/checkpoints/step-N/      HF weights + tokenizer + trainer state (complete or absent); under torch.distributed
+                                 also sharded/, each rank's shards of weights and optimizer
     OUT/learning_curve.png       held-out accuracy and training reward against step
     OUT/tensorboard/, mlflow.db  the same metrics for a tracker, with `tracker` tensorboard or mlflow
 

@@ -28,6 +28,7 @@ from rlep.tasks.training.collectives import named_out_of_memory
 from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.fsdp import autocast_bf16
 from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
+from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded
 from rlep.tasks.training.update import policy_update
 
 
@@ -67,6 +68,7 @@ class TrainingBackend(Protocol):
     def full_state_dict(self) -> dict[str, torch.Tensor]: ...
     def save_pretrained(self, directory, **kwargs: Any) -> None: ...
     def training_state(self) -> dict[str, Any]: ...
+    def save_state(self, directory) -> None: ...  # within a checkpoint being written: the backend's own files
     def load_training_state(self, state: dict[str, Any]) -> None: ...
     def rng_state(self) -> dict[str, Any]: ...
     def load_rng_state(self, state: dict[str, Any]) -> None: ...
@@ -180,7 +182,14 @@ class LocalBackend:
     def training_state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
+    def save_state(self, directory) -> None:
+        """Nothing: one process's optimizer travels whole in trainer_state.pt (`training_state`)."""
+
     def load_training_state(self, state: dict[str, Any]) -> None:
+        if state.get("format") == SHARDED_FORMAT:  # a torch.distributed run's shards, read at world size 1
+            load_sharded(state["sharded"], self.model, self.optimizer)
+            self.scheduler.load_state_dict(state["scheduler"])
+            return
         if "world_size" in state:  # a torch.distributed run's: its optimizer state is keyed by parameter name
             raise CheckpointError(
                 f"this checkpoint was written by {state['world_size']} training processes "

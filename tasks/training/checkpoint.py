@@ -1,5 +1,6 @@
 """Checkpoints: HF-format weights + tokenizer (loadable by transformers and vLLM) and the trainer state
-(optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly.
+(optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly; a torch.distributed
+run's weights and optimizer are each rank's shards besides (tasks/training/sharded_checkpoint.py).
 
 `OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed
 (data.fs.atomic_dir)."""
@@ -14,6 +15,7 @@ import torch
 
 from rlep.data.fs import atomic_dir
 from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.training.sharded_checkpoint import SHARDED_DIR, SHARDED_FORMAT
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 
@@ -33,6 +35,8 @@ def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any
     try:
         with atomic_dir(final) as tmp:  # replaces a step a resumed run re-reaches after the kill
             model.save_pretrained(tmp, safe_serialization=True)
+            if hasattr(model, "save_state"):  # a backend's own files: a distributed one's shards (DCP)
+                model.save_state(tmp)
             tokenizer.save_pretrained(tmp)
             torch.save(state, tmp / TRAINER_STATE_FILE)
     except OSError as err:  # full disk, no permission: the partial directory is already gone
@@ -59,4 +63,7 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     # Our own file: it holds python objects (replay buffer rollouts, RNG states), so not weights-only. Loaded
     # on the CPU: optimizer state saved on a GPU follows its parameters when loaded into the optimizer, so a run
     # resumes on another device (or GPU layout) too.
-    return torch.load(Path(checkpoint) / TRAINER_STATE_FILE, weights_only=False, map_location="cpu")
+    state = torch.load(Path(checkpoint) / TRAINER_STATE_FILE, weights_only=False, map_location="cpu")
+    if state.get("format") == SHARDED_FORMAT:  # the weights and optimizer are in the checkpoint's shards
+        state["sharded"] = str(Path(checkpoint) / SHARDED_DIR)
+    return state

@@ -47,6 +47,7 @@ from rlep.tasks.training.collectives import GROUP as _GROUP
 from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
 from rlep.tasks.training.precision import PrecisionChoice
+from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
 from rlep.tasks.training.update import policy_update
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
@@ -243,40 +244,44 @@ class DistributedBackend:
         self.module.save_pretrained(directory, state_dict=state, **kwargs)
 
     def training_state(self) -> dict[str, Any]:
-        """Optimizer (full, under parameter names: loads at any world size) and scheduler, on rank 0."""
-        if self.rank == 0:
-            _send("training_state")
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        with collective("gathering the optimizer state"):
-            optimizer = get_optimizer_state_dict(
-                self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
+        """What rank 0 keeps in trainer_state.pt: the scheduler and how the run was sharded. The weights and the
+        optimizer are each rank's shards, written by `save_state` (tasks/training/sharded_checkpoint.py)."""
         return {
-            "optimizer": optimizer,
+            "format": SHARDED_FORMAT,
             "scheduler": self.scheduler.state_dict(),
             "world_size": self.world_size,
             "strategy": self.spec.backend.strategy,
         }
 
-    def load_training_state(self, state: dict[str, Any] | None) -> None:
+    def save_state(self, directory) -> None:
+        """Every rank writes its shards of the float32 weights and the optimizer under `directory` (DCP)."""
         if self.rank == 0:
-            if not isinstance(next(iter(state["optimizer"]["state"]), ""), str):
+            _send("save_state", str(directory))
+        with collective("writing the sharded checkpoint"):
+            save_sharded(directory, self.model, self.optimizer)
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        """Weights and optimizer from a sharded checkpoint (any world size: DCP reshards), or the optimizer from
+        an older checkpoint's full state on rank 0."""
+        if self.rank == 0:
+            if state.get("format") != SHARDED_FORMAT and not isinstance(
+                next(iter(state["optimizer"]["state"]), ""), str
+            ):
                 raise CheckpointError(
                     "this checkpoint was written by one training process (optimizer state indexed "
                     "by position); resume it with --nproc 1"
                 )
-            _send("load_training_state", {"scheduler": state["scheduler"]})
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            _send("load_training_state", {k: v for k, v in state.items() if k != "optimizer"})
+        if state.get("format") == SHARDED_FORMAT:
+            with collective("loading the sharded checkpoint"):
+                load_sharded(state["sharded"], self.model, self.optimizer)
+        else:  # written before sharded checkpoints: the full optimizer state, keyed by parameter name
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        optimizer = state["optimizer"] if self.rank == 0 else {}
-        with collective("loading the optimizer state"):
-            set_optimizer_state_dict(
-                self.model,
-                self.optimizer,
-                optimizer,
-                options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
-            )
+            with collective("loading the optimizer state"):
+                options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+                optimizer = state["optimizer"] if self.rank == 0 else {}
+                set_optimizer_state_dict(self.model, self.optimizer, optimizer, options=options)
         self.scheduler.load_state_dict(state["scheduler"])
 
     def rng_state(self) -> dict[str, Any]:
@@ -335,7 +340,7 @@ class DistributedBackend:
         handlers = {
             "update": self._follow_update,
             "full_state_dict": self.full_state_dict,
-            "training_state": self.training_state,
+            "save_state": self.save_state,
             "load_training_state": self.load_training_state,
             "rng_state": self.rng_state,
             "load_rng_state": self.load_rng_state,

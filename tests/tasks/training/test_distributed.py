@@ -131,24 +131,27 @@ def _equal_steps(strategy, aggregations):
     return results
 
 
-def _save_and_resume(strategy, directory):
+def _save_and_resume(strategy, out):
+    """Train, write checkpoint step-1 as the trainer does (HF export, each rank's shards, trainer_state.pt),
+    train on ("straight"); then a fresh policy resumed from the checkpoint trains on the same batch."""
+    from rlep.tasks.training.checkpoint import load_trainer_state, save_checkpoint
     from rlep.tasks.training.distributed import DistributedBackend
 
     first = DistributedBackend.lead(_spec(strategy))
     _update(first, "token-mean", seed=0)
-    first.save_pretrained(directory)
-    state = copy.deepcopy({"training": first.training_state(), "rng": first.rng_state()})
+    saved = save_checkpoint(Path(out), 1, first, _NoTokenizer(), {**first.training_state(), "rng": first.rng_state()})
     _update(first, "token-mean", seed=1)
     straight = copy.deepcopy(first.full_state_dict())
     first.close()
 
-    resumed = DistributedBackend.lead(_spec(strategy, weights=str(directory)))
-    resumed.load_training_state(state["training"])
+    state = load_trainer_state(saved)
+    resumed = DistributedBackend.lead(_spec(strategy, weights=str(saved)))
+    resumed.load_training_state(state)
     resumed.load_rng_state(state["rng"])
     _update(resumed, "token-mean", seed=1)
     again = resumed.full_state_dict()
     resumed.close()
-    return {"straight": straight, "resumed": again, "lr": resumed.lr()}
+    return {"straight": straight, "resumed": again, "lr": resumed.lr(), "checkpoint": str(saved)}
 
 
 def _killed_rank(directory):
@@ -231,13 +234,39 @@ def test_one_distributed_step_equals_the_one_process_step(strategy, tmp_path):
 
 
 def test_save_and_resume_are_bit_exact(tmp_path):
-    results = _spawn(_save_and_resume, "fsdp2", tmp_path / "checkpoint", tmp_path=tmp_path)
+    results = _spawn(_save_and_resume, "fsdp2", tmp_path / "run", tmp_path=tmp_path)
     for name, value in results["straight"].items():
         assert torch.equal(results["resumed"][name], value), name
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint")  # a plain HF model, for eval and collect
+    loaded = AutoModelForCausalLM.from_pretrained(results["checkpoint"])  # a plain HF model, for eval and collect
     assert sum(p.numel() for p in loaded.parameters()) == sum(
         p.numel() for p in AutoModelForCausalLM.from_config(TINY).parameters()
     )
+
+
+def test_a_sharded_checkpoint_holds_each_ranks_shards_and_resumes_in_one_process(tmp_path):
+    """Under FSDP2 each of 2 ranks writes its own half of the weights and AdamW moments (DCP; nothing gathered,
+    trainer_state.pt holds no optimizer), and one process goes on from those shards (DCP reshards 2 -> 1): the
+    same update as the 2 ranks' to float32 reduction noise, from the float32 masters."""
+    from rlep.tasks.training.checkpoint import TRAINER_STATE_FILE, load_trainer_state
+    from rlep.tasks.training.sharded_checkpoint import SHARDED_DIR
+
+    results = _spawn(_save_and_resume, "fsdp2", tmp_path / "run", tmp_path=tmp_path)
+    checkpoint = Path(results["checkpoint"])
+    shards = sorted((checkpoint / SHARDED_DIR).glob("*.distcp"))
+    sizes = [p.stat().st_size for p in shards]
+    full = 3 * 4 * sum(v.numel() for k, v in TINY_INIT.items() if k != "lm_head.weight")  # weights + 2 moments
+    # each rank about half (DCP adds per-tensor records and writes the tied head under its own name too)
+    assert len(shards) == 2 and all(0.4 < size / sum(sizes) < 0.6 and size < 0.75 * full for size in sizes), sizes
+    assert (checkpoint / TRAINER_STATE_FILE).stat().st_size < full / 10  # no optimizer in rank 0's file
+    state = load_trainer_state(checkpoint)
+    assert "optimizer" not in state and state["world_size"] == 2
+
+    one = LocalBackend(PolicySpec(str(checkpoint), OptimizerConfig(lr=LR), BackendConfig(precision="fp32")))
+    one.load_training_state(state)
+    _update(one, "token-mean", seed=1)
+    assert one.lr() == pytest.approx(results["lr"])
+    for name, value in results["straight"].items():
+        assert torch.allclose(one.full_state_dict()[name], value, atol=1e-5, rtol=0), name
 
 
 def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
@@ -330,7 +359,7 @@ def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
 @pytest.mark.slow
 def test_ranks_as_ray_actors_then_resumed_at_another_world_size(fixture_model, tmp_path):
     """`--launcher ray`: 2 ranks as actors of a local Ray form the process group and train; the run then resumes
-    under torchrun on 3 ranks (full state dicts do not depend on the sharding), its weights going on from the
+    under torchrun on 3 ranks (DCP reshards the checkpoint's shards), its weights going on from the
     checkpoint's."""
     import json
 
