@@ -19,7 +19,7 @@ export TOKENIZERS_PARALLELISM := false
 # Prefect's ephemeral server gets 20 s to start by default; on 2 loaded cores that is not always enough.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: setup lock browser demo demo-real test lint bench ui clean-venv
+.PHONY: setup lock browser demo demo-real test lint bench gpu-wheels ui clean-venv
 
 setup: $(STAMP)
 
@@ -94,6 +94,18 @@ ui: setup
 bench: setup
 	$(BIN)/rlep bench generate
 	$(BIN)/rlep bench verify
+
+# The wheels a lent GPU machine lacks for `rlep bench gpu` (pydantic, math-verify, ...: tasks/bench/gpu_wheels.py),
+# for Python 3.12 on x86_64 Linux at the versions of constraints/gpu.txt (else cpu.txt), into an ignored folder that
+# the device call carries (docs/gpu.md, "The GPU acceptance check"); checked complete and well under its 64 MiB.
+GPU_WHEELS ?= build/gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+gpu-wheels: setup
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(BIN)/python -m pip download --no-deps --only-binary=:all: --python-version $(GPU_PYTHON_VERSION) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d $(GPU_WHEELS) $$($(BIN)/python -m rlep.tasks.bench.gpu_wheels pins)
+	$(BIN)/python -m rlep.tasks.bench.gpu_wheels check $(GPU_WHEELS)
 
 clean-venv:
 	rm -rf $(VENV)

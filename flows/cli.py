@@ -20,6 +20,7 @@ from rlep.flows.commands import (
     _cmd_bench_async,
     _cmd_bench_fanout,
     _cmd_bench_generate,
+    _cmd_bench_gpu,
     _cmd_bench_train,
     _cmd_bench_update,
     _cmd_bench_verify,
@@ -296,6 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
     from rlep.tasks.bench.update import arguments as add_update_bench_arguments
 
     add_update_bench_arguments(p)
+    p = bench_sub.add_parser(
+        "gpu",
+        help="The GPU acceptance check in under 10 minutes: FSDP2 on NCCL with checkpoint and resume, the training "
+        "loop on the GPU, update tokens/s and MFU of Qwen2.5-0.5B/1.5B shapes; --device cpu: the same, small "
+        "(docs/gpu.md).",
+    )
+    p.set_defaults(handler=_cmd_bench_gpu)
+    from rlep.tasks.bench.gpu import arguments as add_gpu_check_arguments
+
+    add_gpu_check_arguments(p)
 
     p = sub.add_parser(
         "study",

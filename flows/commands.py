@@ -465,6 +465,12 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.gpu import check, config_from
+
+    return check(config_from(args))
+
+
 def _cmd_bench_train(args: argparse.Namespace) -> int:
     from rlep.tasks.bench.train import run_train_bench
     from rlep.tasks.collect import preflight, release_lock
