@@ -4,15 +4,17 @@ A world of one rank is the smallest run that goes through everything a multi-GPU
 group on NCCL (gloo on the CPU), `fully_shard` over one rank, the update's collectives with their tensors on
 the rank's GPU (the metric sums: NCCL refuses CPU tensors, the bug tasks/training/collectives.py fixed), the
 weight-sync source (the streamed `named_weights` where the backend has it, else `full_state_dict`), the
-checkpoint's save (gathered weights, full optimizer state, random streams) and a resume from it. NCCL refuses
-two ranks on one GPU, so this is also the most one GPU can run.
+checkpoint's save (`save_checkpoint`: the gathered HF export and, where the backend writes them, each rank's
+DCP shards of weights and optimizer; the random streams) and a resume from it, both as the trainer does them.
+NCCL refuses two ranks on one GPU, so this is also the most one GPU can run.
 
 Steps: build a tiny random Qwen2 (tasks/bench/update.py's `tiny` shape) as `DistributedBackend.lead` does;
 3 updates on synthetic rollouts (2 mini-batches each, so the old-log-prob pass runs too); the weight-sync
 stream, compared tensor for tensor with the gathered state dict; `save_checkpoint`; one more update (the
 straight run); a new backend from the checkpoint with its optimizer and random streams loaded, the same update
 (the resumed run). Asserts: every loss and gradient norm finite, the weights moved, the streamed weights equal
-the gathered ones, the checkpoint's weights load exactly and the resumed update lands where the straight one did.
+the gathered ones, the resumed backend holds exactly the saved weights and its update lands where the straight
+one did.
 
 Run by `rlep bench gpu` through torchrun (`--request FILE`); the result is JSON in the request's `result` path.
 """
@@ -139,12 +141,14 @@ def scenario(work: Path) -> dict[str, Any]:
     backend.close()
 
     began = time.perf_counter()
-    resumed = DistributedBackend.lead(replace(spec, weights=str(checkpoint)))
-    loaded = copy.deepcopy(resumed.full_state_dict())
+    resumed = DistributedBackend.lead(replace(spec, weights=str(checkpoint)))  # as a resumed run builds it
     saved = load_trainer_state(checkpoint)
-    resumed.load_training_state(saved)
+    resumed.load_training_state(saved)  # sharded checkpoints (DCP): the weights and optimizer from the shards
     resumed.load_rng_state(saved["rng"])
+    loaded = copy.deepcopy(resumed.full_state_dict())
     facts["checkpoint"]["load_seconds"] = time.perf_counter() - began
+    facts["checkpoint"]["format"] = saved.get("format", "full")
+    facts["checkpoint"]["files"] = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file())
     facts["checkpoint"]["loaded_max_abs_diff"] = _max_diff(loaded, gathered)
     _update(resumed, STEPS, hf.vocab_size)
     facts["checkpoint"]["resumed_step_max_abs_diff"] = _max_diff(resumed.full_state_dict(), straight)
