@@ -103,13 +103,15 @@ def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_
     return model.eval()
 
 
-def load_reference(path: str | None, device: torch.device) -> torch.nn.Module | None:
-    """The frozen reference of the KL term (a full copy on every rank: it only runs forward)."""
+def load_reference(path: str | None, device: torch.device, precision: str = "fp32") -> torch.nn.Module | None:
+    """The frozen reference of the KL term in the compute dtype (bf16 under `precision` bf16: it only runs
+    forward, so no float32 master copy is needed). A distributed backend shards it like the policy."""
     if path is None:
         return None
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     return model.requires_grad_(False).eval()
 
 
@@ -162,7 +164,7 @@ class LocalBackend:
         self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
         if spec.backend.precision == "bf16":
             autocast_bf16(self.model, self.device)
-        self.reference = load_reference(spec.reference, self.device)
+        self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
 
     def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:

@@ -184,7 +184,9 @@ class DistributedBackend:
         else:
             shard_fsdp2(self.module)
             self.model = self.module
-        self.reference = load_reference(spec.reference, self.device)
+        self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
+        if self.reference is not None and spec.backend.strategy == "fsdp2":  # 1/N of the reference per rank too
+            shard_fsdp2(self.reference)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
 
     @classmethod

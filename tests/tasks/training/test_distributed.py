@@ -8,6 +8,7 @@ import copy
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -453,3 +454,52 @@ def test_bf16_means_the_same_for_one_process_ddp_and_fsdp2(tmp_path):
     one_gap = ((_change(ddp["weights"]) - _change(one["weights"])).norm() / size).item()
     print(f"weight change: fsdp2 vs ddp {strategies_gap:.2e}, ddp vs one process {one_gap:.2e}")
     assert strategies_gap < 1e-3 and one_gap < 0.1
+
+
+# ---------------------------------------------------------------------- the KL reference (issue 35 item 3b)
+
+
+def _with_reference(reference):
+    """A KL step under FSDP2 in float32, then in bf16: metrics, weights and the reference's bytes on rank 0."""
+    from rlep.tasks.training.distributed import DistributedBackend
+
+    results = {}
+    for precision in ("fp32", "bf16"):
+        backend = DistributedBackend.lead(replace(_spec("fsdp2", precision=precision), reference=reference))
+        metrics = _update_kl(backend)
+        tensors = [p.to_local() if hasattr(p, "to_local") else p for p in backend.reference.parameters()]
+        tensors = list({t.data_ptr(): t for t in tensors}.values())  # the tied head shares the embedding's storage
+        results[precision] = {
+            "metrics": metrics,
+            "weights": copy.deepcopy(backend.full_state_dict()),
+            "reference_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "reference_dtypes": {t.dtype for t in tensors},
+        }
+        backend.close()
+    return results
+
+
+def _update_kl(backend):
+    return backend.update(_batch(), LossConfig(kl_coef=0.5), 1.0, generator=torch.Generator().manual_seed(7), **UPDATE)
+
+
+def test_the_kl_reference_is_sharded_like_the_policy_and_kept_in_the_compute_dtype(tmp_path):
+    """FSDP2 shards the reference over the ranks (half its bytes on rank 0) and keeps it in bf16 under bf16;
+    in float32 the KL step equals one process's (loss, KL, weights within 1e-5)."""
+    reference = tmp_path / "reference"
+    AutoModelForCausalLM.from_config(TINY).save_pretrained(reference)  # other weights than the policy's
+    results = _spawn(_with_reference, str(reference), tmp_path=tmp_path)
+    spec = PolicySpec(TINY, OptimizerConfig(lr=LR), BackendConfig(precision="fp32"), str(reference), init_seed=5)
+    one = LocalBackend(spec)
+    want = _update_kl(one)
+    full = sum(p.numel() for p in one.reference.parameters())
+    fp32, bf16 = results["fp32"], results["bf16"]
+    assert want["kl"] > 0 and fp32["metrics"]["kl"] == pytest.approx(want["kl"], abs=1e-5)
+    assert fp32["metrics"]["loss"] == pytest.approx(want["loss"], abs=1e-5)
+    for name, value in one.full_state_dict().items():
+        assert torch.allclose(fp32["weights"][name], value, atol=1e-5, rtol=0), name
+    # rank 0 holds 0.59 of the reference's float32 bytes (half of every decoder layer; the embedding and final
+    # norm of the root count whole here, not understood yet) against all of it before; bf16 halves that again
+    assert fp32["reference_bytes"] <= 0.6 * 4 * full
+    assert bf16["reference_dtypes"] == {torch.bfloat16} and bf16["reference_bytes"] * 2 == fp32["reference_bytes"]
+    assert bf16["metrics"]["kl"] == pytest.approx(want["kl"], rel=0.05)
