@@ -273,6 +273,12 @@ def check(config: GpuCheckConfig) -> int:
         import torch
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("rlep bench gpu: torch sees no GPU here; `--device cpu` runs the check on the CPU", file=sys.stderr)
+            return 2
     report = run_check(config)
     print(summary(report))
     print(f"report: {report['report']}")
