@@ -31,7 +31,8 @@ from rlep.data.problem import Problem
 from rlep.data.run_layout import CollectRunLayout
 from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import send_logs_to_prefect
-from rlep.tasks.collect import CollectConfig, finalize, generate_shard, run_collection, verify_shard
+from rlep.tasks.collect import finalize, generate_shard, run_collection, verify_shard
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
 from rlep.tasks.runner import RunnerConfig, limit_threads, worker_threads
 

@@ -11,8 +11,9 @@ and DIR/manifest.json, which also counts the rows of the source left out, per re
 `overlong_prompts: filter`). A killed run restarted with the same settings and run id skips finished shards
 (and reuses finished staging files), so nothing is generated twice and no row is written twice.
 
-Pool rule and defaults follow RLEP (arXiv 2507.07451): 64 samples per problem at temperature 0.7 there;
-8 here by default so a CPU collection takes minutes.
+Before any of it, `preflight` (tasks/collect_preflight.py) plans the shards and makes every check a user can
+fail; the settings are `CollectConfig` (tasks/collect_config.py). Pool rule and defaults follow RLEP (arXiv
+2507.07451): 64 samples per problem at temperature 0.7 there; 8 here by default so a CPU collection takes minutes.
 """
 
 from __future__ import annotations
@@ -22,237 +23,36 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from rlep.data.fs import process_alive, write_parquet_atomic, write_text_atomic
+from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import build_pool
-from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
-from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
-from rlep.data.run_layout import checkpoint_step
-from rlep.data.sources import ProblemSourceConfig, default_task, load_source
+from rlep.data.problem import Problem, render_prompt
+from rlep.data.prompting import chat_tokenizer
 from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
 from rlep.data.trajectory import rows_for_problem, to_table
-from rlep.tasks.engines import EngineConfig, SamplingConfig, context_limit
+from rlep.tasks.collect_config import CollectConfig
+from rlep.tasks.collect_lock import release_lock
+from rlep.tasks.collect_preflight import preflight
 from rlep.tasks.engines.cache import shared_engine
-from rlep.tasks.models import resolve_model
 from rlep.tasks.progress import progress_bar
-from rlep.verifiers import RewardConfig, VerifierConfig, rewards, verify_batch
+from rlep.verifiers import rewards, verify_batch
+
+# The collection's API: its settings and preflight (rlep collect checks before it starts the run elsewhere) are
+# importable from here too.
+__all__ = [
+    "CollectConfig",
+    "collection_cost",
+    "finalize",
+    "generate_shard",
+    "preflight",
+    "release_lock",
+    "run_collection",
+    "verify_shard",
+]
 
 TIMINGS_FILE = "timings.jsonl"
-SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with
-LOCK_FILE = "collect.lock"  # pid of the process collecting into the directory
-
-
-class CollectConfig(BaseModel):
-    """Collect verified answers into an experience pool (RLEP Phase I)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(
-        "tiny",
-        min_length=1,
-        description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's "
-        "tiny model.",
-    )
-    problems: ProblemSourceConfig = Field(
-        default_factory=lambda: default_task("train", limit=200), description="Problems to collect answers for."
-    )
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
-    samples_per_prompt: int = Field(8, ge=1, le=4096, description="Answers sampled per problem (RLEP: 64).")
-    temperature: float = Field(0.7, gt=0, le=10, description="Sampling temperature (RLEP: 0.7).")
-    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass.")
-    max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
-    seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
-    min_correct: int = Field(
-        2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2)."
-    )
-    prompt_length: PromptLengthConfig = Field(
-        default_factory=PromptLengthConfig,
-        description="Prompts with less than max_tokens of room in the engine's max_model_len.",
-    )
-    dedupe: bool = Field(
-        False,
-        description="Keep each distinct verified answer once per problem; off (RLEP's pool) keeps every verified "
-        "answer, repeats included, so M replayed answers are drawn from all of them.",
-    )
-    shard_size: int = Field(
-        64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume)."
-    )
-    out: Path = Field(Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json).")
-    run_id: str | None = Field(None, description="Run id stored in every row; default: the out directory's name.")
-    policy_version: int | None = Field(
-        None,
-        ge=0,
-        description="Training step of the model's weights; default: N for a `step-N` checkpoint directory, else 0.",
-    )
-    prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
-    chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
-    verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward from verdicts (stored per row).")
-
-    @model_validator(mode="after")
-    def _check(self) -> CollectConfig:
-        if self.min_correct > self.samples_per_prompt:
-            raise ValueError(
-                f"min_correct ({self.min_correct}) > samples_per_prompt ({self.samples_per_prompt}): no problem could "
-                f"enter the pool"
-            )
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain the `{problem}` placeholder")
-        return self
-
-    def resolved_run_id(self) -> str:
-        return self.run_id or Path(self.out).resolve().name
-
-    def resolved_policy_version(self) -> int:
-        if self.policy_version is not None:
-            return self.policy_version
-        step = checkpoint_step(self.model)
-        return 0 if step is None else step
-
-    def sampling(self, shard: int) -> SamplingConfig:
-        return SamplingConfig(
-            n=self.samples_per_prompt,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self.seed * 1_000_003 + shard,
-        )
-
-
-OVERLONG = "prompt too long"  # the reason counted for a problem left out by `overlong_prompts: filter`
-
-
-@dataclass(frozen=True)
-class CollectPlan:
-    """The problems of each shard, and the rows of the source left out of them, per reason."""
-
-    shards: list[list[Problem]]
-    # reason -> count: rows without a usable problem or answer (invalid_rows: skip; counted over the rows read,
-    # before `limit`) and problems whose prompt leaves no room for max_tokens (overlong_prompts: filter)
-    left_out: dict[str, int] = field(default_factory=dict)
-
-
-def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
-    """The problems of each shard, a pure function of the settings and the model's tokenizer (so a restart sees
-    the same shards): prompts too long for the engine's context are refused, or left out and counted."""
-    from transformers import AutoTokenizer
-
-    loaded = load_source(config.problems)
-    chat = chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here
-    prompts = [render_prompt(p, config.prompt_template, chat) for p in loaded.problems]
-    problems = fitting_problems(
-        loaded.problems,
-        prompts,
-        chat or AutoTokenizer.from_pretrained(str(model)),
-        max_model_len=config.engine.max_model_len,
-        max_new_tokens=config.max_tokens,
-        overlong=config.prompt_length.overlong_prompts,
-        model_limit=context_limit(model, config.engine),
-    )
-    left_out = dict(loaded.skipped)
-    if len(problems) < len(loaded.problems):
-        left_out[OVERLONG] = len(loaded.problems) - len(problems)
-    shards = [problems[i : i + config.shard_size] for i in range(0, len(problems), config.shard_size)]
-    return CollectPlan(shards, left_out)
-
-
-def preflight(config: CollectConfig) -> tuple[ExperienceStore, CollectPlan, str]:
-    """Every check a user can fail, before any work: problems readable and fitting the context, output
-    writable, model present, and a directory with finished shards holds the same collection (else its shards
-    would be reused)."""
-    model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
-    plan = plan_shards(config, model)
-    store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
-    take_lock(store.root)
-    try:
-        _check_same_collection(config, model, store)
-        _check_parts(store)
-    except BaseException:
-        release_lock(store.root)
-        raise
-    return store, plan, model
-
-
-def _check_parts(store: ExperienceStore) -> None:
-    """A finished part that does not open (cut short by a full disk or a copy) is named, not skipped as done."""
-    for path in store.shard_paths():
-        try:
-            pq.read_metadata(path)
-        except (OSError, pa.ArrowInvalid) as err:
-            raise StoreError(
-                f"{path}: unreadable Parquet part ({err}); delete it and run the same command again to collect that "
-                f"shard anew"
-            ) from None
-
-
-def take_lock(root: Path) -> Path:
-    """Claim DIR for this process: DIR/collect.lock holds its pid. Another live process's lock refuses
-    (two collections into one directory would write the same shards); a dead process's lock is taken over."""
-    path = Path(root) / LOCK_FILE
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = int(path.read_text(encoding="utf-8").strip() or 0)
-            except (OSError, ValueError):
-                holder = 0  # unreadable or cut short: its writer died mid-write
-            if holder == os.getpid():
-                return path
-            if holder and process_alive(holder):
-                raise StoreError(
-                    f"{root} is being collected into by process {holder} (lock {path}); wait for it to finish, "
-                    "or use another --out"
-                ) from None
-            path.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(str(os.getpid()))
-        return path
-
-
-def release_lock(root: Path) -> None:
-    """Drop DIR/collect.lock if this process holds it."""
-    path = Path(root) / LOCK_FILE
-    try:
-        if int(path.read_text(encoding="utf-8").strip()) == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
-
-
-def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
-    """The settings that decide what the shards contain (not where they go or how the pool is cut)."""
-    settings = config.model_dump(mode="json", exclude={"out", "min_correct", "dedupe"})
-    return {
-        **settings,
-        "model": str(Path(model).resolve()) if Path(model).exists() else model,
-        "run_id": config.resolved_run_id(),
-        "policy_version": config.resolved_policy_version(),
-    }
-
-
-def _check_same_collection(config: CollectConfig, model: str, store: ExperienceStore) -> None:
-    path = store.root / SETTINGS_FILE
-    settings = _content_settings(config, model)
-    if store.completed_shards() or any((store.root / ".staging").glob("*.parquet")):
-        saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-        if saved != settings:
-            changed = sorted(k for k in settings if saved.get(k) != settings[k]) if saved else ["(no record)"]
-            raise StoreError(
-                f"{store.root} holds shards of a different collection (changed: {', '.join(changed)}); "
-                "resuming would mix them. Use a new --out, or delete the directory to start over."
-            )
-        return
-    write_text_atomic(path, json.dumps(settings, indent=2, sort_keys=True))
 
 
 def _staging_path(store: ExperienceStore, shard: int) -> Path:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
-from rlep.tasks.collect import CollectConfig
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import Run
 from rlep.tasks.runner import limit_threads

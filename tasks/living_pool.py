@@ -21,7 +21,8 @@ from pathlib import Path
 
 from rlep.data.pool import PoolStore
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
-from rlep.tasks.collect import CollectConfig, collection_cost
+from rlep.tasks.collect import collection_cost
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.training.config import TrainConfig
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
-from rlep.tasks.collect import CollectConfig
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.execute import Stages, execute_in_process
 from rlep.tasks.plan import Run, plan_seed

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.pool import PoolStore
-from rlep.tasks.collect import CollectConfig
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
 
 

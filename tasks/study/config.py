@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rlep.data.run_layout import StudyLayout
 from rlep.data.source_config import ProblemSourceConfig
-from rlep.tasks.collect import CollectConfig
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import PlanError, Run, plan_seed

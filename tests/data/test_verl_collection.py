@@ -9,7 +9,8 @@ from source_replicas import GSM8K_ROWS, write_verl_gsm8k
 from rlep.data.pool import build_pool
 from rlep.data.rlep_format import export_pool
 from rlep.data.store import ExperienceStore
-from rlep.tasks.collect import CollectConfig, run_collection
+from rlep.tasks.collect import run_collection
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
 
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from rlep.data.store import read_trajectory_files
-from rlep.tasks.collect import CollectConfig, run_collection
+from rlep.tasks.collect import run_collection
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
 from rlep.tasks.runner import RunnerConfig
 

@@ -220,7 +220,7 @@ def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
 
 
 def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
-    from rlep.tasks.collect import CollectConfig
+    from rlep.tasks.collect_config import CollectConfig
 
     path = tmp_path / "collect.yaml"
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
@@ -241,7 +241,7 @@ def test_a_split_flag_for_a_file_without_a_split_column_is_refused_even_at_its_d
     # `--split train` equals the default split: it was taken for no choice of the user's and passed silently.
     import json
 
-    from rlep.tasks.collect import CollectConfig
+    from rlep.tasks.collect_config import CollectConfig
 
     plain = tmp_path / "p.jsonl"
     plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")

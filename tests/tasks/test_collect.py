@@ -15,7 +15,8 @@ import pytest
 from rlep.data.pool import build_pool
 from rlep.data.store import ExperienceStore, StoreError
 from rlep.data.trajectory import COLUMNS, ROW_KEY
-from rlep.tasks.collect import CollectConfig, run_collection
+from rlep.tasks.collect import run_collection
+from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
 from rlep.verifiers import verify_batch
 
@@ -385,7 +386,7 @@ def test_overlong_prompts_are_refused_before_anything_is_written_or_left_out(fix
     from rlep.data.problem import render_prompt
     from rlep.data.prompt_length import PromptTooLongError
     from rlep.data.sources import load_problems
-    from rlep.tasks.collect import plan_shards, preflight
+    from rlep.tasks.collect_preflight import plan_shards, preflight
 
     config = _config(fixture_model, tmp_path / "refused")
     tokenizer = AutoTokenizer.from_pretrained(fixture_model)
