@@ -9,7 +9,7 @@ so a run cut short still leaves what it measured):
 - `train` (part c, tasks/bench/gpu_train.py): the training loop with the `transformers` engine on the GPU on a
   random-init tiny model: 2 steps, a checkpoint, a resume to step 3.
 - `update` (part a): `rlep bench update` (tasks/bench/update.py) on the Qwen2.5-0.5B and -1.5B shapes with random
-  weights in bf16: update tokens/s, MFU against the card's dense bf16 peak (`PEAK_BF16_TFLOPS`), peak memory.
+  weights in bf16: update tokens/s, MFU against the card's dense bf16 peak (`update.PEAK_TFLOPS`), peak memory.
 
 The correctness parts run first: a slow card or an out-of-memory update must not cost them their turn. Each
 part starts only while the time budget (`--budget-seconds`) lasts; one that does not start is `skipped`, and
@@ -38,19 +38,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 PARTS = ("distributed", "train", "update")
-# Dense bf16 tensor-core peaks (vendor data sheets, without sparsity), matched in this order against
-# torch.cuda.get_device_name(). The H200 has the H100 SXM's compute (989 TFLOP/s) with more, faster memory;
-# tasks/bench/update.py's table lacks it, so this check passes the peak itself.
-PEAK_BF16_TFLOPS = (
-    ("H200", 989.0),
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.0),  # SXM: "NVIDIA H100 80GB HBM3"
-    ("A100", 312.0),
-    ("L40S", 362.0),
-    ("L4", 121.0),
-    ("A10G", 70.0),
-)
 # The update shapes per device: 64 sequences of 256 + 768 tokens on a GPU (65,536 tokens a step; the 1.5B's
 # activations in micro-batches of 4 keep it near 50 GB, inside an H100's 80); a few short ones on the CPU.
 UPDATE_RUNS: dict[str, list[dict[str, Any]]] = {
@@ -77,15 +64,18 @@ class GpuCheckConfig(BaseModel):
         480.0, gt=0, le=86_400, description="A part starts only before this many seconds have passed."
     )
     peak_tflops: float | None = Field(
-        None, gt=0, description="Dense bf16 peak of the GPU for MFU, in TFLOP/s; default: PEAK_BF16_TFLOPS by name."
+        None, gt=0, description="Dense bf16 peak of the GPU for MFU, in TFLOP/s; default: update.PEAK_TFLOPS by name."
     )
     out: Path | None = Field(None, description="JSON report; default bench/results/gpu-DEVICE-UTCTIME.json.")
     work: Path | None = Field(None, description="Folder for models and checkpoints; default a temporary one, removed.")
 
 
 def peak_bf16_tflops(name: str) -> float | None:
-    """The dense bf16 peak of the GPU named `name` (torch.cuda.get_device_name()), or None when not in the table."""
-    return next((peak for key, peak in PEAK_BF16_TFLOPS if key in name), None)
+    """The dense bf16 peak of the GPU named `name` (torch.cuda.get_device_name()), or None when not in the table
+    (tasks/bench/update.py's PEAK_TFLOPS, the one table)."""
+    from rlep.tasks.bench.update import peak_tflops
+
+    return peak_tflops(name, "bf16")
 
 
 def machine(device: str) -> dict[str, Any]:

@@ -89,14 +89,23 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }
 
-# Dense peak tensor FLOP/s by precision (vendor data sheets), matched against torch.cuda.get_device_name().
-PEAK_TFLOPS = {
-    "H100": {"bf16": 989.0, "fp32": 67.0},  # SXM; the PCIe card is 756 / 51: pass --peak-tflops
-    "A100": {"bf16": 312.0, "fp32": 19.5},
-    "L40S": {"bf16": 362.0, "fp32": 91.6},
-    "L4": {"bf16": 121.0, "fp32": 30.3},
-    "A10G": {"bf16": 70.0, "fp32": 31.2},
-}
+# Dense peak tensor FLOP/s by precision (vendor data sheets, without sparsity), matched in this order against
+# torch.cuda.get_device_name(): the more specific names first. The H200 has the H100 SXM's compute.
+PEAK_TFLOPS = (
+    ("H200", {"bf16": 989.0, "fp32": 67.0}),
+    ("H100 PCIe", {"bf16": 756.0, "fp32": 51.0}),
+    ("H100 NVL", {"bf16": 835.0, "fp32": 60.0}),
+    ("H100", {"bf16": 989.0, "fp32": 67.0}),  # SXM: "NVIDIA H100 80GB HBM3"
+    ("A100", {"bf16": 312.0, "fp32": 19.5}),
+    ("L40S", {"bf16": 362.0, "fp32": 91.6}),
+    ("L4", {"bf16": 121.0, "fp32": 30.3}),
+    ("A10G", {"bf16": 70.0, "fp32": 31.2}),
+)
+
+
+def peak_tflops(name: str, precision: str = "bf16") -> float | None:
+    """The dense peak of the GPU named `name` (torch.cuda.get_device_name()) in `precision`, or None if unknown."""
+    return next((table[precision] for key, table in PEAK_TFLOPS if key in name), None)
 
 
 class UpdateBenchConfig(BaseModel):
@@ -181,10 +190,8 @@ def peak_flops(config: UpdateBenchConfig) -> float | None:
     if config.peak_tflops:
         return config.peak_tflops * 1e12
     if config.device == "cuda" and torch.cuda.is_available():
-        name = torch.cuda.get_device_name()
-        for key, table in PEAK_TFLOPS.items():
-            if key in name:
-                return table[config.precision] * 1e12
+        peak = peak_tflops(torch.cuda.get_device_name(), config.precision)
+        return peak * 1e12 if peak else None
     return None
 
 
