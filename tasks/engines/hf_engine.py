@@ -3,7 +3,7 @@ when vLLM is not installed. Plain `model.generate` on left-padded batches."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -103,10 +103,21 @@ class TransformersEngine:
             text=text, token_ids=ids, logprobs=logprobs, finish_reason=finish, prompt_token_ids=prompt_ids
         )
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        result = self.model.load_state_dict(dict(state_dict), strict=False)
-        if result.unexpected_keys:
-            raise ValueError(f"weights not in this model: {result.unexpected_keys[:5]}")
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Each tensor copied into its parameter as it comes (converted to the model's dtype): nothing collected."""
+        params = self.model.state_dict()
+        for name, tensor in weights:
+            if name not in params:
+                raise ValueError(f"weight not in this model: {name}")
+            params[name].copy_(tensor)
+
+    def sleep(self) -> None:
+        """Nothing to release: transformers has no sleep mode."""
 
     def close(self) -> None:
         del self.model

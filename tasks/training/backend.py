@@ -1,7 +1,8 @@
 """The training backend: the one seam between the training step and the processes that update the policy.
 
 The step asks a backend to `update` the policy on a batch (the maths stays in `tasks.training.update`), for
-the `full_state_dict` the engine loads (HF names), to `save_pretrained` the weights, for the optimizer's
+the `named_weights` the engine loads (HF names, streamed in the engine's dtype: tasks/training/weight_sync.py),
+to `save_pretrained` the weights, for the optimizer's
 `training_state` and the RNG streams of every process; it never learns how many processes there are.
 
 - `LocalBackend`: one process, one device, no torch.distributed (the default).
@@ -15,6 +16,7 @@ device, when it is built (tasks/training/precision.py) and keeps the choice as `
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -30,6 +32,7 @@ from rlep.tasks.training.fsdp import autocast_bf16
 from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded
 from rlep.tasks.training.update import policy_update
+from rlep.tasks.training.weight_sync import named_weights
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class TrainingBackend(Protocol):
     precision: PrecisionChoice  # the precision it trains in, and why (`auto` resolved for its device)
 
     def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]: ...
+    def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]: ...
     def full_state_dict(self) -> dict[str, torch.Tensor]: ...
     def save_pretrained(self, directory, **kwargs: Any) -> None: ...
     def training_state(self) -> dict[str, Any]: ...
@@ -174,6 +178,10 @@ class LocalBackend:
             return policy_update(
                 self.model, self.optimizer, self.scheduler, batch, *args, ref_model=self.reference, **kwargs
             )
+
+    def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's tensors one at a time in `dtype` (the parameters themselves where it is theirs)."""
+        return named_weights(self.model, dtype)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         return self.model.state_dict()

@@ -2,7 +2,8 @@
 
 Rank 0 is the trainer: it generates, verifies, writes every file, talks to Prefect and owns the engine.
 Ranks > 0 hold a copy (ddp) or a shard (fsdp2) of the policy and follow rank 0's requests (`serve`): build
-the policy, update it on a batch, gather the full state dict, save or load the optimizer, report memory,
+the policy, update it on a batch, stream the weights to the engine (one gathered tensor at a time) or gather
+them all for a checkpoint, save or load the optimizer, report memory,
 stop. Each request is one object broadcast on a gloo group whose timeout (`command_timeout`) covers rank 0's
 generation between two updates; the collectives of a request run on the default group, whose timeout
 (`collective_timeout`) bounds how long a lost rank can stall the others, with tensors on its device, and a
@@ -23,6 +24,8 @@ import argparse
 import os
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,9 +49,11 @@ from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import GROUP as _GROUP
 from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
+from rlep.tasks.training.memory import rank_memory
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
 from rlep.tasks.training.update import policy_update
+from rlep.tasks.training.weight_sync import named_weights
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
@@ -240,6 +245,14 @@ class DistributedBackend:
         with collective("gathering the weights"):
             return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+    def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy for the engine, one whole tensor at a time in `dtype` (FSDP2: each gathered when asked for,
+        tasks/training/weight_sync.py); every rank runs the gathers, rank 0 alone keeps the tensors."""
+        if self.rank == 0:
+            _send("named_weights", dtype)
+        with collective("streaming the weights"):
+            yield from named_weights(self.module, dtype)
+
     def save_pretrained(self, directory, **kwargs: Any) -> None:
         """Rank 0 writes the gathered weights as a plain HF model (config, safetensors)."""
         state = self.full_state_dict()
@@ -342,6 +355,7 @@ class DistributedBackend:
         handlers = {
             "update": self._follow_update,
             "full_state_dict": self.full_state_dict,
+            "named_weights": lambda dtype: deque(self.named_weights(dtype), maxlen=0),
             "save_state": self.save_state,
             "load_training_state": self.load_training_state,
             "rng_state": self.rng_state,
@@ -354,30 +368,6 @@ class DistributedBackend:
             if name == "release":
                 return
             handlers[name](*payload)
-
-
-def rank_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, float]:
-    """This process's share of the training state in bytes (local shards only) and its peak memory."""
-    import resource
-
-    def local(t: torch.Tensor) -> torch.Tensor:
-        return t.to_local() if hasattr(t, "to_local") else t
-
-    params = list({id(p): p for p in model.parameters()}.values())
-    facts = {
-        "param_bytes": sum(local(p).numel() * local(p).element_size() for p in params),
-        "grad_bytes": sum(local(p.grad).numel() * local(p.grad).element_size() for p in params if p.grad is not None),
-        "optimizer_bytes": sum(
-            local(v).numel() * local(v).element_size()
-            for s in optimizer.state.values()
-            for v in s.values()
-            if torch.is_tensor(v)
-        ),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux reports KiB
-    }
-    if device.type == "cuda":
-        facts["peak_cuda_bytes"] = torch.cuda.max_memory_allocated(device)
-    return facts
 
 
 def serve() -> None:

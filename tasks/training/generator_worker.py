@@ -5,10 +5,13 @@ tasks.training.generator_worker FD`), not a `multiprocessing` child: a spawned c
 caller's `__main__` (a user's script without a main guard would run again), and a forked one inherits
 torch's and vLLM's threads. It talks over the socket FD with `multiprocessing.connection` messages:
 
-    in:  ("weights", version, bytes)         torch.save'd state dict; loaded in place (policy `version`)
+    in:  ("weights", version), then ("weights_bucket", header, size) + raw bytes per bucket, ("weights_end",):
+                                          policy `version`, loaded in place as the buckets arrive
+                                          (tasks/training/weight_sync.py: never the whole model at once)
          ("generate", tag, prompts, sampling) answers with the weights loaded *now*
          ("stop",)
-    out: ("ready", pid) once the engine is up; ("generated", tag, version, completions, busy_s, idle_s);
+    out: ("ready", pid, dtype) once the engine is up (dtype: what weights are sent in);
+         ("generated", tag, version, completions, busy_s, idle_s);
          ("error", traceback) before exiting on any failure
 
 Messages are handled strictly in order, so what weights a request is generated with is fixed by when the
@@ -21,7 +24,6 @@ end of the socket closes or the trainer process disappears, so it never outlives
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -30,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from multiprocessing.connection import Connection
 
 # Test hook: seconds slept before each generation, to slow the generator down on purpose.
@@ -45,13 +48,12 @@ def _watch_parent(parent: int) -> None:
 
 
 def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> None:
-    import torch
-
     from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+    from rlep.tasks.training.weight_sync import receive_weights
 
     engine = make_engine(model, EngineConfig.model_validate(engine_settings))
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), str(engine.weight_dtype).removeprefix("torch.")))
     idle = 0.0
     while True:
         waiting = time.perf_counter()
@@ -66,7 +68,9 @@ def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> 
             return
         if kind == "weights":
             version = message[1]
-            engine.load_weights(torch.load(io.BytesIO(message[2]), weights_only=True))
+            stream = receive_weights(conn)
+            engine.load_weights(stream)
+            deque(stream, maxlen=0)  # an engine that stopped short must not leave buckets to be read as requests
         elif kind == "generate":
             _, tag, prompts, sampling = message
             start = time.perf_counter()

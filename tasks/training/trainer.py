@@ -194,7 +194,7 @@ class Trainer:
                 before_micro_batch=self._share_cores if config.mode == "async" else None,
             )
         with timer("sync"):
-            self.feed.publish(step, self.backend.full_state_dict())
+            self.feed.publish(step, self.backend.named_weights(self.engine.weight_dtype))  # streamed, engine's dtype
         self.step = step
         self._write_rows(fresh, rollouts, step)
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)

@@ -5,6 +5,7 @@ import torch
 
 from rlep.tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
 from rlep.tasks.training.logprobs import completion_logprobs
+from rlep.tasks.training.weight_sync import named_weights
 
 PROMPTS = ["Q: 3+4=?\nPut the final answer in \\boxed{}.\nA: ", "Q: 12*3=?\nPut the final answer in \\boxed{}.\nA: "]
 # float32 on both sides; the remaining gap comes from different kernels (vLLM's CPU attention vs torch
@@ -92,7 +93,7 @@ def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engin
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.2)
-        vllm_engine.load_weights(model.state_dict())
+        vllm_engine.load_weights(named_weights(model, vllm_engine.weight_dtype))  # streamed, as a training step does
 
         vllm_greedy = [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)]
         hf_greedy = [g[0].token_ids for g in hf_engine.generate(PROMPTS, greedy)]
@@ -112,7 +113,7 @@ def test_weight_sync_changes_vllm_to_match_the_torch_model(vllm_engine, hf_engin
         assert max(abs(a - b) for c, r in zip(flat, untempered) for a, b in zip(c.logprobs, r)) > 10 * LOGPROB_TOLERANCE
     finally:
         model.load_state_dict(original)
-        vllm_engine.load_weights(original)
+        vllm_engine.load_weights(original.items())
     assert [g[0].token_ids for g in vllm_engine.generate(PROMPTS, greedy)] == before
 
 

@@ -330,7 +330,7 @@ def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch
     # The generator fails: weights it cannot load (a name the model does not have).
     trainer = Trainer(_config(fixture_model, tmp_path / "generator-error", steps=4), progress=False)
     pid = trainer.engine.pid
-    trainer.backend.full_state_dict = lambda: {"no.such.weight": torch.zeros(3)}
+    trainer.backend.named_weights = lambda dtype: iter([("no.such.weight", torch.zeros(3))])
     with pytest.raises(GeneratorError, match=f"generator process {pid} failed"):
         try:
             trainer.run()

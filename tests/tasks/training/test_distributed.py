@@ -503,3 +503,24 @@ def test_the_kl_reference_is_sharded_like_the_policy_and_kept_in_the_compute_dty
     assert fp32["reference_bytes"] <= 0.6 * 4 * full
     assert bf16["reference_dtypes"] == {torch.bfloat16} and bf16["reference_bytes"] * 2 == fp32["reference_bytes"]
     assert bf16["metrics"]["kl"] == pytest.approx(want["kl"], rel=0.05)
+
+
+def _streamed_weights():
+    """FSDP2 after one update: the weights as weight sync streams them (bf16, one gathered tensor at a time), and
+    the gathered full state dict."""
+    from rlep.tasks.training.distributed import DistributedBackend
+
+    backend = DistributedBackend.lead(_spec("fsdp2"))
+    _update(backend, "token-mean")
+    streamed = [(name, tensor.clone()) for name, tensor in backend.named_weights(torch.bfloat16)]
+    full = copy.deepcopy(backend.full_state_dict())
+    backend.close()
+    return {"streamed": streamed, "full": full}
+
+
+def test_fsdp2_streams_the_weights_one_gathered_tensor_at_a_time_in_the_engines_dtype(tmp_path):
+    result = _spawn(_streamed_weights, tmp_path=tmp_path)
+    streamed, full = result["streamed"], result["full"]
+    assert [name for name, _ in streamed] == list(full)  # HF names, in state-dict order, every one
+    for name, tensor in streamed:
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, full[name].to(torch.bfloat16)), name

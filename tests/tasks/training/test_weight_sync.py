@@ -1,0 +1,213 @@
+"""Weight sync streamed in the engine's dtype: bounded buckets, incremental loading, the bf16 conversion, and vLLM's
+sleep around the update."""
+
+import threading
+import weakref
+from multiprocessing import Pipe
+
+import pytest
+import torch
+
+from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+from rlep.tasks.training.backend import LocalBackend, PolicySpec
+from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.config import OptimizerConfig
+from rlep.tasks.training.weight_sync import buckets, named_weights, nbytes, receive_weights, send_weights, write_bucket
+
+KIB = 1024
+
+
+class Alive:
+    """Wraps a (name, tensor) stream; at each tensor it takes, the bytes of the tensors it gave before that are
+    still referenced somewhere (views of one buffer count once per view: an upper bound)."""
+
+    def __init__(self, named):
+        self.named, self.given, self.max_alive = named, [], 0
+
+    def __iter__(self):
+        for name, tensor in self.named:
+            alive = sum(size for ref, size in self.given if ref() is not None)
+            self.max_alive = max(self.max_alive, alive)
+            self.given.append((weakref.ref(tensor), nbytes(tensor)))
+            yield name, tensor
+            del tensor
+
+
+@pytest.fixture
+def policy(fixture_model):
+    fp32 = BackendConfig(precision="fp32")  # as vLLM samples: `auto` is bf16 autocast on a CPU with AVX512-BF16
+    return LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), fp32))
+
+
+def test_buckets_stay_within_the_bound_and_a_larger_tensor_travels_alone():
+    named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([100, 100, 100, 1000, 10, 10])]  # float32: 400 B each
+    sizes = [[nbytes(t) for _, t in bucket] for bucket in buckets(named, bucket_bytes=900)]
+    assert sizes == [[400, 400], [400], [4000], [40, 40]]  # aligned offsets: 400 -> 448 + 400 fits, + 400 does not
+    assert [name for bucket in buckets(named, 900) for name, _ in bucket] == [name for name, _ in named]
+
+
+def test_the_in_process_sync_holds_one_converted_tensor_at_a_time(policy, fixture_model):
+    engine = make_engine(fixture_model, EngineConfig(backend="transformers", dtype="bfloat16"))
+    assert engine.weight_dtype == torch.bfloat16
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.01)
+    stream = Alive(policy.named_weights(engine.weight_dtype))
+    engine.load_weights(stream)
+    state = policy.model.state_dict()
+    largest = max(nbytes(t.to(torch.bfloat16)) for t in state.values())
+    assert len(stream.given) == len(state)
+    assert stream.max_alive <= largest  # never two converted tensors at once
+    for name, value in engine.model.state_dict().items():  # the bf16 conversion of the trainer's float32 weights
+        assert value.dtype == torch.bfloat16 and torch.equal(value, state[name].to(torch.bfloat16)), name
+
+
+def test_weights_cross_the_pipe_in_bounded_buckets_and_load_as_they_arrive(policy, fixture_model):
+    """The generator process's protocol (GeneratorProcess.push_weights -> generator_worker), over a real pipe."""
+    trainer_end, generator_end = Pipe()
+    engine = make_engine(fixture_model, EngineConfig(backend="transformers", dtype="bfloat16"))
+    bound = 16 * KIB
+    read = []  # buckets read by the generator side when each tensor was loaded
+    payloads = []
+
+    class CountingConnection:
+        def __init__(self, conn):
+            self.conn, self.buckets = conn, 0
+
+        def recv(self):
+            return self.conn.recv()
+
+        def recv_bytes_into(self, buffer):
+            self.buckets += 1
+            return self.conn.recv_bytes_into(buffer)
+
+    counting = CountingConnection(generator_end)
+
+    def loaded_as_read(stream):
+        for name, tensor in stream:
+            read.append(counting.buckets)
+            yield name, tensor
+
+    def send(message, payload):
+        payloads.append(payload.numel())
+        write_bucket(trainer_end, message, payload)
+
+    produced = Alive(policy.named_weights(torch.bfloat16))
+    sender = threading.Thread(
+        target=lambda: (send_weights(send, produced, bound), trainer_end.send(("weights_end",))), daemon=True
+    )
+    sender.start()
+    engine.load_weights(loaded_as_read(receive_weights(counting)))
+    sender.join(timeout=30)
+    state = policy.model.state_dict()
+    whole = sum(nbytes(t.to(torch.bfloat16)) for t in state.values())
+    largest = max(nbytes(t.to(torch.bfloat16)) for t in state.values())
+    assert len(payloads) > 3 and max(payloads) <= max(bound, largest) < whole  # many buckets, each bounded
+    assert produced.max_alive <= max(bound, largest)  # the trainer converts one bucket's tensors at a time
+    assert read[0] == 1 and read == sorted(read) and read[-1] == len(payloads)  # loaded bucket by bucket
+    for name, value in engine.model.state_dict().items():
+        assert torch.equal(value, state[name].to(torch.bfloat16)), name
+
+
+def test_named_weights_yields_the_parameters_themselves_when_the_dtype_is_theirs(policy):
+    params = {t.data_ptr() for t in policy.model.state_dict().values()}
+    assert all(t.data_ptr() in params for _, t in named_weights(policy.model, torch.float32))  # no copy
+
+
+class FakeLLM:
+    """vLLM's LLM as far as sleep mode goes; fails if asked to generate or load while its memory is asleep."""
+
+    def __init__(self):
+        self.calls, self.sleeping = [], set()
+
+    def sleep(self, level):
+        self.calls.append(f"sleep{level}")
+        self.sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags=None):
+        self.calls.append(f"wake{tags or ''}")
+        self.sleeping -= set(tags or self.sleeping)
+
+    def collective_rpc(self, method, kwargs):
+        assert "weights" not in self.sleeping, "weights loaded while asleep"
+        self.calls.append(method)
+        list(kwargs["weights_iterator"])
+
+    def reset_prefix_cache(self):
+        pass
+
+    def generate(self, prompts, params, **kwargs):
+        assert not self.sleeping, "generating while asleep"
+        self.calls.append("generate")
+        return []
+
+
+def _sleeping_engine(sleeps):
+    import vllm
+
+    from rlep.tasks.engines.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine._vllm, engine._on_cpu, engine.llm = vllm, False, FakeLLM()
+    engine.sleeps, engine.asleep = sleeps, False
+    return engine
+
+
+def test_the_engine_sleeps_through_the_update_and_wakes_for_sync_and_generation():
+    from rlep.data.problem import Problem
+    from rlep.tasks.training.async_gen import RolloutFeed
+
+    engine = _sleeping_engine(sleeps=True)
+    problem = Problem(id="p", problem="1+1", answer="2", data_source="s")
+    feed = RolloutFeed(engine, "sync", 0, 3, lambda: [problem], lambda s: SamplingConfig(n=2), "{problem}", 0)
+    for step in (1, 2):
+        feed.take(step)
+        engine.llm.calls.append("update")  # the step's update runs here, with vLLM's memory released
+        feed.publish(step, iter([("w", torch.zeros(1))]))
+    step = ["sleep1", "update", "wake['weights']", "reload_weights"]  # wake the weights only to load them
+    assert engine.llm.calls == ["generate", *step, "wake", "generate", *step]  # the rest wakes to generate
+    awake = _sleeping_engine(sleeps=False)  # sleep mode off (the CPU): nothing but generation and reloads
+    RolloutFeed(awake, "sync", 0, 3, lambda: [problem], lambda s: SamplingConfig(n=2), "{problem}", 0).take(1)
+    assert awake.llm.calls == ["generate"]
+
+
+def test_sleep_mode_is_on_where_vllm_has_it_and_refused_where_it_has_not():
+    from rlep.tasks.engines.vllm_engine import sleeps_during_update
+
+    assert sleeps_during_update("auto", available=True) and not sleeps_during_update("auto", available=False)
+    assert not sleeps_during_update(False, available=True)
+    with pytest.raises(ValueError, match="no sleep mode on this platform"):
+        sleeps_during_update(True, available=False)
+
+
+@pytest.mark.slow
+def test_the_generator_process_samples_from_the_streamed_weights(policy, fixture_model):
+    """Perturbed trainer weights, streamed in 16 KiB buckets to the generator process's vLLM: its behaviour log-probs
+    are the trainer's own (as test_weight_sync_changes_vllm_to_match_the_torch_model checks in process)."""
+    from rlep.tasks.training.async_gen import GeneratorProcess
+    from rlep.tasks.training.logprobs import completion_logprobs
+
+    prompts = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]
+    generator = GeneratorProcess(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64), version=0)
+    try:
+        greedy = SamplingConfig(temperature=0, max_tokens=16)
+        before = [g[0].token_ids for g in generator.generate(prompts, greedy)]
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                p.add_(torch.randn_like(p) * 0.2)
+        generator.bucket_bytes = 16 * KIB
+        generator.push_weights(policy.named_weights(generator.weight_dtype), version=1)
+        assert [g[0].token_ids for g in generator.generate(prompts, greedy)] != before
+        sampled = generator.generate(prompts, SamplingConfig(n=4, temperature=0.7, max_tokens=16, seed=3))
+    finally:
+        generator.close()
+    flat = [c for g in sampled for c in g]
+    from transformers import AutoTokenizer
+
+    pad = AutoTokenizer.from_pretrained(fixture_model).pad_token_id
+    recomputed = completion_logprobs(
+        policy.model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=0.7
+    )
+    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
+    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
