@@ -2,12 +2,12 @@
 themselves, on one node or over a cluster's nodes (as verl and open-instruct start their trainers), instead of
 torchrun on this node.
 
-A placement group reserves one bundle per rank (`cpus_per_rank` CPUs, `gpus_per_rank` GPUs; strategy PACK: as
-few nodes as fit) and one actor runs in each. Rank 0's actor names its node's address and a free port there;
-every actor then gets the variables torchrun would have set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) and runs the same entry point as under torchrun (`distributed.main`): rank 0 trains,
-the others serve. The run directory must be on storage every node sees (rank 0 writes it; every rank reads the
-launch config from it).
+A placement group reserves one bundle per rank (`cpus_per_rank` CPUs, `gpus_per_rank` GPUs, by default 1 when the
+cluster has GPUs and 0 when it has none; strategy PACK: as few nodes as fit) and one actor runs in each. Rank 0's
+actor names its node's address and a free port there; every actor then gets the variables torchrun would have set
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the same entry point as under
+torchrun (`distributed.main`): rank 0 trains, the others serve. The run directory must be on storage every node sees
+(rank 0 writes it; every rank reads the launch config from it).
 
 A rank that fails stops the others at once (as torchrun does) and the launch raises one DistributedError that
 names the rank and its error.
@@ -71,6 +71,23 @@ def rank_environments(nodes: list[tuple[str, str]], port: int, one_gpu_each: boo
     ]
 
 
+def gpus_per_rank(setting: float | str, cluster: dict[str, float]) -> float:
+    """Each rank's GPUs on a cluster whose resources are `cluster` (`ray.cluster_resources()`): `auto` is 1 where it
+    has GPUs (else the ranks would run on the CPU with gloo, silently), 0 where it has none; GPUs asked of a cluster
+    without any are refused now rather than left to time out unplaced."""
+    from rlep.tasks.training.collectives import DistributedError
+
+    has = cluster.get("GPU", 0)
+    if setting == "auto":
+        return 1.0 if has >= 1 else 0.0
+    if setting > 0 and not has:
+        raise DistributedError(
+            f"launcher ray: gpus_per_rank {setting:g} but the Ray cluster reports no GPUs ({cluster}); start Ray on "
+            "the GPU nodes (or with --num-gpus), or set gpus_per_rank 0 to train on CPUs"
+        )
+    return float(setting)
+
+
 def launch_on_ray(argv: list[str], backend: BackendConfig) -> None:
     """Run `distributed.main(argv)` on `backend.nproc` Ray actors; returns when every rank has finished."""
     import ray
@@ -80,11 +97,17 @@ def launch_on_ray(argv: list[str], backend: BackendConfig) -> None:
     from rlep.tasks.runner import worker_threads
     from rlep.tasks.training.distributed import DistributedError
 
-    n, cpus, gpus = backend.nproc, backend.cpus_per_rank, backend.gpus_per_rank
+    n, cpus = backend.nproc, backend.cpus_per_rank
     started = not ray.is_initialized()
     if started:
         local = {} if backend.ray_address else {"num_cpus": max(os.cpu_count() or 1, int(n * cpus + 0.999))}
         ray.init(address=backend.ray_address, include_dashboard=False, log_to_driver=True, **local)
+    try:
+        gpus = gpus_per_rank(backend.gpus_per_rank, ray.cluster_resources())
+    except DistributedError:
+        if started:
+            ray.shutdown()
+        raise
     group = placement_group([{"CPU": cpus, **({"GPU": gpus} if gpus else {})}] * n, strategy="PACK")
     actors = []
     try:
