@@ -10,13 +10,13 @@ dtype differs; the parameter itself where it does not), FSDP2 gathers one parame
   transformers model's parameter;
 - the generator process of async mode receives it over its socket in buckets of at most `bucket_bytes`
   (`send_weights` / `receive_weights`): a header naming each tensor's dtype, shape and offset, then the raw
-  bytes, written straight from the converted tensors into one buffer and read into one buffer on the other
-  side, whose views the engine loads before the next bucket is read.
+  bytes, each tensor copied into the bucket's buffer as it comes and read into one buffer on the other side,
+  whose views the engine loads before the next bucket is read.
 
-So the extra host memory of a sync is one tensor in process (none when the dtypes agree) and about two buckets
-per side across the pipe (the one being packed or read, the one vLLM may still hold for an unfinished
-layer), never the whole model; a tensor larger than a bucket travels alone (Qwen2.5-7B's embedding, 1.1 GB in
-bf16). Today's measurement: `python -m rlep.tasks.bench.sync` (docs/async.md).
+So the extra host memory of a sync is one converted tensor in process (none when the dtypes agree) and, across the
+pipe, two buckets on the trainer's side (the one being filled, the one being written) and one on the generator's
+plus vLLM's own per-layer staging; never the whole model. A tensor larger than a bucket travels alone (Qwen2.5-7B's
+embedding, 1 GiB in bf16). Measured for SmolLM2-135M: `python -m rlep.tasks.bench.sync` (docs/async.md).
 """
 
 from __future__ import annotations
@@ -51,39 +51,35 @@ def _aligned(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
 
 
-def buckets(named: Named, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """`named` cut into consecutive lists whose packed size (`pack`) is at most `bucket_bytes`; a tensor larger
-    than that is a bucket of its own. Lazy: the next tensor is asked for only when the current bucket is open."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
+def send_weights(send, named: Named, bucket_bytes: int) -> int:
+    """Send `named` as bucket messages, `send(("weights_bucket", header, size), payload)` per bucket: each tensor is
+    copied (moved to the CPU, in its dtype) into the open bucket's byte buffer as it comes, at an aligned offset,
+    and the header names each tensor's (name, dtype, shape, offset). A bucket holds at most `bucket_bytes` unless
+    one tensor is larger (it then travels alone). `send` returns once the next bucket may be filled (a bounded
+    queue, or the socket itself). So the sender holds one tensor, the bucket it fills and what `send` keeps.
+    Returns the largest payload sent, in bytes."""
+    header: list[tuple] = []
+    payload: torch.Tensor | None = None
+    used = largest = 0
     for name, tensor in named:
-        end = _aligned(size) + nbytes(tensor)
-        if bucket and end > bucket_bytes:
-            yield bucket
-            bucket, end = [], nbytes(tensor)
-        bucket.append((name, tensor))
-        size = end
-    if bucket:
-        yield bucket
-
-
-def pack(bucket: list[tuple[str, torch.Tensor]]) -> tuple[list[tuple], torch.Tensor]:
-    """(header, payload): one CPU byte buffer holding the bucket's tensors, each at an aligned offset, and per
-    tensor (name, dtype, shape, offset). Each tensor is copied into its place (moved to the CPU on the way)."""
-    header, offset = [], 0
-    for name, tensor in bucket:
-        offset = _aligned(offset)
-        header.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), offset))
-        offset += nbytes(tensor)
-    payload = torch.empty(offset, dtype=torch.uint8)
-    for (_, tensor), (_, _, _, start) in zip(bucket, header):
-        view = payload[start : start + nbytes(tensor)].view(tensor.dtype).view(tensor.shape)
-        view.copy_(tensor)
-    return header, payload
+        size, start = nbytes(tensor), _aligned(used)
+        if payload is not None and start + size > payload.numel():
+            send(("weights_bucket", header, used), payload[:used])
+            largest, header, payload, start = max(largest, used), [], None, 0
+        if payload is None:  # pages are touched (resident) only as tensors are copied in
+            payload = torch.empty(max(bucket_bytes, size), dtype=torch.uint8)
+        payload[start : start + size].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+        header.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), start))
+        used = start + size
+        del tensor
+    if header:
+        send(("weights_bucket", header, used), payload[:used])
+        largest = max(largest, used)
+    return largest
 
 
 def unpack(header: list[tuple], payload: bytearray | torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """The (name, tensor) pairs of a packed bucket: views of `payload`, no copy."""
+    """The (name, tensor) pairs of a bucket: views of `payload`, no copy."""
     flat = payload if isinstance(payload, torch.Tensor) else torch.frombuffer(payload, dtype=torch.uint8)
     out = []
     for name, dtype, shape, start in header:
@@ -91,19 +87,6 @@ def unpack(header: list[tuple], payload: bytearray | torch.Tensor) -> list[tuple
         size = torch.Size(shape).numel() * dtype.itemsize
         out.append((name, flat[start : start + size].view(dtype).view(shape)))
     return out
-
-
-def send_weights(send, named: Named, bucket_bytes: int) -> int:
-    """Send `named` as bucket messages: `send(("weights_bucket", header, size), payload)` per bucket. `send` puts
-    a bucket on its way and returns once it may build the next (a bounded queue, or the socket itself).
-    Returns the largest payload sent, in bytes."""
-    largest = 0
-    for bucket in buckets(named, bucket_bytes):
-        header, payload = pack(bucket)
-        del bucket
-        largest = max(largest, payload.numel())
-        send(("weights_bucket", header, payload.numel()), payload)
-    return largest
 
 
 def write_bucket(conn: Connection, message: tuple, payload: torch.Tensor) -> None:

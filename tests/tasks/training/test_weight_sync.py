@@ -12,7 +12,14 @@ from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
 from rlep.tasks.training.backend import LocalBackend, PolicySpec
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import OptimizerConfig
-from rlep.tasks.training.weight_sync import buckets, named_weights, nbytes, receive_weights, send_weights, write_bucket
+from rlep.tasks.training.weight_sync import (
+    named_weights,
+    nbytes,
+    receive_weights,
+    send_weights,
+    unpack,
+    write_bucket,
+)
 
 KIB = 1024
 
@@ -40,10 +47,14 @@ def policy(fixture_model):
 
 
 def test_buckets_stay_within_the_bound_and_a_larger_tensor_travels_alone():
-    named = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([100, 100, 100, 1000, 10, 10])]  # float32: 400 B each
-    sizes = [[nbytes(t) for _, t in bucket] for bucket in buckets(named, bucket_bytes=900)]
+    named = [(f"t{i}", torch.full((n,), float(i))) for i, n in enumerate([100, 100, 100, 1000, 10, 10])]  # 4 B each
+    sent = []
+    send_weights(lambda message, payload: sent.append((message[1], payload.clone())), named, bucket_bytes=900)
+    sizes = [[torch.Size(shape).numel() * 4 for _, _, shape, _ in header] for header, _ in sent]
     assert sizes == [[400, 400], [400], [4000], [40, 40]]  # aligned offsets: 400 -> 448 + 400 fits, + 400 does not
-    assert [name for bucket in buckets(named, 900) for name, _ in bucket] == [name for name, _ in named]
+    received = [pair for header, payload in sent for pair in unpack(header, payload)]
+    assert [n for n, _ in received] == [n for n, _ in named]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(received, named))
 
 
 def test_the_in_process_sync_holds_one_converted_tensor_at_a_time(policy, fixture_model):
