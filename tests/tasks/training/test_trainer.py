@@ -360,8 +360,10 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
         ("transformers", ["--replay", "fifo", "--replay-ratio", "0.25"]),
         ("vllm", ["--replay", "rlep", "--replay-per-group", "1"]),  # 1 of the 2 pooled answers: the draw matters
         ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"]),
+        # its bank seeded from the gold pool, so answers are replayed from step 1 (the fixture model solves little)
+        ("vllm", ["--replay", "reuse", "--when", "always", "--replay-per-group", "1"]),
     ],
-    ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm"],
+    ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm", "reuse-vllm"],
 )
 def test_kill_and_resume_reproduces_the_uninterrupted_run(
     small_run_flags, train_cli, gold_pool, tmp_path, engine, replay, assert_same_run
@@ -370,6 +372,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(
     if "rlep" in replay:  # a pool store: the run pins the version it starts with (v1) and resumes with it
         v1 = store.publish(gold_pool, {"run_dir": "gold"})
         replay = [*replay, "--pool", str(store.root)]
+    if "reuse" in replay:
+        replay = [*replay, "--pool", str(gold_pool)]
     common = [*small_run_flags, "--engine", engine, *replay]
     reference = train_cli([*common, "--out", str(tmp_path / "straight")])
     output, _ = reference.communicate(timeout=600)
@@ -406,3 +410,6 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(
     )
     evals = pq.read_table(out / "eval.parquet").to_pandas()
     assert sorted(set(evals.step)) == [0, 2, 4, 5] and not evals.duplicated(["step", "data_source"]).any()
+    if "reuse" in replay:  # the restored bank acts after the resume: every later step replays banked answers
+        metrics = pq.read_table(out / "metrics.parquet").to_pandas()
+        assert (metrics[metrics.step >= 4].replay_rows > 0).all()
