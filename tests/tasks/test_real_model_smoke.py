@@ -24,6 +24,7 @@ def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_p
     from rlep.tasks.collect_config import CollectConfig
     from rlep.tasks.engines.cache import release_engines
     from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.training.precision import recorded_precision, resolve_precision
     from rlep.tasks.training.trainer import train
 
     collect = CollectConfig.model_validate(
@@ -64,6 +65,7 @@ def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_p
             "save_every": 1,
             "engine": ENGINE,
             "optimizer": {"lr": 1e-6},
+            "backend": {"precision": "auto"},  # bf16 where this CPU computes it natively, float32 elsewhere
             "out": str(tmp_path / "train"),
         }
     )
@@ -72,7 +74,10 @@ def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_p
     assert metrics["optimizer_updates"] == 2 and metrics["tokens_trained"] > 0
     assert metrics["logprob_mismatch"] < 0.05  # vLLM's sampler and the torch model agree on the sampled tokens
     assert metrics["time_sync"] > 0 and (trained.final_checkpoint / "model.safetensors").is_file()
+    # auto resolved once, the way this machine's CPU decides it, and recorded beside the settings (which keep auto)
+    [start] = recorded_precision(tmp_path / "train")
+    assert start["setting"] == "auto" and start["precision"] == resolve_precision("auto", "cpu").precision
     print(
-        f"SmolLM2 step: {metrics['time_step']:.1f} s, sync {metrics['time_sync']:.2f} s "
+        f"SmolLM2 step ({start['precision']}): {metrics['time_step']:.1f} s, sync {metrics['time_sync']:.2f} s "
         f"({metrics['time_sync'] / metrics['time_step']:.1%}), replay rows {pooled}"
     )
