@@ -62,7 +62,7 @@ from rlep.data.rlep_import import import_pool
 from rlep.data.store import StoreError, read_trajectory_files
 from rlep.data.verl_rows import read_verl, rows_of, with_candidates
 
-# `import_pool` is importable from here too: `rlep pool import` (flows/commands.py) names it here.
+# `import_pool` is importable from here too: `rlep pool import` (flows/commands/pools.py) names it here.
 __all__ = ["RLEP_SCHEMA", "ExportReport", "export_pool", "import_pool", "known_scorer"]
 
 ABILITY = "math"

@@ -1,0 +1,158 @@
+"""`rlep bench ...`: the benchmarks, each a thin command over its module in rlep.tasks.bench (or the verifiers'
+bench); results go to bench/results/*.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlep.flows.commands.common import check_pool, config_from_args
+from rlep.flows.options import add_model_flags, build_config, flag_overrides
+
+
+def add_bench(sub) -> None:
+    from rlep.tasks.bench.generate import GenerateBenchConfig
+
+    bench = sub.add_parser("bench", help="Benchmarks; results go to bench/results/*.json.")
+    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    p = bench_sub.add_parser(
+        "generate", help="Tokens/s of the vLLM and transformers engines on the same model and prompts."
+    )
+    p.set_defaults(handler=cmd_bench_generate)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
+    add_model_flags(p, GenerateBenchConfig)
+    p = bench_sub.add_parser(
+        "train", help="Held-out accuracy before/after, step time split and replay overhead: replay arm vs baseline."
+    )
+    p.set_defaults(handler=cmd_bench_train)
+    p.add_argument(
+        "--config", type=Path, default=None, help="Pipeline YAML (e.g. flows/configs/demo.yaml); flags override it."
+    )
+    p.add_argument("--results", default="bench/results", help="Directory for the JSON result [default: bench/results].")
+    from rlep.tasks.pipeline import PipelineConfig
+
+    add_model_flags(p, PipelineConfig)
+    p = bench_sub.add_parser(
+        "async",
+        help="Steps/s of async training against sync on the same settings (FIFO replay), CPU use, overlap ceiling "
+        "(docs/async.md).",
+    )
+    p.set_defaults(handler=cmd_bench_async)
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML file of settings (a `train:` section and the bench's); flags override it.",
+    )
+    from rlep.tasks.bench.async_train import AsyncBenchConfig
+
+    add_model_flags(p, AsyncBenchConfig, skip={"--mode"})
+    p = bench_sub.add_parser(
+        "fanout",
+        help="Two identical runs one after another (default threads) against two at once on a local Ray: wall times "
+        "and ratio.",
+    )
+    p.set_defaults(handler=cmd_bench_fanout)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of the bench's settings; flags override it.")
+    from rlep.tasks.bench.fanout import FanoutBenchConfig
+
+    add_model_flags(p, FanoutBenchConfig)
+    p = bench_sub.add_parser(
+        "verify",
+        help="Verdicts/s of rlep's verify_batch vs plain math-verify, agreement, latency, peak RSS; "
+        "or, with --peer DIR, agreement on Math-Verify's regression cases.",
+    )
+    p.set_defaults(handler=cmd_bench_verify)
+    from rlep.verifiers.bench import add_arguments as add_verify_bench_arguments
+
+    add_verify_bench_arguments(p)
+    p = bench_sub.add_parser(
+        "update",
+        help="The policy update alone on synthetic rollouts (random-weight model from an HF config): step time, "
+        "tokens/s, "
+        "MFU, parameter + optimizer and peak memory per rank; --nproc N with ddp | fsdp2 (docs/distributed.md).",
+    )
+    p.set_defaults(handler=cmd_bench_update)
+    from rlep.tasks.bench.update import arguments as add_update_bench_arguments
+
+    add_update_bench_arguments(p)
+    p = bench_sub.add_parser(
+        "gpu",
+        help="The GPU acceptance check in under 10 minutes: FSDP2 on NCCL with checkpoint and resume, the training "
+        "loop on the GPU, update tokens/s and MFU of Qwen2.5-0.5B/1.5B shapes; --device cpu: the same, small "
+        "(docs/gpu.md).",
+    )
+    p.set_defaults(handler=cmd_bench_gpu)
+    from rlep.tasks.bench.gpu import arguments as add_gpu_check_arguments
+
+    add_gpu_check_arguments(p)
+
+
+def cmd_bench_async(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.async_train import AsyncBenchConfig, run_async_bench
+
+    config = config_from_args(AsyncBenchConfig, args)
+    from rlep.tasks.models import resolve_model
+
+    resolve_model(config.train.model)  # a missing model fails here, before any run directory is made
+    check_pool(config.train)
+    report = run_async_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def cmd_bench_fanout(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.fanout import FanoutBenchConfig, run_fanout_bench
+
+    report = run_fanout_bench(build_config(FanoutBenchConfig, args.config, flag_overrides(args)))
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def cmd_bench_generate(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.generate import GenerateBenchConfig, run_generate_bench
+
+    config = build_config(GenerateBenchConfig, args.config, flag_overrides(args))
+    report = run_generate_bench(config)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.gpu import check, config_from
+
+    return check(config_from(args))
+
+
+def cmd_bench_train(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.train import run_train_bench
+    from rlep.tasks.collect import preflight, release_lock
+    from rlep.tasks.pipeline import PipelineConfig
+
+    config = config_from_args(PipelineConfig, args)
+    store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
+    release_lock(store.root)  # the collection itself runs in another process
+    report = run_train_bench(config, Path(args.results))
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {report['path']}")
+    return 0
+
+
+def cmd_bench_verify(args: argparse.Namespace) -> int:
+    from rlep.verifiers.bench import run_from_arguments
+
+    run_from_arguments(args)
+    return 0
+
+
+def cmd_bench_update(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.update import bench_update, config_from, summary
+
+    report = bench_update(config_from(args))
+    print(summary(report))
+    print(f"report: {report['config']['out']}")
+    return 0

@@ -1,0 +1,34 @@
+"""What every command shares: the user-error type, settings from a file plus flags, the `--config` flag."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from rlep.flows.options import build_config, flag_overrides
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit code 2."""
+
+
+def config_from_args(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
+    """The command's settings: `base_file` or --config, then flags, then `extra`, validated once."""
+    overrides = {**flag_overrides(args), **(extra or {})}
+    return build_config(model, base_file or args.config, overrides)
+
+
+def add_command(sub, name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
+    """A command that reads its settings from `--config FILE.yaml` and flags; its help is its description too."""
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.set_defaults(handler=handler)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
+    return p
+
+
+def check_pool(config) -> None:
+    """The replay design's inputs (RLEP's pool) must exist: a missing one fails here, before any model is loaded."""
+    from rlep.tasks.replay import check_inputs
+
+    check_inputs(config.replay)
