@@ -87,6 +87,15 @@ def add_bench(sub) -> None:
     from rlep.tasks.bench.gpu import arguments as add_gpu_check_arguments
 
     add_gpu_check_arguments(p)
+    p = bench_sub.add_parser(
+        "sync",
+        help="The extra host memory of one weight sync, trainer -> engine (in process or to a generator process): "
+        "peak resident set per sync, kernel-measured (docs/async.md).",
+    )
+    p.set_defaults(handler=cmd_bench_sync)
+    from rlep.tasks.bench.sync import arguments as add_sync_bench_arguments
+
+    add_sync_bench_arguments(p)
 
 
 def cmd_bench_async(args: argparse.Namespace) -> int:
@@ -155,4 +164,11 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
     report = bench_update(config_from(args))
     print(summary(report))
     print(f"report: {report['config']['out']}")
+    return 0
+
+
+def cmd_bench_sync(args: argparse.Namespace) -> int:
+    from rlep.tasks.bench.sync import run
+
+    run(args)
     return 0

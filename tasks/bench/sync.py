@@ -1,4 +1,4 @@
-"""`python -m rlep.tasks.bench.sync`: the extra host memory of one weight sync, trainer -> engine.
+"""`rlep bench sync` (`python -m rlep.tasks.bench.sync`): the extra host memory of one weight sync, trainer -> engine.
 
 A one-process policy (LocalBackend, float32) and an engine of `--engine-dtype` serving the same model; then
 `--repeats` syncs, each measured as the peak resident set during the sync minus the resident set before it, in
@@ -9,6 +9,7 @@ handles its messages in order). The sync is whatever the code at hand does (`bac
 or the older `full_state_dict` through torch.save), so the same file measures a checkout before the change.
 Writes bench/results/sync-<time>.json.
 
+    rlep bench sync --model ~/.cache/rlep/models/smollm2-b179c9523d0e --mode async
     python -m rlep.tasks.bench.sync --model ~/.cache/rlep/models/smollm2-b179c9523d0e --mode async
 """
 
@@ -86,15 +87,30 @@ def measure(model: str, mode: str, engine_dtype: str, bucket_mb: int, repeats: i
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.sync", description=__doc__.split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The bench's flags (shared by `rlep bench sync`)."""
     parser.add_argument("--model", required=True, help="HF-format model directory (e.g. the converted SmolLM2).")
-    parser.add_argument("--mode", choices=["sync", "async"], default="async")
-    parser.add_argument("--engine-dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--bucket-mb", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--results", default="bench/results")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--mode",
+        choices=["sync", "async"],
+        default="async",
+        help="The engine in this process (sync) or in a generator process (async) [default: async].",
+    )
+    parser.add_argument(
+        "--engine-dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="The engine's dtype; the weights are converted to it on the way [default: float32].",
+    )
+    parser.add_argument("--bucket-mb", type=int, default=128, help="Size of one sync bucket in MiB [default: 128].")
+    parser.add_argument("--repeats", type=int, default=3, help="Syncs measured; the peak is reported [default: 3].")
+    parser.add_argument(
+        "--results", default="bench/results", help="Directory for the JSON result [default: bench/results]."
+    )
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure with the parsed flags, write bench/results/sync-<time>.json, print the result; returns it."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     result = measure(args.model, args.mode, args.engine_dtype, args.bucket_mb, args.repeats)
     from rlep.tasks.bench.report import write_bench_report
@@ -102,6 +118,13 @@ def main(argv: list[str] | None = None) -> None:
     path = write_bench_report("sync", Path(args.results), **result)
     print(json.dumps(result, indent=2))
     print(f"written {path}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.sync", description=__doc__.split("\n")[0])
+    arguments(parser)
+    run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -136,6 +136,15 @@ def test_bench_async_refuses_bad_input_naming_itself_before_writing_anything(tmp
     assert not any(tmp_path.iterdir())
 
 
+def test_bench_sync_is_a_command_with_its_flags():
+    # The weight-sync memory bench was reachable only as `python -m rlep.tasks.bench.sync` (issue 36).
+    done = _run("bench", "sync", "--help")
+    assert done.returncode == 0, done.stderr
+    for flag in ("--model", "--mode", "--engine-dtype", "--bucket-mb", "--repeats", "--results"):
+        assert flag in done.stdout
+    assert "sync" in _run("bench", "--help").stdout
+
+
 def test_show_config_round_trips(tmp_path, capsys):
     assert main(["show-config", "train"]) == 0
     path = tmp_path / "train.yaml"
