@@ -30,13 +30,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.training.step_metrics import PHASES
-
-if TYPE_CHECKING:
-    from rlep.tasks.training.config import TrainConfig
 
 Tracker = Literal["none", "tensorboard", "mlflow"]
 MLFLOW_EXPERIMENT = "rlep"
@@ -261,8 +258,21 @@ class StepReport:
             self.writer = None
 
 
+class TrackedRun(Protocol):
+    """What `step_report` reads of a run's settings: a TrainConfig has it. Named here rather than imported, as
+    TrainConfig imports `check_tracker` from this module to validate its `tracker` field (no import circle)."""
+
+    tracker: Tracker
+    out: Path
+    steps: int
+
+    def resolved_run_id(self) -> str: ...
+
+    def model_dump(self, *, mode: str) -> dict: ...
+
+
 @contextmanager
-def step_report(config: TrainConfig, then: OnStep | None = None) -> Iterator[StepReport]:
+def step_report(config: TrackedRun, then: OnStep | None = None) -> Iterator[StepReport]:
     """The `StepReport` of a training run's settings, closed (event files flushed) when the block ends."""
     report = StepReport(
         config.tracker,

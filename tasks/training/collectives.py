@@ -119,3 +119,11 @@ def all_reduce_sum(values: list[float]) -> list[float]:
     with collective("metric reduction"):
         dist.all_reduce(tensor)
     return tensor.tolist()
+
+
+def all_reduce_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed over the training group's ranks (on the group's device), returned where it was."""
+    shared = tensor.to(GROUP.device)
+    with collective("sharing rows"):
+        dist.all_reduce(shared)
+    return shared.to(tensor.device)

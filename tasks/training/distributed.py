@@ -47,7 +47,7 @@ from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import GROUP as _GROUP
-from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, collective
+from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, all_reduce_tensor, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
 from rlep.tasks.training.memory import rank_memory
 from rlep.tasks.training.precision import PrecisionChoice
@@ -167,6 +167,10 @@ class Sharding:
     def all_reduce(self, values: list[float]) -> list[float]:
         """Element-wise sums over ranks (metrics' numerators and denominators), on the group's device."""
         return all_reduce_sum(values)
+
+    def sum_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """`rows` (zero outside this rank's rows) summed over ranks on the group's device: every rank's rows."""
+        return all_reduce_tensor(rows)
 
 
 class DistributedBackend:

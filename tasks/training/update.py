@@ -30,16 +30,26 @@ def _logprobs(
     micro: int,
     temperature: float,
     before_micro_batch: Callable[[], None] | None = None,
+    data_parallel: DataParallel | None = None,
 ) -> torch.Tensor:
-    """Log-probs [B, T-1] of `batch` under `model` at `temperature`, computed `micro` sequences at a time."""
+    """Log-probs [B, T-1] of `batch` under `model` at `temperature`, computed `micro` sequences at a time.
+
+    With `data_parallel` each rank runs the forward over its own rows only (the update's sharding of the whole
+    batch), every rank as many forwards (padded with a masked row: FSDP2 gathers in every forward), and the rows
+    are summed over ranks into the whole [B, T-1] (each row nonzero on one rank only, so the sum is exact)."""
     out = torch.zeros_like(batch.behaviour_logp)
-    for rows in _chunks(len(batch), micro):
+    mine = torch.arange(len(batch)) if data_parallel is None else data_parallel.rows(batch.group.cpu())
+    chunks: list[torch.Tensor | None] = [mine[rows] for rows in _chunks(len(mine), micro)]
+    if data_parallel is not None:
+        chunks += [None] * (data_parallel.micro_batches(batch.group.cpu(), micro) - len(chunks))
+    for rows in chunks:
         if before_micro_batch:
             before_micro_batch()
-        part = batch.select(rows)
+        part = _masked(batch.select(torch.zeros(1, dtype=torch.long))) if rows is None else batch.select(rows)
         logp, _ = token_logprobs(model, part.input_ids, part.attention_mask, temperature)
-        out[rows, : logp.shape[1]] = logp
-    return out
+        if rows is not None:
+            out[rows.to(out.device), : logp.shape[1]] = logp
+    return out if data_parallel is None else data_parallel.sum_rows(out)
 
 
 def _chunks(size: int, chunk: int) -> list[torch.Tensor]:
@@ -95,7 +105,9 @@ def policy_update(
     batch = batch.to(next(model.parameters()).device)  # built on the CPU; a GPU model needs it on its device
     micro = micro_batch_size or len(batch)
     single_pass = ppo_epochs == 1 and updates_per_epoch == 1
-    old_logp_all = None if single_pass else _logprobs(model, batch, micro, temperature, before_micro_batch)
+    old_logp_all = (  # each rank computes its own rows' (the update's sharding), then they are shared
+        None if single_pass else _logprobs(model, batch, micro, temperature, before_micro_batch, data_parallel)
+    )
     fresh_tokens_per_update = _fresh_tokens(batch).item() / updates_per_epoch
     sums: dict[str, float] = defaultdict(float)
     measured: dict[str, int] = defaultdict(int)
@@ -203,6 +215,7 @@ class DataParallel(Protocol):
     def micro_batches(self, group: torch.Tensor, micro: int) -> int: ...  # count every rank runs
     def sync_gradients(self, model: torch.nn.Module, last: bool) -> None: ...  # before a forward: sync on the last
     def all_reduce(self, values: list[float]) -> list[float]: ...  # sums over ranks
+    def sum_rows(self, rows: torch.Tensor) -> torch.Tensor: ...  # a tensor summed over ranks (each fills its rows)
 
 
 def _masked(batch: TrainingBatch) -> TrainingBatch:

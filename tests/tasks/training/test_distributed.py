@@ -524,3 +524,71 @@ def test_fsdp2_streams_the_weights_one_gathered_tensor_at_a_time_in_the_engines_
     assert [name for name, _ in streamed] == list(full)  # HF names, in state-dict order, every one
     for name, tensor in streamed:
         assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, full[name].to(torch.bfloat16)), name
+
+
+# ---------------------------------------------------------------------- the old-log-prob pass (issue 35)
+
+
+def _every_rank(rank, world, port, scenario, args, out):
+    """One spawned rank of a scenario every rank runs in full (no rank 0 driving): its result in result-RANK.pt."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.save(scenario(rank, *args), Path(out) / f"result-{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn_every_rank(scenario, *args, tmp_path):
+    mp.spawn(_every_rank, args=(2, _free_port(), scenario, args, str(tmp_path)), nprocs=2, join=True)
+    return [torch.load(tmp_path / f"result-{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def _old_logprob_pass(rank, strategy):
+    """The no-grad old-log-prob pass on one process's whole batch, then sharded over the 2 ranks (`strategy`),
+    with the rows of every forward counted (token_logprobs wrapped)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from rlep.tasks.training import update
+    from rlep.tasks.training.distributed import Sharding
+    from rlep.tasks.training.fsdp import shard_fsdp2
+
+    rows_seen: list[int] = []
+    counted = update.token_logprobs
+
+    def counting(model, input_ids, *args):
+        rows_seen.append(len(input_ids))
+        return counted(model, input_ids, *args)
+
+    update.token_logprobs = counting
+    torch.manual_seed(5)
+    model = AutoModelForCausalLM.from_config(TINY, dtype=torch.float32).eval()
+    batch = _batch()
+    whole = update._logprobs(model, batch, 7, 1.0)
+    whole_rows, rows_seen[:] = list(rows_seen), []
+    if strategy == "fsdp2":
+        shard_fsdp2(model)
+    else:
+        model = DistributedDataParallel(model)
+    sharding = Sharding(rank, 2)
+    sharded = update._logprobs(model, batch, 7, 1.0, data_parallel=sharding)
+    own = len(sharding.rows(batch.group))
+    mask = batch.mask.bool()  # completion tokens: the only ones the loss reads (past a row's end they are padding)
+    return {"whole": whole[mask], "sharded": sharded[mask], "whole_rows": whole_rows, "rows": rows_seen, "own": own}
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_the_old_logprob_pass_is_split_across_ranks_like_the_update(strategy, tmp_path):
+    """Each rank's no-grad forward runs over its own shard's rows only (before: all 15 on every rank), padded to
+    the same forward count; the old log-probs shared afterwards equal one process's within 1e-6 on every rank."""
+    results = _spawn_every_rank(_old_logprob_pass, strategy, tmp_path=tmp_path)
+    assert [r["own"] for r in results] == [8, 7]  # groups 0, 2, 4 (3 + 3 + 1 rows) and a loose row; 1, 3 and one
+    for r in results:  # micro-batches of 7: one process 7 + 7 + 1 rows; rank 0 7 + 1, rank 1 7 + a padding row
+        assert r["whole_rows"] == [7, 7, 1]
+        assert r["rows"] == [7, 1]
+        assert torch.allclose(r["sharded"], r["whole"], atol=1e-6, rtol=0)
+        assert r["sharded"].abs().sum() > 0
+        assert torch.allclose(r["sharded"], r["whole"], atol=1e-6, rtol=0)
+        assert torch.equal(r["sharded"], results[0]["sharded"])  # every rank holds the same old log-probs
