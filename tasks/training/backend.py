@@ -101,10 +101,15 @@ def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
-    model = model.to(device)
-    if config.activation_checkpointing:  # non-reentrant: works under DDP and FSDP2, inputs need no grad
+    return checkpoint_activations(model.to(device), config).eval()
+
+
+def checkpoint_activations(model: torch.nn.Module, config: BackendConfig) -> torch.nn.Module:
+    """`model` with activation checkpointing on where `config` asks for it (non-reentrant: works under DDP and
+    FSDP2, inputs need no grad)."""
+    if config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model.eval()
+    return model
 
 
 def load_reference(path: str | None, device: torch.device, precision: str = "fp32") -> torch.nn.Module | None:

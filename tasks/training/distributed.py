@@ -38,8 +38,7 @@ import torch.distributed as dist
 from rlep.tasks.training.backend import (
     PolicySpec,
     build_optimizer,
-    load_policy,
-    load_reference,
+    checkpoint_activations,
     process_rng_state,
     set_process_rng_state,
 )
@@ -50,6 +49,7 @@ from rlep.tasks.training.collectives import GROUP as _GROUP
 from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, all_reduce_tensor, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
 from rlep.tasks.training.memory import rank_memory
+from rlep.tasks.training.meta_load import build_on_meta_and_load
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
 from rlep.tasks.training.update import policy_update
@@ -173,6 +173,10 @@ class Sharding:
         return all_reduce_tensor(rows)
 
 
+def _replicated(model: torch.nn.Module) -> None:
+    """DDP's placement before the load: every rank holds the whole model (wrapped once loaded)."""
+
+
 class DistributedBackend:
     """One rank's part of the policy: a full copy under DDP, a shard under FSDP2; its optimizer holds the same."""
 
@@ -184,18 +188,22 @@ class DistributedBackend:
         spec, resolved = spec.resolved(self.device)
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
-        self.module = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
+        fsdp2 = spec.backend.strategy == "fsdp2"
+        shard = shard_fsdp2 if fsdp2 else _replicated  # DDP wraps the loaded module below
+        # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/meta_load.py)
+        self.module = build_on_meta_and_load(spec.weights, self.device, torch.float32, shard, spec.init_seed)
+        checkpoint_activations(self.module, spec.backend)
         if spec.backend.precision == "bf16":  # one bf16 meaning for every strategy (tasks/training/fsdp.py)
             autocast_bf16(self.module, self.device)
-        if spec.backend.strategy == "ddp":
+        if not fsdp2:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=ids)
         else:
-            shard_fsdp2(self.module)
             self.model = self.module
-        self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
-        if self.reference is not None and spec.backend.strategy == "fsdp2":  # 1/N of the reference per rank too
-            shard_fsdp2(self.reference)
+        self.reference = None  # under FSDP2 1/N of the reference per rank too, in the compute dtype
+        if spec.reference is not None:
+            dtype = torch.bfloat16 if spec.backend.precision == "bf16" else torch.float32
+            self.reference = build_on_meta_and_load(spec.reference, self.device, dtype, shard).requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
 
     @classmethod

@@ -592,3 +592,81 @@ def test_the_old_logprob_pass_is_split_across_ranks_like_the_update(strategy, tm
         assert r["sharded"].abs().sum() > 0
         assert torch.allclose(r["sharded"], r["whole"], atol=1e-6, rtol=0)
         assert torch.equal(r["sharded"], results[0]["sharded"])  # every rank holds the same old log-probs
+
+
+# ---------------------------------------------------------------------- built on the meta device, loaded once
+
+
+def _loaded_once(weights):
+    """Rank 0: DDP then FSDP2 policies (with the same weights as KL reference) from `weights`: their gathered
+    state, replica digests, whether the head is still the embedding's parameter, and the same after an update."""
+    from rlep.tasks.training.distributed import DistributedBackend
+
+    results = {}
+    for strategy in ("ddp", "fsdp2"):
+        backend = DistributedBackend.lead(replace(_spec(strategy, weights=weights), reference=weights))
+        module = backend.module
+        loaded = copy.deepcopy(backend.full_state_dict())
+        local = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in backend.reference.state_dict().items()}
+        _update(backend, "token-mean")
+        results[strategy] = {
+            "loaded": loaded,
+            "reference": copy.deepcopy(local),  # rank 0's shards under FSDP2 (gathering needs every rank)
+            "tied": module.lm_head.weight is module.model.embed_tokens.weight,
+            "trained": copy.deepcopy(backend.full_state_dict()),
+            "digests": backend.replica_digests(),
+        }
+        backend.close()
+    return results
+
+
+def _rank_counting_reads(rank, world, port, weights, out):
+    """`_rank` with every read of weights on this rank recorded (safetensors files, from_pretrained) in
+    reads-RANK.pt."""
+    import safetensors.torch
+    import transformers
+
+    reads = []
+    load_file, from_pretrained = safetensors.torch.load_file, transformers.AutoModelForCausalLM.from_pretrained
+
+    def counted_load_file(path, *args, **kwargs):
+        reads.append(str(path))
+        return load_file(path, *args, **kwargs)
+
+    def counted_from_pretrained(path, *args, **kwargs):
+        reads.append(str(path))
+        return from_pretrained(path, *args, **kwargs)
+
+    safetensors.torch.load_file = counted_load_file
+    transformers.AutoModelForCausalLM.from_pretrained = counted_from_pretrained
+    _rank(rank, world, port, _loaded_once, (weights,), out)
+    torch.save(reads, Path(out) / f"reads-{rank}.pt")
+
+
+def test_the_model_is_built_on_meta_and_loaded_once_from_rank_0(tmp_path):
+    """DDP and FSDP2 ranks build the policy and the reference on the meta device and rank 0 alone reads the weight
+    files (rank 1 opens none; before, every rank ran from_pretrained); the loaded weights equal a plain load's
+    exactly, and the tied head stays the embedding's parameter, before and after an update."""
+    weights = tmp_path / "model"
+    torch.manual_seed(11)
+    AutoModelForCausalLM.from_config(TINY).save_pretrained(weights)
+    assert TINY.tie_word_embeddings
+    plain = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).state_dict()
+    context = mp.spawn(_rank_counting_reads, args=(2, _free_port(), str(weights), str(tmp_path)), nprocs=2, join=False)
+    for process in context.processes:
+        process.join(timeout=180)
+    assert all(p.exitcode == 0 for p in context.processes)
+    results = torch.load(tmp_path / "result.pt", weights_only=False)
+    assert "error" not in results, results
+    assert torch.load(tmp_path / "reads-1.pt") == []  # rank 1 never opened a weight file
+    assert len(torch.load(tmp_path / "reads-0.pt")) == 4  # rank 0: policy and reference, for each strategy
+    for strategy, got in results.items():
+        assert set(got["loaded"]) == set(plain), strategy
+        for name, value in plain.items():
+            assert torch.equal(got["loaded"][name], value), (strategy, name)
+            shard = value.chunk(2)[0] if strategy == "fsdp2" else value  # FSDP2: rank 0 holds the first rows
+            assert torch.equal(got["reference"][name], shard), (strategy, name)
+        assert got["tied"], strategy
+        assert torch.equal(got["trained"]["lm_head.weight"], got["trained"]["model.embed_tokens.weight"])
+        assert not torch.equal(got["trained"]["lm_head.weight"], plain["lm_head.weight"])  # the update moved it
+        assert len(set(got["digests"])) == 1, strategy
