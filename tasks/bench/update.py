@@ -9,9 +9,11 @@ machine with torch and transformers.
 Reports, after `warmup` untimed steps: step time (median), update tokens/s (prompt + completion tokens through
 forward and backward per second, summed over ranks), MFU = 6 N tokens / time / peak FLOPs (N: parameters
 without the input embedding, whose lookup costs no FLOPs; the no-grad old-log-prob pass, run when a step makes
-several updates, is not counted, so MFU is a lower bound), and per rank the bytes of parameters, gradients and
-optimizer state it holds (the figure FSDP2 divides by the number of ranks) and its peak memory (RSS on the
-CPU, CUDA's peak allocation on a GPU). Writes the report as JSON.
+several updates, is not counted, so MFU is a lower bound), and per rank the bytes of parameters, gradients,
+optimizer state and KL reference (`--kl`) it holds (the figures FSDP2 divides by the number of ranks) and its
+peak memory (VmHWM on the CPU, CUDA's peak allocation on a GPU: tasks/training/memory.py) twice: while the
+model is built and loaded, and during the steps (old-log-prob pass, reference forward and update included:
+`--updates-per-epoch 2 --kl`). Writes the report as JSON.
 
 Run: `python -m rlep.tasks.bench.update --model-config smollm2-135m --nproc 2 --strategy fsdp2`
      `python -m rlep.tasks.bench.update --device cuda --precision bf16 --model-config qwen2.5-1.5b`
@@ -31,81 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.bench.shapes import MODEL_CONFIGS, PEAK_TFLOPS, model_config, peak_tflops  # noqa: F401 (re-exported)
+
 if TYPE_CHECKING:
     import torch
-
-# Shapes of public models (their config.json), built with random weights.
-MODEL_CONFIGS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        model_type="qwen2",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        tie_word_embeddings=True,
-    ),
-    "smollm2-135m": dict(
-        model_type="llama",
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        vocab_size=49152,
-        tie_word_embeddings=True,
-        rope_theta=100000.0,
-    ),
-    "qwen2.5-0.5b": dict(
-        model_type="qwen2",
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-    "qwen2.5-1.5b": dict(
-        model_type="qwen2",
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-    "qwen2.5-7b": dict(
-        model_type="qwen2",
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        vocab_size=152064,
-        tie_word_embeddings=False,
-    ),
-}
-
-# Dense peak tensor FLOP/s by precision (vendor data sheets, without sparsity), matched in this order against
-# torch.cuda.get_device_name(): the more specific names first. The H200 has the H100 SXM's compute.
-PEAK_TFLOPS = (
-    ("H200", {"bf16": 989.0, "fp32": 67.0}),
-    ("H100 PCIe", {"bf16": 756.0, "fp32": 51.0}),
-    ("H100 NVL", {"bf16": 835.0, "fp32": 60.0}),
-    ("H100", {"bf16": 989.0, "fp32": 67.0}),  # SXM: "NVIDIA H100 80GB HBM3"
-    ("A100", {"bf16": 312.0, "fp32": 19.5}),
-    ("L40S", {"bf16": 362.0, "fp32": 91.6}),
-    ("L4", {"bf16": 121.0, "fp32": 30.3}),
-    ("A10G", {"bf16": 70.0, "fp32": 31.2}),
-)
-
-
-def peak_tflops(name: str, precision: str = "bf16") -> float | None:
-    """The dense peak of the GPU named `name` (torch.cuda.get_device_name()) in `precision`, or None if unknown."""
-    return next((table[precision] for key, table in PEAK_TFLOPS if key in name), None)
 
 
 class UpdateBenchConfig(BaseModel):
@@ -123,7 +54,15 @@ class UpdateBenchConfig(BaseModel):
     group_size: int = Field(8, ge=1, le=4096, description="Answers per prompt.")
     prompt_tokens: int = Field(64, ge=1, le=1_000_000, description="Tokens of every prompt.")
     response_tokens: int = Field(128, ge=1, le=1_000_000, description="Tokens of every answer.")
-    updates_per_epoch: int = Field(1, ge=1, le=10_000, description="Optimizer updates (mini-batches) per step.")
+    updates_per_epoch: int = Field(
+        1,
+        ge=1,
+        le=10_000,
+        description="Optimizer updates (mini-batches) per step; above 1 the no-grad old-log-prob pass runs.",
+    )
+    kl: bool = Field(
+        False, description="A KL term against a frozen reference of the same shape (sharded like the policy)."
+    )
     micro_batch_size: int = Field(8, ge=1, le=100_000, description="Sequences per forward/backward on a rank.")
     warmup: int = Field(1, ge=0, le=1000, description="Untimed steps first.")
     steps: int = Field(3, ge=1, le=10_000, description="Timed steps.")
@@ -134,16 +73,6 @@ class UpdateBenchConfig(BaseModel):
 
     def hf_config(self):
         return model_config(self.model)
-
-
-def model_config(name: str):
-    """The HF config of a named shape (random weights are drawn from it)."""
-    from transformers import AutoConfig
-
-    if name not in MODEL_CONFIGS:
-        raise ValueError(f"model config {name!r}: not one of {sorted(MODEL_CONFIGS)}")
-    shape = dict(MODEL_CONFIGS[name])
-    return AutoConfig.for_model(shape.pop("model_type"), **shape)
 
 
 def synthetic_batch(
@@ -223,9 +152,11 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         precision=config.precision,
         activation_checkpointing=config.activation_checkpointing,
     )
-    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, device=config.device)
+    reference = hf if config.kl else None  # random weights of the same shape
+    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, reference, device=config.device)
     backend = make_backend(spec)
     device = getattr(backend, "device", torch.device(config.device))
+    built = _memory(backend, device, reset=True)  # the peaks of building and loading; then the steps' own
     times, tokens = [], []
     generator = torch.Generator().manual_seed(0)
     try:
@@ -242,7 +173,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
             start = time.perf_counter()
             backend.update(
                 batch,
-                LossConfig(),
+                LossConfig(kl_coef=0.1 if config.kl else 0.0),
                 1.0,
                 updates_per_epoch=config.updates_per_epoch,
                 micro_batch_size=config.micro_batch_size,
@@ -252,7 +183,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
             if step >= config.warmup:
                 times.append(time.perf_counter() - start)
                 tokens.append(int(batch.attention_mask.sum()))
-        memory = backend.memory() if hasattr(backend, "memory") else [_local_memory(backend, device)]
+        memory = _memory(backend, device)
     finally:
         backend.close()
     seconds = statistics.median(times)
@@ -270,7 +201,9 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         "tokens_per_second": tokens_per_step / seconds,
         "mfu": 6 * n_flop * tokens_per_step / seconds / (peak * config.nproc) if peak else None,
         "peak_flops_per_device": peak,
-        "ranks": memory,
+        "ranks": [
+            {**m, **{f"build_{k}": v for k, v in b.items() if k.startswith("peak")}} for m, b in zip(memory, built)
+        ],
         "machine": {
             "platform": platform.platform(),
             "torch": torch.__version__,
@@ -290,10 +223,16 @@ def _meta_model(hf):
         return AutoModelForCausalLM.from_config(hf)
 
 
-def _local_memory(backend, device) -> dict[str, float]:
-    from rlep.tasks.training.memory import rank_memory
+def _memory(backend, device, reset: bool = False) -> list[dict[str, float]]:
+    """Per rank: the training state and KL reference held, and the peak memory since the last reset."""
+    if hasattr(backend, "memory"):
+        return backend.memory(reset)
+    from rlep.tasks.training.memory import rank_memory, reset_peak
 
-    return rank_memory(backend.model, backend.optimizer, device)
+    facts = [rank_memory(backend.model, backend.optimizer, device, backend.reference)]
+    if reset:
+        reset_peak(device)
+    return facts
 
 
 def _sync(device: torch.device) -> None:
@@ -316,10 +255,12 @@ def summary(report: dict[str, Any]) -> str:
     ]
     for rank, m in enumerate(report["ranks"]):
         state = m["param_bytes"] + m["optimizer_bytes"]
-        peak = m.get("peak_cuda_bytes", m["peak_rss_bytes"])
+        kind = "cuda" if "peak_cuda_bytes" in m else "rss"
         lines.append(
-            f"  rank {rank}: parameters + optimizer {state / mib:.1f} MiB (grads {m['grad_bytes'] / mib:.1f} MiB), "
-            f"peak {'CUDA' if 'peak_cuda_bytes' in m else 'RSS'} {peak / mib:.0f} MiB"
+            f"  rank {rank}: parameters + optimizer {state / mib:.1f} MiB (grads {m['grad_bytes'] / mib:.1f} MiB, "
+            f"KL reference {m.get('reference_bytes', 0) / mib:.1f} MiB), peak {kind.upper()} while building "
+            f"{m.get(f'build_peak_{kind}_bytes', 0) / mib:.0f} MiB, "
+            f"during the steps {m[f'peak_{kind}_bytes'] / mib:.0f} MiB"
         )
     return "\n".join(lines)
 

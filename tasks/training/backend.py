@@ -42,7 +42,7 @@ class PolicySpec:
     weights: Any  # HF-format directory (or hub name) of the starting policy, or an HF config: random weights
     optimizer: OptimizerConfig
     backend: BackendConfig = field(default_factory=BackendConfig)
-    reference: str | None = None  # frozen reference for the KL term; None = no KL
+    reference: Any = None  # frozen reference for the KL term (like `weights`); None = no KL
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
     init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
 
@@ -112,15 +112,21 @@ def checkpoint_activations(model: torch.nn.Module, config: BackendConfig) -> tor
     return model
 
 
-def load_reference(path: str | None, device: torch.device, precision: str = "fp32") -> torch.nn.Module | None:
+def load_reference(path: Any, device: torch.device, precision: str = "fp32") -> torch.nn.Module | None:
     """The frozen reference of the KL term in the compute dtype (bf16 under `precision` bf16: it only runs
-    forward, so no float32 master copy is needed). A distributed backend shards it like the policy."""
+    forward, so no float32 master copy is needed). A distributed backend shards it like the policy. `path`: a
+    directory or hub name, or an HF config (random weights drawn from seed 0: benchmarks)."""
     if path is None:
         return None
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if isinstance(path, str):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # as tasks/training/meta_load.py draws it for a distributed rank
+            model = AutoModelForCausalLM.from_config(path, dtype=dtype).to(device)
     return model.requires_grad_(False).eval()
 
 

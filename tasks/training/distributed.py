@@ -48,7 +48,7 @@ from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import GROUP as _GROUP
 from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, all_reduce_tensor, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
-from rlep.tasks.training.memory import rank_memory
+from rlep.tasks.training.memory import rank_memory, reset_peak
 from rlep.tasks.training.meta_load import build_on_meta_and_load
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
@@ -329,13 +329,16 @@ class DistributedBackend:
         elif self.rank == 0:  # another world size: rank 0's streams (prompt order, sampling) still resume exactly
             set_process_rng_state(state)
 
-    def memory(self) -> list[dict[str, float]]:
-        """Per rank: bytes of parameters, gradients and optimizer state this rank holds, and its peak memory."""
+    def memory(self, reset: bool = False) -> list[dict[str, float]]:
+        """Per rank: bytes of parameters, gradients, optimizer state and KL reference this rank holds, and its
+        peak memory; `reset`: every rank's peak starts again afterwards (tasks/training/memory.py)."""
         if self.rank == 0:
-            _send("memory")
+            _send("memory", reset)
         facts: list[Any] = [None] * self.world_size
         with collective("gathering memory facts"):
-            dist.all_gather_object(facts, rank_memory(self.model, self.optimizer, self.device))
+            dist.all_gather_object(facts, rank_memory(self.model, self.optimizer, self.device, self.reference))
+        if reset:
+            reset_peak(self.device)
         return facts
 
     def lr(self) -> float:

@@ -56,3 +56,34 @@ def test_update_bench_imports_neither_vllm_nor_prefect():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _kl_bench(tmp_path, **settings):
+    return bench_update(
+        UpdateBenchConfig(
+            prompts=2,
+            group_size=2,
+            prompt_tokens=4,
+            response_tokens=6,
+            micro_batch_size=2,
+            updates_per_epoch=2,  # the no-grad old-log-prob pass runs
+            kl=True,
+            warmup=0,
+            steps=1,
+            out=tmp_path / "update.json",
+            **settings,
+        )
+    )
+
+
+def test_update_bench_reports_the_kl_reference_and_the_peaks_of_building_and_of_the_steps(tmp_path):
+    """Per rank: the KL reference's bytes beside the policy's, and the peak memory while building and during the
+    steps apart (the old-log-prob pass and the reference forward inside the steps); FSDP2 halves the reference."""
+    rank = _kl_bench(tmp_path)["ranks"][0]
+    assert rank["reference_bytes"] == rank["param_bytes"] > 0  # same shape, float32
+    assert rank["build_peak_rss_bytes"] > 0 and rank["peak_rss_bytes"] > 0
+    ranks = _kl_bench(tmp_path, nproc=2, strategy="fsdp2")["ranks"]
+    assert len(ranks) == 2
+    for sharded in ranks:
+        assert sharded["reference_bytes"] < 0.7 * rank["reference_bytes"]  # the root's embedding counts whole
+        assert sharded["build_peak_rss_bytes"] > 0 and sharded["peak_rss_bytes"] > 0
