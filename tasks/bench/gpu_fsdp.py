@@ -40,7 +40,7 @@ RESUME_TOLERANCE = 1e-5
 
 def run_in_torchrun(work: Path, device: str) -> dict[str, Any]:
     """Launch this module as one torchrun rank and return its result (or the launch's failure)."""
-    from rlep.tasks.training.distributed import launch
+    from rlep.tasks.training.launch import launch
 
     work.mkdir(parents=True, exist_ok=True)
     request = work / "fsdp_request.json"

@@ -288,7 +288,7 @@ def config_from(args: argparse.Namespace) -> UpdateBenchConfig:
 def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
     """Run the benchmark (launching `nproc` processes when more than one) and return rank 0's report."""
     if config.nproc > 1 and "RANK" not in os.environ:
-        from rlep.tasks.training.distributed import launch
+        from rlep.tasks.training.launch import launch
 
         request = config.out.with_suffix(".request.json")
         request.parent.mkdir(parents=True, exist_ok=True)

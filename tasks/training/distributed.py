@@ -14,22 +14,21 @@ mini-batches as one process would, and trains on its share of each mini-batch's 
 (`Sharding`); the token-mean normaliser is the mini-batch's global token count, known to every rank without
 a collective, and each rank's loss is scaled by the world size because DDP and FSDP2 average gradients.
 Every rank runs the same number of micro-batches (padded with fully masked rows): FSDP2 hangs otherwise.
+The no-grad old-log-prob pass is split the same way: each rank computes its own rows, then they are summed over
+ranks (`Sharding.sum_rows`). A rank's policy and KL reference are built on the meta device, sharded, and loaded
+from rank 0's one read of the weights (tasks/training/meta_load.py).
 
-Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun standalone, gloo on CPU, NCCL on GPU).
+Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun standalone, gloo on CPU, NCCL on GPU); the launch and each
+rank's entry point are in tasks/training/launch.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,24 +56,10 @@ from rlep.tasks.training.weight_sync import named_weights
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
-TORCHRUN_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_NAME",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+TORCHRUN_VARIABLES = tuple(
+    "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE "
+    "MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS "
+    "TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE TORCH_NCCL_ASYNC_ERROR_HANDLING".split()
 )
 
 
@@ -401,85 +386,3 @@ def serve() -> None:
 def stop_serving() -> None:
     """Rank 0, at the end: the other ranks return from `serve`."""
     _send("stop")
-
-
-# ---------------------------------------------------------------------- launch
-
-
-def launch(module: str, arguments: list[str], nproc: int) -> None:
-    """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
-    from rlep.tasks.runner import module_env
-
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        module,
-        *arguments,
-    ]
-    done = subprocess.run(command, env=module_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
-    if done.returncode != 0:
-        raise DistributedError(
-            f"{module} on {nproc} processes failed (exit status {done.returncode}); the error is above"
-        )
-
-
-def train_distributed(config, resume: bool = False):
-    """`tasks.training.trainer.train` on `config.backend.nproc` processes (torchrun on this node, or Ray actors:
-    `backend.launcher`); returns rank 0's TrainResult."""
-    from rlep.data.fs import write_text_atomic
-    from rlep.data.run_layout import TrainRunLayout
-    from rlep.tasks.training.checkpoint import latest_checkpoint
-    from rlep.tasks.training.trainer import TrainResult
-
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    request = out / "launch_config.json"  # what every rank reads; the run's own config.json is rank 0's to write
-    write_text_atomic(request, config.model_dump_json(indent=2))
-    arguments = ["--config", str(request), *(["--resume"] if resume else [])]
-    if config.backend.launcher == "ray":
-        from rlep.tasks.training.ray_launch import launch_on_ray
-
-        launch_on_ray(arguments, config.backend)
-    else:
-        launch("rlep.tasks.training.distributed", arguments, config.backend.nproc)
-    layout = TrainRunLayout(out)
-    return TrainResult(out, config.steps, latest_checkpoint(out), layout.metrics, layout.eval)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """One rank of `rlep train --nproc N`: rank 0 trains (tasks.training.trainer.train), the others serve."""
-    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.distributed")
-    parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
-    parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args(argv)
-    from rlep.tasks.training.config import TrainConfig
-
-    config = TrainConfig.model_validate_json(args.config.read_text())
-    rank = init_distributed(config.backend)
-    try:
-        if rank == 0:
-            from rlep.tasks.training.trainer import train
-
-            try:
-                train(config, resume=args.resume, progress=True)
-            except BaseException:
-                with suppress(DistributedError):  # a lost rank: the error that matters is train's
-                    stop_serving()
-                raise
-            stop_serving()
-        else:
-            serve()
-    finally:
-        shutdown()
-
-
-if __name__ == "__main__":
-    # Through the imported module: `python -m` runs this file a second time as __main__, and the process group
-    # state set up here would not be the one the trainer's backend (which imports this module) reads.
-    from rlep.tasks.training import distributed
-
-    distributed.main()

@@ -6,8 +6,8 @@ A placement group reserves one bundle per rank (`cpus_per_rank` CPUs, `gpus_per_
 cluster has GPUs and 0 when it has none; strategy PACK: as few nodes as fit) and one actor runs in each. Rank 0's
 actor names its node's address and a free port there; every actor then gets the variables torchrun would have set
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the same entry point as under
-torchrun (`distributed.main`): rank 0 trains, the others serve. The run directory must be on storage every node sees
-(rank 0 writes it; every rank reads the launch config from it).
+torchrun (`launch.main`, tasks/training/launch.py): rank 0 trains, the others serve. The run directory must be on
+storage every node sees (rank 0 writes it; every rank reads the launch config from it).
 
 A rank that fails stops the others at once (as torchrun does) and the launch raises one DistributedError that
 names the rank and its error.
@@ -40,11 +40,11 @@ class RankActor:
 
     def run(self, env: dict[str, str], threads: int, argv: list[str]) -> None:
         from rlep.tasks.runner import limit_threads
-        from rlep.tasks.training import distributed
+        from rlep.tasks.training import launch
 
         os.environ.update(env)
         limit_threads(threads)
-        distributed.main(argv)
+        launch.main(argv)
 
 
 def rank_environments(nodes: list[tuple[str, str]], port: int, one_gpu_each: bool) -> list[dict[str, str]]:
@@ -89,7 +89,7 @@ def gpus_per_rank(setting: float | str, cluster: dict[str, float]) -> float:
 
 
 def launch_on_ray(argv: list[str], backend: BackendConfig) -> None:
-    """Run `distributed.main(argv)` on `backend.nproc` Ray actors; returns when every rank has finished."""
+    """Run `launch.main(argv)` on `backend.nproc` Ray actors; returns when every rank has finished."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

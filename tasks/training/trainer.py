@@ -390,7 +390,7 @@ def train(
     """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png. With `backend.nproc` > 1
     it launches torchrun, whose rank 0 comes back here (`on_step` is not called then; docs/distributed.md)."""
     if config.backend.nproc > 1 and not torch.distributed.is_initialized():
-        from rlep.tasks.training.distributed import train_distributed
+        from rlep.tasks.training.launch import train_distributed
 
         return train_distributed(config, resume)
     from rlep.tasks.plots import plot_learning_curves

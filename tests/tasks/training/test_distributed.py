@@ -296,6 +296,24 @@ def test_several_processes_need_the_engine_in_its_own_process():
     TrainConfig(backend={"nproc": 2}, mode="async", max_staleness=0)
 
 
+def test_each_rank_starts_at_tasks_training_launch():
+    """The launch (torchrun command, Ray actors' entry point, each rank's main) lives in tasks/training/launch.py;
+    tasks/training/distributed.py keeps the backend and stays under 400 lines."""
+    import subprocess
+    import sys
+
+    import rlep.tasks.training.distributed as distributed
+    from rlep.tasks.training import launch
+
+    assert not hasattr(distributed, "main") and not hasattr(distributed, "train_distributed")
+    assert callable(launch.main) and callable(launch.train_distributed)
+    assert len(Path(distributed.__file__).read_text().splitlines()) < 400
+    done = subprocess.run(
+        [sys.executable, "-m", "rlep.tasks.training.launch", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "python -m rlep.tasks.training.launch" in done.stdout and "--config" in done.stdout
+
+
 def _small_distributed_run(model: str) -> list[str]:
     return [
         "train",

@@ -1,0 +1,95 @@
+"""Launching torch.distributed training: `rlep train --nproc N` as N processes on this node (torchrun
+--standalone) or as Ray actors (tasks/training/ray_launch.py), and each rank's entry point (`main`): rank 0
+trains (tasks.training.trainer.train) through the DistributedBackend, the others serve its requests
+(tasks/training/distributed.py).
+
+Run one rank by hand: `python -m rlep.tasks.training.launch --config launch_config.json [--resume]` under
+torchrun (`train_distributed` writes that file into the run directory and starts every rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+from rlep.tasks.training.collectives import DistributedError
+from rlep.tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
+
+
+def launch(module: str, arguments: list[str], nproc: int) -> None:
+    """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
+    from rlep.tasks.runner import module_env
+
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        module,
+        *arguments,
+    ]
+    done = subprocess.run(command, env=module_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
+    if done.returncode != 0:
+        raise DistributedError(
+            f"{module} on {nproc} processes failed (exit status {done.returncode}); the error is above"
+        )
+
+
+def train_distributed(config, resume: bool = False):
+    """`tasks.training.trainer.train` on `config.backend.nproc` processes (torchrun on this node, or Ray actors:
+    `backend.launcher`); returns rank 0's TrainResult."""
+    from rlep.data.fs import write_text_atomic
+    from rlep.data.run_layout import TrainRunLayout
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.trainer import TrainResult
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    request = out / "launch_config.json"  # what every rank reads; the run's own config.json is rank 0's to write
+    write_text_atomic(request, config.model_dump_json(indent=2))
+    arguments = ["--config", str(request), *(["--resume"] if resume else [])]
+    if config.backend.launcher == "ray":
+        from rlep.tasks.training.ray_launch import launch_on_ray
+
+        launch_on_ray(arguments, config.backend)
+    else:
+        launch("rlep.tasks.training.launch", arguments, config.backend.nproc)
+    layout = TrainRunLayout(out)
+    return TrainResult(out, config.steps, latest_checkpoint(out), layout.metrics, layout.eval)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank of `rlep train --nproc N`: rank 0 trains (tasks.training.trainer.train), the others serve."""
+    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.launch")
+    parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    from rlep.tasks.training.config import TrainConfig
+
+    config = TrainConfig.model_validate_json(args.config.read_text())
+    rank = init_distributed(config.backend)
+    try:
+        if rank == 0:
+            from rlep.tasks.training.trainer import train
+
+            try:
+                train(config, resume=args.resume, progress=True)
+            except BaseException:
+                with suppress(DistributedError):  # a lost rank: the error that matters is train's
+                    stop_serving()
+                raise
+            stop_serving()
+        else:
+            serve()
+    finally:
+        shutdown()
+
+
+if __name__ == "__main__":  # the group's state lives in tasks/training/collectives.py, so running as __main__ is safe
+    main()
