@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -188,7 +189,9 @@ class DistributedBackend:
         self.reference = None  # under FSDP2 1/N of the reference per rank too, in the compute dtype
         if spec.reference is not None:
             dtype = torch.bfloat16 if spec.backend.precision == "bf16" else torch.float32
-            self.reference = build_on_meta_and_load(spec.reference, self.device, dtype, shard).requires_grad_(False)
+            shard_reference = partial(shard_fsdp2, forward_only=True) if fsdp2 else _replicated
+            reference = build_on_meta_and_load(spec.reference, self.device, dtype, shard_reference)
+            self.reference = reference.requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
 
     @classmethod

@@ -36,12 +36,17 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def shard_fsdp2(model: torch.nn.Module) -> None:
+def shard_fsdp2(model: torch.nn.Module, forward_only: bool = False) -> None:
     """Shard each decoder layer, then the root over all ranks, in place; float32 gathers and reductions (the
-    weights' own dtype; bf16 compute comes from autocast, `autocast_bf16`)."""
+    weights' own dtype; bf16 compute comes from autocast, `autocast_bf16`).
+
+    FSDP2 keeps the root's parameters (embedding, final norm, head: the largest tensors of a small model) gathered
+    after a forward, for the backward that follows. A model that only runs forward (the KL reference) has no
+    backward to reshard them, so it kept them whole on every rank after its first forward: `forward_only`
+    reshards the root after each forward too."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=True if forward_only else None)
