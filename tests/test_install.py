@@ -2,10 +2,12 @@
 environment the tests run in is that set (a release upstream cannot change a machine that worked)."""
 
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import setuptools
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -51,9 +53,19 @@ def test_setup_installs_from_the_cpu_lock():
     assert installs and all("-c $(LOCK)" in line for line in installs)
 
 
-def test_the_tests_run_on_the_locked_versions():
+def test_the_tests_run_on_the_locked_versions(monkeypatch):
+    # As after an earlier test imported setuptools: its vendored copies are on sys.path too, after the venv's own.
+    vendored = Path(setuptools.__file__).parent / "_vendor"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(vendored)])
     pins = _pins(REPO / "constraints" / "cpu.txt")
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # The distribution each name imports as (the first on sys.path): iterating every distribution would also
+    # count the copies setuptools vendors (packaging, platformdirs, ...) once it has put its _vendor on sys.path.
+    installed = {}
+    for name in pins:
+        try:
+            installed[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     drift = {name: (installed[name], pin) for name, pin in pins.items() if name in installed and installed[name] != pin}
     assert drift == {}, "installed != locked; run `make setup` (or `make lock` to move the lock)"
     assert sorted(_declared("cpu", "dev", "real") - set(installed)) == []
