@@ -9,7 +9,7 @@ so a run cut short still leaves what it measured):
 - `train` (part c, tasks/bench/gpu_train.py): the training loop with the `transformers` engine on the GPU on a
   random-init tiny model: 2 steps, a checkpoint, a resume to step 3.
 - `update` (part a): `rlep bench update` (tasks/bench/update.py) on the Qwen2.5-0.5B and -1.5B shapes with random
-  weights in bf16: update tokens/s, MFU against the card's dense bf16 peak (`update.PEAK_TFLOPS`), peak memory.
+  weights in bf16: update tokens/s, MFU against the card's dense bf16 peak (`shapes.PEAK_TFLOPS`), peak memory.
 
 The correctness parts run first: a slow card or an out-of-memory update must not cost them their turn. Each
 part starts only while the time budget (`--budget-seconds`) lasts; one that does not start is `skipped`, and
@@ -64,7 +64,7 @@ class GpuCheckConfig(BaseModel):
         480.0, gt=0, le=86_400, description="A part starts only before this many seconds have passed."
     )
     peak_tflops: float | None = Field(
-        None, gt=0, description="Dense bf16 peak of the GPU for MFU, in TFLOP/s; default: update.PEAK_TFLOPS by name."
+        None, gt=0, description="Dense bf16 peak of the GPU for MFU, in TFLOP/s; default: shapes.PEAK_TFLOPS by name."
     )
     out: Path | None = Field(None, description="JSON report; default bench/results/gpu-DEVICE-UTCTIME.json.")
     work: Path | None = Field(None, description="Folder for models and checkpoints; default a temporary one, removed.")
@@ -72,8 +72,8 @@ class GpuCheckConfig(BaseModel):
 
 def peak_bf16_tflops(name: str) -> float | None:
     """The dense bf16 peak of the GPU named `name` (torch.cuda.get_device_name()), or None when not in the table
-    (tasks/bench/update.py's PEAK_TFLOPS, the one table)."""
-    from rlep.tasks.bench.update import peak_tflops
+    (tasks/bench/shapes.py's PEAK_TFLOPS, the one table)."""
+    from rlep.tasks.bench.shapes import peak_tflops
 
     return peak_tflops(name, "bf16")
 
