@@ -107,3 +107,28 @@ def test_a_lost_rank_in_the_update_is_still_one_clear_error(one_rank, monkeypatc
     lost = dist.DistNetworkError("Connection closed by peer [127.0.0.1]:29500")
     with pytest.raises(one_rank.DistributedError, match="another training process stopped or did not answer"):
         _failing_update(one_rank, monkeypatch, lost)()
+
+
+def _native_threads() -> int:
+    import gc
+    import os
+
+    gc.collect()  # groups an earlier case left to the collector end here
+    return len(os.listdir("/proc/self/task"))  # every thread, the C++ ones too (threading sees only Python's)
+
+
+def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
+    """A gloo group's worker threads must end in `shutdown`, not at interpreter exit: a worker still holding its
+    last finished broadcast then needs the GIL, is stopped inside a destructor, and the rank aborts
+    ("terminate called without an active exception"; one launched benchmark in five on 2 CPUs)."""
+    from rlep.tasks.training import distributed
+
+    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    before = _native_threads()
+    distributed.init_distributed(BackendConfig(nproc=1, collective_timeout=15))
+    distributed.stop_serving()  # a request broadcast on the command group, as rank 0 sends its last
+    assert _native_threads() > before  # each group runs worker and transport threads
+    distributed.shutdown()
+    assert _native_threads() == before
