@@ -1,11 +1,16 @@
 """Problem-source settings: where problems come from and how to read them, one pydantic model per kind.
 
-`source` names both the place and the kind of source, and `ProblemSourceConfig` is a union discriminated by it:
-`TinyMathSource` (the built-in generator), `FileSource` (a local JSONL / JSON / Parquet / CSV file) and
-`HfSource` (`hf:NAME`, a Hugging Face dataset in the local cache); `split` and `limit` belong to all three.
-Each kind holds only its own settings, so the Prefect UI's forms and `--help` show only what applies, and a
-setting given for another kind is refused naming it (`settings_not_applying`). `problem_source(...)` builds
-one from plain settings; data/sources.py loads the problems it names.
+`ProblemSourceConfig` is a union discriminated by `kind`: `tiny-math` (`TinyMathSource`, the built-in
+generator), `file` (`FileSource`, a local JSONL / JSON / Parquet / CSV file) and `hf` (`HfSource`, `source:
+hf:NAME`, a Hugging Face dataset in the local cache); `source`, `split` and `limit` belong to all three. Each
+kind holds only its own settings (`extra="forbid"`), so the Prefect UI's forms and `--help` show only what
+applies, and a setting of another kind (`families` for a file) is refused by validation, naming it.
+
+`kind` may be left out: it is then the kind `source` names (`tiny-math`, `hf:NAME`, else a file). That is how
+every configuration and saved run was written before sources had a `kind`, and how the command line names
+one (`--source`); `upgrade_source_settings` is that rule, the one migration of source settings, run by
+validation before the union picks a kind. `problem_source(...)` builds a source from plain settings;
+data/sources.py loads the problems it names.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator
 
 from rlep.data import tiny_math
 from rlep.data.gold_answers import NO_ANSWER_VALUES
@@ -22,18 +27,25 @@ from rlep.data.source_rows import HF_PREFIX, peek_columns
 
 _SOURCE_HELP = (
     "`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a Hugging Face dataset "
-    "already in the local datasets cache (this machine cannot download). It also names the kind of source, and "
-    "so which of the other settings apply."
+    "already in the local datasets cache (this machine cannot download). With no `kind` given, it also names the "
+    "kind of source, and so which of the other settings apply."
 )
+_KIND_HELP = (
+    "The kind of source: `tiny-math`, `file` or `hf`. Left out, it is the one `source` names (on the command line "
+    "always: `--source`)."
+)
+# The kind has no flag of its own: `--source` names it (flows/options.py skips a field whose cli_flag is False).
+_KIND_EXTRA = {"cli_flag": False}
+
+SourceKind = Literal["tiny-math", "file", "hf"]
 
 
 class _Source(BaseModel):
-    """The settings every kind of source has. A source's kind is read from `source` itself (`tiny-math`,
-    `hf:NAME`, else a file), so the union below is discriminated by that string rather than by a `kind` field:
-    configurations write `source: data/x.parquet` as they always have."""
+    """The settings every kind of source has."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: SourceKind  # each kind narrows it to its own name, with that as the default
     source: str = Field("tiny-math", min_length=1, description=_SOURCE_HELP)  # each kind narrows it
     split: str = Field(
         "train",
@@ -43,40 +55,11 @@ class _Source(BaseModel):
     )
     limit: int | None = Field(None, ge=1, description="Keep at most this many problems (first ones).")
 
-    @classmethod
-    def _other_kinds(cls) -> dict[str, Any]:
-        """The settings only other kinds of source have, with their defaults, in the kinds' order."""
-        return {
-            name: field.get_default(call_default_factory=True)
-            for kind in SOURCE_KINDS
-            for name, field in kind.model_fields.items()
-            if name not in cls.model_fields
-        }
-
-    # Settings of another kind of source are dropped on validation: a section merged from defaults (e.g. the
-    # default task's `families`) keeps them when a user switches it to a file. A user who GIVES one is refused
-    # by `settings_not_applying` (through `build_config`), so nothing a user chose is ignored silently.
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_other_kinds(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            other = cls._other_kinds()
-            return {key: value for key, value in data.items() if key not in other}
-        return data
-
-    @classmethod
-    def defaults_of_other_kinds(cls) -> dict[str, Any]:
-        """The defaults of the settings only other kinds of source have (`tasks.settings.settings_not_applying`:
-        a saved dump holding them at their defaults is no choice of the user's)."""
-        return cls._other_kinds()
-
-    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
-        """Of the settings a user `given` (names of fields), those this kind of source has no use for, with why.
-
-        The configuration builder refuses them rather than silently reading other problems than the user asked
-        for. (A model built in code drops them unchecked.)"""
-        given, this = set(given), "tiny-math" if self.source == "tiny-math" else f"source {self.source!r}"
-        return [f"{name}: {_APPLIES_TO[name]}, not to {this}" for name in self._other_kinds() if name in given]
+    def refused_choices(self, given: Iterable[str]) -> list[str]:
+        """Of the settings a user chose (`given`, names of fields), those this source cannot honour, with why:
+        none but a file's split (`FileSource`). `tasks.settings.refused_choices` asks, where settings are built
+        from a user's files and flags, which alone tell a choice from a default a saved dump repeats."""
+        return []
 
 
 class TinyMathSource(_Source):
@@ -84,6 +67,7 @@ class TinyMathSource(_Source):
 
     model_config = ConfigDict(extra="forbid", title="tiny-math source")
 
+    kind: Literal["tiny-math"] = Field("tiny-math", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     source: Literal["tiny-math"] = Field("tiny-math", description=_SOURCE_HELP)
     seed: int = Field(0, ge=0, description="Seed of the tiny-math generator.")
     tiny_math_size: int = Field(
@@ -162,6 +146,7 @@ class HfSource(_RowSource):
 
     model_config = ConfigDict(extra="forbid", title="hf: dataset source")
 
+    kind: Literal["hf"] = Field("hf", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     source: str = Field(..., pattern=r"^hf:.+", description=_SOURCE_HELP)
     subset: str | None = Field(
         None,
@@ -173,57 +158,84 @@ class HfSource(_RowSource):
 class FileSource(_RowSource):
     """A local JSONL / JSON / Parquet / CSV file."""
 
-    # python-re: the pattern's lookaheads (which keep the JSON schema's variants exclusive, as the Prefect
-    # server's oneOf check needs) are beyond pydantic's default regex engine.
-    model_config = ConfigDict(extra="forbid", title="file source", regex_engine="python-re")
+    model_config = ConfigDict(extra="forbid", title="file source")
 
-    source: str = Field(..., pattern=r"^(?!tiny-math$)(?!hf:).+", description=_SOURCE_HELP)
+    kind: Literal["file"] = Field("file", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
+    # The schema says what the validator below checks, so that a section without `kind` matches one kind only
+    # in the JSON schema too (the Prefect server checks a deployment's parameters against its `oneOf`).
+    source: str = Field(
+        ...,
+        min_length=1,
+        description=_SOURCE_HELP,
+        json_schema_extra={"not": {"anyOf": [{"const": "tiny-math"}, {"pattern": f"^{HF_PREFIX}"}]}},
+    )
 
-    def settings_not_applying(self, given: Iterable[str]) -> list[str]:
-        """Also a split the file cannot select (it has no split column: its first row is read to tell)."""
-        refused = super().settings_not_applying(given)
+    @field_validator("source")
+    @classmethod
+    def _a_path(cls, source: str) -> str:
+        if kind_of_source(source) != "file":
+            raise ValueError(f"{source!r} is not a file: it names the {kind_of_source(source)} kind of source")
+        return source
+
+    def refused_choices(self, given: Iterable[str]) -> list[str]:
+        """A split the file cannot select: it has no split column (its first row is read to tell)."""
         if "split" in set(given) and self.split_column is None:
             columns = peek_columns(Path(self.source))
             if columns is not None and not any(c in columns for c in SPLIT_COLUMNS):
-                refused.append(
+                return [
                     f"split: {self.source} has no split column ({' or '.join(SPLIT_COLUMNS)}) to choose rows by; "
                     "a file without one is read whole (drop the split, or name the column with split_column)"
-                )
-        return refused
+                ]
+        return []
 
 
-TINY_MATH_ONLY = tuple(
-    name for name in TinyMathSource.model_fields if name not in _Source.model_fields and name != "source"
-)
-FILE_ONLY = tuple(name for name in _RowSource.model_fields if name not in _Source.model_fields)
-_APPLIES_TO = {
-    **{name: "applies to tiny-math only" for name in TINY_MATH_ONLY},
-    **{name: "applies to files and hf: datasets" for name in FILE_ONLY},
-    "subset": "applies to hf: datasets only",
-}
-SOURCE_KINDS = (TinyMathSource, FileSource, HfSource)
+SOURCE_KINDS = {"tiny-math": TinyMathSource, "file": FileSource, "hf": HfSource}
 SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
 
 
-def source_kind(value: Any) -> str:
-    """`tiny-math`, `hf` or `file`: the kind of source a section (a dict or a validated source) is."""
-    source = value.get("source", "tiny-math") if isinstance(value, dict) else getattr(value, "source", "tiny-math")
+def kind_of_source(source: Any) -> SourceKind:
+    """The kind of source `source` names: `tiny-math`, `hf` (`hf:NAME`) or `file` (anything else)."""
     if source == "tiny-math":
         return "tiny-math"
     return "hf" if isinstance(source, str) and source.startswith(HF_PREFIX) else "file"
 
 
+# Every setting of every kind: what a dump held before the kinds were separate models (2026-11-25), when one
+# model had them all. Such a section is recognised by holding them all, which no hand-written section does.
+_EVERY_SETTING = set().union(*(kind.model_fields for kind in SOURCE_KINDS.values())) - {"kind"}
+
+
+def upgrade_source_settings(settings: Any) -> Any:
+    """Problem-source settings in an earlier layout, as the current one: the one migration of source settings,
+    run by validation (`ProblemSourceConfig`) and by `tasks.settings.merge_settings`.
+
+    - No `kind` (every configuration and saved run before sources had one, e.g. a train_config.json, and the
+      command line, where `--source` names it): the kind is the one `source` names, `tiny-math` when there is
+      no source (its default).
+    - A dump from before the kinds were separate models, which holds every setting of every kind: the settings
+      of the other kinds, which its kind never read, are left out.
+
+    Settings that give their `kind` are returned as they are; any setting of another kind there is refused."""
+    if not isinstance(settings, dict) or "kind" in settings:
+        return settings
+    kind = kind_of_source(settings.get("source", "tiny-math"))
+    if _EVERY_SETTING <= set(settings):
+        settings = {key: value for key, value in settings.items() if key in SOURCE_KINDS[kind].model_fields}
+    return {"kind": kind, **settings}
+
+
 # Where problems come from and how to read them: one of three kinds, each with only its own settings (so the
 # Prefect UI's forms and `--help` show only what applies).
 ProblemSourceConfig = Annotated[
-    Annotated[TinyMathSource, Tag("tiny-math")] | Annotated[FileSource, Tag("file")] | Annotated[HfSource, Tag("hf")],
-    Discriminator(source_kind),
+    Annotated[TinyMathSource | FileSource | HfSource, Field(discriminator="kind")],
+    BeforeValidator(upgrade_source_settings),
 ]
 _SOURCE_ADAPTER: TypeAdapter[TinyMathSource | FileSource | HfSource] = TypeAdapter(ProblemSourceConfig)
 
 
 def problem_source(**settings: Any) -> TinyMathSource | FileSource | HfSource:
-    """The source `settings` describe (e.g. `problem_source(source="data/x.parquet", answer_format="boxed")`)."""
+    """The source `settings` describe (e.g. `problem_source(source="data/x.parquet", answer_format="boxed")`;
+    the kind is read from `source` unless `kind` is given)."""
     return _SOURCE_ADAPTER.validate_python(settings)
 
 

@@ -2,11 +2,13 @@
 
 `add_model_flags` turns every leaf field of a config model into a flag (`--temperature`, `--split`, ...):
 the leaf's own name when it is unique in the model, else `--parent-leaf`; a field may name its flag with
-`json_schema_extra={"cli_flag": ...}`. Two settings of one name: a top-level one keeps the name, else the
-one problem source's (a union of variants) does, so a source's flags read the same in `rlep problems`,
-`collect` and `eval` (`--answer-format`; the verifier's is `--verifier-answer-format`). A spelling in
-RENAMED_FLAGS is still accepted, with a note on stderr. Help text is the field's description. `build_config` merges
-YAML < flags and validates once, so a bad value gets one message naming its field, wherever it came from.
+`json_schema_extra={"cli_flag": ...}`, or have none with `False` (a problem source's `kind`: `--source` names
+it). Two settings of one name: a top-level one keeps the name, else the one problem source's (a union of
+variants) does, so a source's flags read the same in `rlep problems`, `collect` and `eval` (`--answer-format`;
+the verifier's is `--verifier-answer-format`). A spelling in RENAMED_FLAGS is still accepted, with a note on
+stderr. Help text is the field's description. `build_config` merges defaults < YAML < flags
+(`tasks.settings.merge_settings`) and validates once, so a bad value, or a setting of another kind of section,
+gets one message naming its field, wherever it came from.
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from rlep.tasks.settings import format_validation_error, merge_settings, settings_not_applying
+from rlep.tasks.settings import (
+    field_type,
+    format_validation_error,
+    merge_settings,
+    refused_choices,
+    section_migration,
+    section_types,
+)
 
 M = TypeVar("M", bound=BaseModel)
 _DEST_PREFIX = "cfg:"
@@ -36,17 +45,6 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and/or field."""
 
 
-def _model_types(annotation: Any) -> list[type[BaseModel]]:
-    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants
-    (each possibly `Annotated` with its tag, the union with its discriminator)."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _model_types(get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for a in get_args(annotation) if a is not type(None) for m in _model_types(a)]
-    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
-
-
 # path, field, choices, the variants it is of (empty: all or not a union), whether it is a union's setting
 Leaf = tuple[tuple[str, ...], Any, "list | None", tuple[str, ...], bool]
 
@@ -56,12 +54,14 @@ def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
     The variants of a union (e.g. replay kinds, problem sources) share one set of flags: a field name seen in
     several variants is one flag, whose `Literal` choices are merged (none if one variant takes any value);
     `owners` names the variants a setting belongs to when not all have it (empty otherwise)."""
-    variants = _model_types(model)
+    variants = section_types(model)
     if len(variants) > 1:
         merged: dict[str, tuple[Any, list | None]] = {}
         owners: dict[str, list[str]] = {}
         for variant in variants:
             for leaf, leaf_field in variant.model_fields.items():
+                if not _has_flag(leaf_field):
+                    continue
                 owners.setdefault(leaf, []).append(_variant_name(variant))
                 choices = _literal_choices(leaf_field.annotation)
                 if leaf not in merged:
@@ -76,18 +76,27 @@ def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
             yield (*prefix, leaf), leaf_field, choices, mine, True
         return
     for name, field in variants[0].model_fields.items():
-        if _model_types(field.annotation):
+        if not _has_flag(field):
+            continue
+        if section_types(field.annotation):
             yield from _leaves(field.annotation, (*prefix, name))
         else:
             yield (*prefix, name), field, _literal_choices(field.annotation), (), False
 
 
+def _has_flag(field: Any) -> bool:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return extra.get("cli_flag") is not False
+
+
 def _variant_name(variant: type[BaseModel]) -> str:
-    """How help text names a variant of a union: its `kind` (replay: `rlep`), else its title (sources)."""
+    """How help text names a variant of a union: its title (sources: `file source`), else its `kind` (replay:
+    `rlep`)."""
+    title = variant.model_config.get("title")
+    if title:
+        return title
     kind = variant.model_fields.get("kind")
-    if kind is not None and isinstance(kind.default, str):
-        return kind.default
-    return variant.model_config.get("title") or variant.__name__
+    return kind.default if kind is not None and isinstance(kind.default, str) else variant.__name__
 
 
 def _flag_names(model: Any) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...]]]:
@@ -126,7 +135,7 @@ def _flag_names(model: Any) -> dict[tuple[str, ...], tuple[str, Any, list | None
 
 def _title(model: Any) -> str:
     """A config's name for help text: its class name, or its variants' names for a union."""
-    return model.__name__ if isinstance(model, type) else " | ".join(v.__name__ for v in _model_types(model))
+    return model.__name__ if isinstance(model, type) else " | ".join(v.__name__ for v in section_types(model))
 
 
 def _is_list(annotation: Any) -> bool:
@@ -253,18 +262,20 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 
 
 def build_config(model: type[M], config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> M:
-    """`model` (a config class, or a union of them such as `ProblemSourceConfig`) validated from YAML
-    `config_file` (if any) with `overrides` ({"a.b": value}, the flags) on top. A setting that does not apply
-    (`settings_not_applying`) is refused when an override gives it, or the YAML gives it a value other than a
-    default (a saved run's dump holds every field)."""
-    # The user's settings (YAML, then flags) are merged onto the model's defaults, so a partial nested
-    # section keeps the defaults of its siblings, including nested defaults that differ from the nested
-    # class's own.
+    """`model` (a config class, or a union of them such as `ProblemSourceConfig`) validated once: its defaults,
+    with YAML `config_file` (if any) and `overrides` ({"a.b": value}, the flags) merged on top
+    (`merge_settings`: a partial section keeps the defaults of its siblings, including nested defaults that
+    differ from the nested class's own; a section switched to another variant starts from the new one). A
+    setting of another kind of section (tiny-math's `families` for a file) is refused by validation. A choice
+    validation cannot judge (`refused_choices`: a split for a file without a split column) is refused when an
+    override gives it, or the YAML gives it a value other than a default (a saved run's dump holds every
+    field)."""
     user: dict[str, Any] = read_yaml(config_file) if config_file else {}
     flags: dict[str, Any] = {}  # the overrides alone: choices even where they equal a default
     for path, value in (overrides or {}).items():
         _set_path(user, path, value)
         _set_path(flags, path, value)
+        _let_flags_name_the_kind(model, user, path)
     adapter = TypeAdapter(model)
     try:
         default = adapter.validate_python({})
@@ -274,13 +285,30 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     _drop_replaced_mappings(model, data, user)
     origin = f"{config_file}: " if config_file else ""
     try:
-        config = adapter.validate_python(merge_settings(data, user))
+        config = adapter.validate_python(merge_settings(data, user, model))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
-    refused = settings_not_applying(config, user, defaults, explicit=flags)
+    refused = refused_choices(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config
+
+
+def _let_flags_name_the_kind(model: Any, user: dict[str, Any], path: str) -> None:
+    """A flag's setting of a section whose kind has no flag of its own but is named by its settings (a problem
+    source: `--source`) drops the YAML's `kind` there, so the section is of the kind the flags and YAML
+    together name (`--source hf:NAME` over a YAML file source switches it to a dataset)."""
+    *parents, leaf = path.split(".")
+    annotation: Any = model
+    for name in parents:
+        annotation = next((field_type(t, name) for t in section_types(annotation) if name in t.model_fields), None)
+    if leaf == "kind" or len(section_types(annotation)) < 2 or section_migration(annotation) is None:
+        return
+    section: Any = user
+    for name in parents:
+        section = section.get(name) if isinstance(section, dict) else None
+    if isinstance(section, dict):
+        section.pop("kind", None)
 
 
 def _drop_replaced_mappings(model: Any, data: dict[str, Any], user: dict[str, Any]) -> None:

@@ -4,44 +4,107 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
 
-def merge_settings(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `update` merged in (a new dict). Nested sections merge; a section that switches variant
-    (its `kind` changes, e.g. replay rlep -> fifo) replaces the old one instead: the old variant's settings do
-    not apply to the new one."""
+def section_types(annotation: Any) -> list[type[BaseModel]]:
+    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants
+    (each possibly `Annotated` with its tag, the union with its discriminator)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return section_types(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in get_args(annotation) if a is not type(None) for m in section_types(a)]
+    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+
+
+def section_migration(annotation: Any) -> Callable[[Any], Any] | None:
+    """The migration a section's type runs before validation (a `BeforeValidator` on it, e.g. a problem
+    source's `upgrade_source_settings`, which names its `kind` from `source`), or None."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        found = [m.func for m in annotation.__metadata__ if isinstance(m, BeforeValidator)]
+        return found[0] if found else section_migration(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return next(filter(None, (section_migration(a) for a in get_args(annotation))), None)
+    return None
+
+
+def field_type(model: Any, name: str) -> Any:
+    """The annotation of field `name` of `model` (a BaseModel class), its pydantic metadata (validators)
+    kept; None when `model` has no such field."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or name not in model.model_fields:
+        return None
+    field = model.model_fields[name]
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = None) -> dict[str, Any]:
+    """`base` with `update` merged in (a new dict); `model` is the config class (or union of them) both are
+    settings of. Nested sections merge key by key.
+
+    A section of several variants (a union discriminated by `kind`: replay, the loss objective, a problem
+    source) that `update` switches to another variant is replaced by the update's instead, keeping only the
+    base's settings every variant has: the old variant's own settings do not apply to the new one (replay rlep
+    -> fifo keeps nothing; a problem source switched from tiny-math to a file keeps its split and limit, so the
+    evaluation's `test` split and 200 problems hold for a file too). An update without `kind` is of the
+    variant the section's migration names from the merged settings (a problem source's from its `source`),
+    else of the base's; a problem source's section is then left without `kind`, which validation names again
+    (`upgrade_source_settings`, which also reads a saved dump of an earlier layout)."""
+    variants = section_types(model)
+    if len(variants) > 1:
+        migrate = section_migration(model)
+        old = base.get("kind")
+        if migrate is not None and "kind" not in update:
+            base = {key: value for key, value in base.items() if key != "kind"}
+            new = migrate({**base, **update}).get("kind")
+        else:
+            new = update.get("kind", old)
+        if new != old:
+            shared = set.intersection(*(set(v.model_fields) for v in variants)) - {"kind"}
+            kept = {key: copy.deepcopy(value) for key, value in base.items() if key in shared}
+            return kept | copy.deepcopy(update)
+        variants = [v for v in variants if "kind" in v.model_fields and v.model_fields["kind"].default == new]
+    section = variants[0] if len(variants) == 1 else None
     merged = copy.deepcopy(base)
     for key, value in update.items():
         current = merged.get(key)
-        if (
-            isinstance(value, dict)
-            and isinstance(current, dict)
-            and value.get("kind", current.get("kind")) == current.get("kind")
-        ):
-            merged[key] = merge_settings(current, value)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged[key] = _merge_section(current, value, field_type(section, key))
         else:
             merged[key] = copy.deepcopy(value)
     return merged
 
 
-def settings_not_applying(
+def _merge_section(current: dict[str, Any], value: dict[str, Any], annotation: Any) -> dict[str, Any]:
+    """A nested section: merged by the section's own type, or, where the type is unknown (a mapping of free
+    names), key by key unless its `kind` changes."""
+    if annotation is not None and section_types(annotation):
+        return merge_settings(current, value, annotation)
+    if value.get("kind", current.get("kind")) != current.get("kind"):
+        return copy.deepcopy(value)
+    return merge_settings(current, value)
+
+
+def refused_choices(
     node: Any,
     given: dict[str, Any],
     defaults: dict[str, Any] | None = None,
     path: tuple[str, ...] = (),
     explicit: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Settings a user gave (`given`, nested like the config) that the validated section `node` has no use for,
-    e.g. tiny-math's `families` for a file source: a section says which through its
-    `settings_not_applying(names)` method. A value equal to a default is no choice of the user's (a saved run's
-    config, `rlep show-config` output, a dump made before a section became a union): the default the section
-    had where it was merged (`defaults`, nested), its field's, or that of another kind of the section
-    (`defaults_of_other_kinds()`). Settings in `explicit` (nested like `given`: flags typed on a command line)
-    are choices whatever their value: `--split train` for a file without a split column is refused though
-    `train` is the default."""
+    """Settings a user chose (`given`, nested like the config) that the validated section `node` cannot
+    honour, which validation cannot tell because it depends on whether a value was chosen: a file source's
+    split when the file has no split column (`FileSource.refused_choices`). A value equal to a default is no
+    choice of the user's (a saved run's config, `rlep show-config` output): the default the section had where
+    it was merged (`defaults`, nested) or its field's. Settings in `explicit` (nested like `given`: flags typed
+    on a command line) are choices whatever their value: `--split train` for a file without a split column is
+    refused though `train` is the default."""
     if not isinstance(node, BaseModel):
         return []
     defaults = defaults if isinstance(defaults, dict) else {}
@@ -51,19 +114,18 @@ def settings_not_applying(
         for name, field in type(node).model_fields.items()
         if not field.is_required()
     }
-    other_kinds = getattr(type(node), "defaults_of_other_kinds", dict)()
 
     def chosen(name: str, value: Any) -> bool:
         if name in explicit and not isinstance(explicit[name], dict):
             return True
-        return not any(name in known and known[name] == value for known in (defaults, field_defaults, other_kinds))
+        return not any(name in known and known[name] == value for known in (defaults, field_defaults))
 
-    check = getattr(node, "settings_not_applying", None)
+    check = getattr(node, "refused_choices", None)
     names = {name for name, value in given.items() if chosen(name, value)}
     refused = [".".join((*path, why)) for why in check(names)] if check else []
     for name, value in given.items():
         if isinstance(value, dict):
-            refused += settings_not_applying(
+            refused += refused_choices(
                 getattr(node, name, None), value, defaults.get(name), (*path, name), explicit.get(name)
             )
     return refused

@@ -2,8 +2,9 @@
 
 An arm is a name plus overrides of the base training settings, merged by the rule `--config` and flags follow
 (`tasks.settings.merge_settings`: `{replay: {kind: fifo}}` keeps every other base setting, a section whose
-`kind` changes is replaced whole). Every arm runs with every seed, and the seed is the training seed: the same seed
-in two arms means the same prompt order and sampling seeds, so arms are compared paired by seed.
+`kind` changes is replaced, keeping only what every kind of it has: a problem source's split and limit). Every
+arm runs with every seed, and the seed is the training seed: the same seed in two arms means the same prompt
+order and sampling seeds, so arms are compared paired by seed.
 
 An rlep arm without a pool gets RLEP's order (`tasks.rlep_order`, the pipeline's too), once per seed and shared
 by every arm that needs it: an exploration run (plain GRPO from the start; the baseline arm's own run when it is
@@ -31,7 +32,7 @@ from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import PlanError, Run, plan_seed
 from rlep.tasks.runner import RunnerConfig
-from rlep.tasks.settings import merge_settings, settings_not_applying, validation_problems
+from rlep.tasks.settings import merge_settings, refused_choices, validation_problems
 from rlep.tasks.training.config import TrainConfig
 
 
@@ -171,7 +172,7 @@ class StudyConfig(BaseModel):
             if claim.step is None:
                 continue
             for arm in (claim.arm, claim.against or self.baseline_arm):
-                settings = merge_settings(base, self.arms[arm])
+                settings = merge_settings(base, self.arms[arm], TrainConfig)
                 try:
                     steps, every = int(settings["steps"]), int(settings["eval_every"])
                 except (TypeError, ValueError):
@@ -230,10 +231,12 @@ def plan(config: StudyConfig) -> list[Run]:
     for seed in config.seeds:
         arms = {}
         for arm, override in config.arms.items():
-            settings = merge_settings(base_settings, override) | {"seed": seed, "out": str(layout.run(arm, seed))}
+            this_run = {"seed": seed, "out": str(layout.run(arm, seed))}
+            settings = merge_settings(base_settings, override, TrainConfig) | this_run
+            # a setting of another kind of section (tiny-math's `families` over a file source) fails validation
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-            refused = settings_not_applying(arms[arm], override, base_settings, ("arms", arm))
-            if refused:  # e.g. an arm's tiny-math `families` over a file source: as `--config` refuses it
+            refused = refused_choices(arms[arm], override, base_settings, ("arms", arm))
+            if refused:  # e.g. an arm's split for a file without a split column: as `--config` refuses it
                 raise StudyError("invalid configuration: " + "; ".join(refused))
         if config.equal_updates:
             _check_equal_updates(arms)

@@ -4,6 +4,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 
 from rlep.data.source_config import ProblemSourceConfig, default_task, problem_source
 from rlep.data.sources import ProblemSourceError, load_problems, write_problems
@@ -31,17 +32,22 @@ def test_families_and_levels_are_checked_and_do_not_apply_to_files(tmp_path):
         problem_source(levels=[])
     path = tmp_path / "p.jsonl"
     path.write_text('{"problem": "1+1=?", "answer": "2"}\n')
-    given = {"source", "families", "levels", "seed", "limit"}
-    # What the configuration builder refuses (see tests/flows/test_options.py) ...
-    assert problem_source(source=str(path)).settings_not_applying(given) == [
-        f"{name}: applies to tiny-math only, not to source {str(path)!r}" for name in ("seed", "families", "levels")
-    ]
-    assert problem_source(source="hf:x").settings_not_applying({"tiny_math_size"}) == [
-        "tiny_math_size: applies to tiny-math only, not to source 'hf:x'"
-    ]
-    assert problem_source().settings_not_applying(given) == []
-    # ... while a config built in code keeps the defaults, which reading a file does not use.
-    assert [p.answer for p in _load(path, families=["decimal"], levels=[1])] == ["2"]
+    tiny_math_only = {"seed": 0, "families": ["decimal"], "levels": [1]}
+    # Validation refuses them, naming each (the configuration builder says so too, tests/flows/test_options.py),
+    # even at their defaults, and in a config built in code: nothing given is dropped silently.
+    with pytest.raises(ValidationError) as refused:
+        problem_source(source=str(path), limit=5, **tiny_math_only)
+    assert _refused(refused) == [("file", name) for name in tiny_math_only]
+    with pytest.raises(ValidationError) as refused:
+        problem_source(source="hf:x", tiny_math_size=100)
+    assert _refused(refused) == [("hf", "tiny_math_size")]
+    assert problem_source(limit=5, **tiny_math_only).families == ["decimal"]
+    assert [p.answer for p in _load(path)] == ["2"]
+
+
+def _refused(err):
+    """(kind, setting) of each setting of another kind that validation refused."""
+    return [e["loc"] for e in err.value.errors() if e["type"] == "extra_forbidden"]
 
 
 def test_default_task_is_one_decimal_addition():
@@ -199,7 +205,7 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
     plain = tmp_path / "p.jsonl"
     plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
     # Given by the user (flag or YAML): refused by the configuration builder, in one line.
-    assert problem_source(source=str(plain), split="test").settings_not_applying({"source", "split"}) == [
+    assert problem_source(source=str(plain), split="test").refused_choices({"source", "split"}) == [
         f"split: {plain} has no split column (split or extra_info.split) to choose rows by; a file without one is "
         "read whole (drop the split, or name the column with split_column)"
     ]
@@ -207,7 +213,7 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
     assert len(_load(plain, split="test")) == 1
     with_split = tmp_path / "s.csv"
     with_split.write_text("problem,answer,split\n1+1,2,train\n2+2,4,test\n", encoding="utf-8")
-    assert problem_source(source=str(with_split), split="test").settings_not_applying({"split"}) == []
+    assert problem_source(source=str(with_split), split="test").refused_choices({"split"}) == []
     assert [p.answer for p in _load(with_split, split="test")] == ["4"]
     with pytest.raises(ProblemSourceError, match=r"no rows of split 'dev' in column 'split' \(it holds: test, train\)"):
         _load(with_split, split="dev")
@@ -216,15 +222,14 @@ def test_a_split_a_file_cannot_apply_is_refused(tmp_path):
 
 
 def test_settings_of_other_sources_are_refused():
-    assert problem_source(source="data.jsonl").settings_not_applying({"subset"}) == [
-        "subset: applies to hf: datasets only, not to source 'data.jsonl'"
-    ]
-    assert problem_source().settings_not_applying({"subset", "answer_column", "invalid_rows"}) == [
-        "answer_column: applies to files and hf: datasets, not to tiny-math",
-        "invalid_rows: applies to files and hf: datasets, not to tiny-math",
-        "subset: applies to hf: datasets only, not to tiny-math",
-    ]
-    assert problem_source(source="hf:openai/gsm8k").settings_not_applying({"subset", "split", "answer_format"}) == []
+    with pytest.raises(ValidationError) as refused:
+        problem_source(source="data.jsonl", subset="main")
+    assert _refused(refused) == [("file", "subset")]
+    assert "file.subset\n  Extra inputs are not permitted" in str(refused.value)
+    with pytest.raises(ValidationError) as refused:
+        problem_source(subset="main", answer_column="a", invalid_rows="skip")
+    assert _refused(refused) == [("tiny-math", "subset"), ("tiny-math", "answer_column"), ("tiny-math", "invalid_rows")]
+    assert problem_source(source="hf:openai/gsm8k", subset="main", split="test", answer_format="gsm8k").subset == "main"
 
 
 def test_the_cli_exposes_the_source_settings(tmp_path):
@@ -272,16 +277,19 @@ def test_the_cli_exposes_the_source_settings(tmp_path):
 def test_the_kind_of_source_is_read_from_source_and_each_kind_has_only_its_own_settings(tmp_path):
     from rlep.data.source_config import FileSource, HfSource, TinyMathSource
 
-    assert isinstance(problem_source(), TinyMathSource)
+    assert isinstance(problem_source(), TinyMathSource) and problem_source().kind == "tiny-math"
     assert isinstance(problem_source(source="hf:openai/gsm8k", subset="main"), HfSource)
     file_source = problem_source(source="data/x.parquet", answer_format="boxed")
-    assert isinstance(file_source, FileSource)
+    assert isinstance(file_source, FileSource) and file_source.kind == "file"
     assert "families" not in file_source.model_dump() and "subset" not in file_source.model_dump()
     assert "problem_column" not in problem_source().model_dump()
-    # A section merged from the default task keeps its split and limit when switched to a file, and drops
-    # tiny-math's settings (a user who gives one is refused by the configuration builder, tested above).
-    switched = problem_source(**{**default_task("test", limit=5).model_dump(), "source": "data/x.parquet"})
-    assert isinstance(switched, FileSource) and (switched.split, switched.limit) == ("test", 5)
+    # A given kind is the kind: its source must be of it (a section switched to another kind by merging is
+    # tests/tasks/test_settings.py's).
+    assert problem_source(kind="file", source="data/x.parquet") == problem_source(source="data/x.parquet")
+    with pytest.raises(ValueError, match=r"file.source\n.*'tiny-math' is not a file: it names the tiny-math kind"):
+        problem_source(kind="file", source="tiny-math")
+    with pytest.raises(ValueError, match=r"tiny-math.source\n  Input should be 'tiny-math'"):
+        problem_source(**{**default_task("test", limit=5).model_dump(), "source": "data/x.parquet"})
     with pytest.raises(ValueError, match="problem_colum"):  # a misspelt setting is still an error
         problem_source(source="data/x.parquet", problem_colum="q")
     with pytest.raises(ValueError, match="hf:"):
@@ -299,19 +307,46 @@ def test_the_kinds_of_source_are_exclusive_in_the_prefect_parameter_schema():
     schema = parameter_schema(train_flow.fn).model_dump_for_openapi()
     variants = schema["definitions"]["TrainConfig"]["properties"]["problems"]["oneOf"]
     assert len(variants) == 3
-    for problems in (
+    for problems in (  # with or without `kind`, as settings were written before sources had one
         {"source": "tiny-math", "split": "train", "limit": 8, "families": ["add"]},
+        {"source": "tiny-math", "split": "test"},
         {"source": "runs/math.parquet", "problem_column": "question", "answer_format": "boxed"},
         {"source": "hf:openai/gsm8k", "subset": "main"},
+        {"kind": "file", "source": "runs/math.parquet", "split": "test"},
+        {"kind": "hf", "source": "hf:openai/gsm8k", "subset": "main"},
     ):
         assert validate({"config": {"problems": problems}}, schema, raise_on_error=False, preprocess=True) == []
-    refused = validate(
-        {"config": {"problems": {"source": "runs/math.parquet", "families": ["add"]}}},
-        schema,
-        raise_on_error=False,
-        preprocess=True,
-    )
-    assert len(refused) == 1 and "is not valid under any of the given schemas" in refused[0].message
+    for problems in (
+        {"source": "runs/math.parquet", "families": ["add"]},
+        {"kind": "file", "source": "tiny-math"},
+        {"kind": "tiny-math", "source": "tiny-math", "subset": "main"},
+    ):
+        refused = validate({"config": {"problems": problems}}, schema, raise_on_error=False, preprocess=True)
+        assert len(refused) == 1 and "is not valid under any of the given schemas" in refused[0].message
+
+
+def test_settings_without_a_kind_or_from_before_the_kinds_are_migrated_once():
+    from rlep.data.source_config import upgrade_source_settings
+
+    assert upgrade_source_settings({}) == {"kind": "tiny-math"}
+    assert upgrade_source_settings({"split": "test"}) == {"kind": "tiny-math", "split": "test"}
+    assert upgrade_source_settings({"source": "hf:d"}) == {"kind": "hf", "source": "hf:d"}
+    assert upgrade_source_settings({"source": "d.csv", "seed": 1}) == {"kind": "file", "source": "d.csv", "seed": 1}
+    assert upgrade_source_settings({"kind": "file", "source": "tiny-math"}) == {"kind": "file", "source": "tiny-math"}
+    # A dump from before the kinds were separate models held every kind's settings; its kind never read the
+    # others', whatever they held. Only such a dump loses them: above, `seed` stays and validation refuses it.
+    before = {
+        "source": "d.csv", "split": "train", "subset": None, "limit": None, "seed": 0, "tiny_math_size": 2000,
+        "families": ["decimal"], "levels": [1], "layout": "auto", "problem_column": "q", "answer_column": None,
+        "answer_format": "boxed", "id_column": None, "data_source_column": None, "split_column": None,
+        "invalid_rows": "error", "no_answer_values": ["proof"],
+    }  # fmt: skip
+    upgraded = upgrade_source_settings(before)
+    assert upgraded["kind"] == "file" and not {"subset", "seed", "tiny_math_size", "families", "levels"} & set(upgraded)
+    own = {"problem_column": "q", "answer_format": "boxed", "no_answer_values": ["proof"]}
+    assert problem_source(**before) == problem_source(source="d.csv", **own)
+    tiny = upgrade_source_settings({**before, "source": "tiny-math"})
+    assert set(tiny) == {"kind", "source", "split", "limit", "seed", "tiny_math_size", "families", "levels"}
 
 
 def test_help_says_which_kind_of_source_a_flag_is_for():

@@ -75,13 +75,16 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         (["eval", "--source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (
             ["collect", "--source", "{tmp}/p.jsonl", "--families", "add"],
-            "problems.families: applies to tiny-math only, not to source '{tmp}/p.jsonl'",
+            "problems.file.families: Extra inputs are not permitted (got ['add'])",
         ),
         (
             ["train", "--problems-source", "hf:my/set", "--problems-levels", "2"],
-            "problems.levels: applies to tiny-math only, not to source 'hf:my/set'",
+            "problems.hf.levels: Extra inputs are not permitted (got [2])",
         ),
-        (["problems", "--source", "{tmp}/p.jsonl", "--seed", "3"], "seed: applies to tiny-math only"),
+        (
+            ["problems", "--source", "{tmp}/p.jsonl", "--seed", "3"],
+            "file.seed: Extra inputs are not permitted (got '3')",
+        ),
     ],
     ids=[
         "collect-model",

@@ -226,15 +226,21 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
     with pytest.raises(
         ConfigError,
-        match=rf"^{path}: invalid configuration: problems.levels: applies to tiny-math only, not to source "
-        rf"'mine.jsonl'$",
+        match=rf"^{path}: invalid configuration: problems.file.levels: Extra inputs are not permitted \(got \[2\]\)$",
     ):
         build_config(CollectConfig, path)
-    with pytest.raises(ConfigError, match=r"problems.seed: applies .*; problems.families: applies .* source 'hf:d'"):
+    with pytest.raises(
+        ConfigError, match=r"problems.hf.families: Extra inputs .*; problems.hf.seed: Extra inputs .* \(got 1\)$"
+    ):
         build_config(CollectConfig, None, {"problems.source": "hf:d", "problems.families": ["add"], "problems.seed": 1})
-    # The defaults of those settings are no user's choice: a file source alone is fine, tiny-math takes them.
+    # The default section's tiny-math settings do not follow it to a file (it switches kind); tiny-math takes them.
     assert build_config(CollectConfig, None, {"problems.source": "mine.jsonl"}).problems.source == "mine.jsonl"
     assert build_config(CollectConfig, path, {"problems.source": "tiny-math"}).problems.levels == [2]
+    # `--source` names the kind over a YAML section that gives one; the kind's own settings are still checked.
+    path.write_text("problems: {kind: file, source: mine.jsonl, problem_column: q}\n")
+    assert build_config(CollectConfig, path, {"problems.source": "hf:d"}).problems.kind == "hf"
+    with pytest.raises(ConfigError, match=r"problems.file.families: Extra inputs are not permitted \(got \['add'\]\)"):
+        build_config(CollectConfig, path, {"problems.families": ["add"]})
 
 
 def test_a_split_flag_for_a_file_without_a_split_column_is_refused_even_at_its_default(tmp_path):
@@ -272,22 +278,63 @@ def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     path = tmp_path / "train.json"
     dumped = json.loads(TrainConfig().model_dump_json())
     assert "problem_column" not in dumped["problems"] and dumped["problems"]["families"] == ["decimal"]
+    assert dumped["problems"]["kind"] == "tiny-math"
     path.write_text(json.dumps(dumped))
     assert build_config(TrainConfig, path) == TrainConfig()
     dumped["problems"]["problem_column"] = "question"
     path.write_text(json.dumps(dumped))
-    with pytest.raises(ConfigError, match="problems.problem_column: applies to files"):
+    with pytest.raises(ConfigError, match="problems.tiny-math.problem_column: Extra inputs are not permitted"):
         build_config(TrainConfig, path)
     file_run = TrainConfig.model_validate({"problems": {"source": "mine.parquet", "problem_column": "q"}})
     path.write_text(file_run.model_dump_json())
     assert "families" not in json.loads(path.read_text())["problems"]
     assert build_config(TrainConfig, path) == file_run
-    # A dump made before the sources became a union holds every kind's settings at their defaults: it loads.
+    # A dump made before the sources became a union holds every setting of every kind: it loads.
+    every = {
+        "subset": None, "seed": 0, "tiny_math_size": 2000, "families": ["decimal"], "levels": [1], "layout": "auto",
+        "problem_column": None, "answer_column": None, "answer_format": "value", "id_column": None,
+        "data_source_column": None, "split_column": None, "invalid_rows": "error", "no_answer_values": ["proof"],
+    }  # fmt: skip
     before = json.loads(file_run.model_dump_json())
-    before["problems"] |= {"seed": 0, "tiny_math_size": 2000, "families": ["decimal"], "levels": [1], "subset": None}
-    before["eval_problems"] |= {"layout": "auto", "problem_column": None, "invalid_rows": "error", "subset": None}
+    for section in ("problems", "eval_problems"):
+        before[section] = every | {k: v for k, v in before[section].items() if k != "kind"}
     path.write_text(json.dumps(before))
     assert build_config(TrainConfig, path) == file_run
+
+
+def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_path):
+    # A run's train_config.json as this release wrote it up to issue 36 (the sources without `kind`, read from
+    # `source`): `--resume` (build_config) and a study's check of finished runs (model_validate_json) read it
+    # as the settings it was written from, now with their kinds.
+    import json
+
+    from rlep.tasks.execute import _saved_training
+    from rlep.tasks.training.config import TrainConfig
+
+    saved = json.loads(TrainConfig().model_dump_json())
+    saved["problems"] = json.loads(
+        '{"source": "data/math.parquet", "split": "train", "limit": null, "layout": "auto", "problem_column": null, '
+        '"answer_column": null, "answer_format": "boxed", "id_column": null, "data_source_column": null, '
+        '"split_column": null, "invalid_rows": "error", "no_answer_values": ["proof", "notfound"]}'
+    )
+    saved["eval_problems"] = json.loads(
+        '{"source": "hf:openai/gsm8k", "split": "test", "limit": 200, "layout": "auto", "problem_column": null, '
+        '"answer_column": null, "answer_format": "gsm8k", "id_column": null, "data_source_column": null, '
+        '"split_column": null, "invalid_rows": "error", "no_answer_values": ["proof", "notfound"], "subset": "main"}'
+    )
+    (tmp_path / "train_config.json").write_text(json.dumps(saved, indent=2))
+    written_from = TrainConfig(
+        problems={"kind": "file", "source": "data/math.parquet", "answer_format": "boxed"},
+        eval_problems={"kind": "hf", "source": "hf:openai/gsm8k", "subset": "main", "split": "test", "limit": 200,
+                       "answer_format": "gsm8k"},
+    )  # fmt: skip
+    assert _saved_training(tmp_path) == written_from
+    assert build_config(TrainConfig, tmp_path / "train_config.json") == written_from
+    assert (written_from.problems.kind, written_from.eval_problems.kind) == ("file", "hf")
+    upgraded = json.loads(written_from.model_dump_json())
+    assert {**upgraded["problems"], "kind": None} == {**saved["problems"], "kind": None}  # the kind added, alone
+    # And what is written now reads back the same.
+    assert TrainConfig.model_validate_json(written_from.model_dump_json()) == written_from
 
 
 def test_a_mapping_of_names_given_replaces_the_defaults_one_whole(tmp_path):

@@ -131,7 +131,7 @@ def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
     settings = _settings("tiny", tmp_path, ARMS)
     settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}
     settings["arms"] = {**ARMS, "rlep": {**ARMS["rlep"], "problems": {"families": ["add"]}}}
-    with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.families: applies to tiny-math only"):
+    with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.file\.families: Extra inputs are not permitted"):
         plan(StudyConfig.model_validate(settings))
 
 
