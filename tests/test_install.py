@@ -49,8 +49,10 @@ def test_setup_installs_from_the_cpu_lock():
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^LOCK\s+\?=\s+constraints/cpu\.txt$", makefile, re.M)
     setup = makefile.split("$(STAMP): pyproject.toml $(LOCK)")[1].split("\n\n")[0]
-    installs = [line for line in setup.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    installs = [line for line in setup.splitlines() if "pip install" in line and '"$(PIP)"' not in line]
     assert installs and all("-c $(LOCK)" in line for line in installs)
+    # pip itself (which pip freeze leaves out of the lock) is pinned too, never upgraded to whatever is newest
+    assert re.search(r"^PIP\s+\?=\s+pip==[0-9.]+$", makefile, re.M) and "--upgrade" not in setup
 
 
 def test_the_tests_run_on_the_locked_versions(monkeypatch):
