@@ -18,7 +18,6 @@ should choose knowingly (a benchmark with rows silently left out is no longer th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections import Counter
@@ -78,7 +77,7 @@ class SourceLoad:
     """What a load gave: the problems, how many rows were read, and the rows left out per reason."""
 
     problems: list[Problem]
-    rows: int  # rows of the chosen split (all rows of a file without a split column)
+    rows: int  # rows of the chosen split read (all of a file without a split column), up to the `limit`-th problem
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows left out (invalid_rows: skip)
     layout: str = "columns"  # `tiny-math`, `columns` or `verl`
     split: str | None = None  # the split the rows are of; None: a file without a split column, read whole
@@ -98,7 +97,8 @@ class SourceLoad:
 
 
 def load_problems(config: ProblemSourceConfig) -> list[Problem]:
-    """The problems `config` names, in source order, at most `config.limit` of them."""
+    """The problems `config` names, in source order, at most `config.limit` of them (rows after the `limit`-th
+    usable one are not read: an invalid row there is neither an error nor counted as skipped)."""
     return load_source(config).problems
 
 
@@ -127,8 +127,6 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
     loaded = _to_problems(rows, origin, default_family, config, local=isinstance(config, FileSource))
     if loaded.skipped:
         log.warning("%s: %s", origin, loaded.summary())
-    if config.limit is not None:
-        loaded = dataclasses.replace(loaded, problems=loaded.problems[: config.limit])
     return loaded
 
 
@@ -205,7 +203,11 @@ def _to_problems(
     chosen = _select_split(rows, origin, config.split, columns.split)
     no_answer = {value.strip().lower() for value in config.no_answer_values}
     problems, seen, skipped = [], set(), Counter()
+    read = 0
     for index, row in chosen:
+        if config.limit is not None and len(problems) == config.limit:
+            break  # rows past the limit are neither read nor counted as skipped
+        read += 1
         try:
             problem = _problem(row, index, origin, default_family, columns, config, no_answer)
         except CellError as err:
@@ -225,7 +227,7 @@ def _to_problems(
     if not problems:
         raise ProblemSourceError(f"{origin}: no usable rows: all {len(chosen)} were skipped ({dict(skipped)})")
     split = config.split if columns.split or not local else None
-    return SourceLoad(problems, len(chosen), dict(skipped), columns.layout, split, columns.split)
+    return SourceLoad(problems, read, dict(skipped), columns.layout, split, columns.split)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class CollectPlan:
 
     shards: list[list[Problem]]
     # reason -> count: rows without a usable problem or answer (invalid_rows: skip; counted over the rows read,
-    # before `limit`) and problems whose prompt leaves no room for max_tokens (overlong_prompts: filter)
+    # up to the `limit`-th problem) and problems whose prompt leaves no room for max_tokens (overlong_prompts: filter)
     left_out: dict[str, int] = field(default_factory=dict)
 
 

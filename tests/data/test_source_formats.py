@@ -221,9 +221,19 @@ def test_deepscaler_empty_answers(tmp_path, caplog):
     with pytest.raises(ProblemSourceError, match=r"row 1: empty answer in column 'answer'"):
         load_problems(_config(path))
     with caplog.at_level("WARNING", logger="rlep.data.sources"):
-        loaded = load_source(_config(path, invalid_rows="skip", limit=1))
-    assert [p.answer for p in loaded.problems] == ["13"] and loaded.skipped == {"empty answer": 1}
+        loaded = load_source(_config(path, invalid_rows="skip", limit=2))
+    assert [p.answer for p in loaded.problems] == ["13", "42"] and loaded.skipped == {"empty answer": 1}
     assert "skipped 1 without a usable problem or answer (empty answer: 1)" in caplog.text
+
+
+def test_the_limit_counts_usable_problems_and_reads_no_further(tmp_path):
+    """`limit` problems, in file order: the rows after the last one taken are not read, so an invalid row there
+    is neither counted as skipped nor an error (a user of 100 problems of a 10,000-row file hears about those)."""
+    path = write_deepscaler(tmp_path / "deepscaler.json")  # answers "13", "", "42"
+    for invalid_rows in ("skip", "error"):
+        loaded = load_source(_config(path, invalid_rows=invalid_rows, limit=1))
+        assert [p.answer for p in loaded.problems] == ["13"]
+        assert loaded.skipped == {} and loaded.rows == 1
 
 
 def test_a_file_with_no_usable_row_is_an_error_even_when_skipping(tmp_path):
