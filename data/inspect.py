@@ -7,10 +7,15 @@ dict; `render(summary)` lays it out as rich tables for a terminal (what `rlep in
 Accuracy: for each problem with n sampled answers of which c are correct, mean@n is c / n and pass@k is the
 unbiased estimator of data.metrics.pass_at_k; both are averaged over problems. k runs over 1 and the powers
 of two up to the smallest n of any problem, so every row reports the same k.
+
+Accepted but not literal: the correct answers to a numeric gold that are neither the gold as written nor a plain
+number (`The final answer is 11 + 24` once passed as 35, docs/results.md). The verifier's equivalence is where a
+reward hack hides, so these are counted and shown first, for a person to read before the pool is replayed.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from itertools import islice
 from pathlib import Path
@@ -27,6 +32,10 @@ from rlep.data.metrics import ALL_SOURCES, pass_at_k
 from rlep.data.run_layout import CollectRunLayout
 from rlep.data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
 from rlep.data.trajectory import PROBLEM_KEY
+from rlep.verifiers.normalize import normalize_answer
+
+# A plain number once normalised: an integer, a decimal, a fraction a/b or \frac{a}{b}, with a sign.
+_LITERAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d+\s*/\s*\d+|\\[dt]?frac\{\d+\}\{\d+\})$")
 
 _COLUMNS = [
     "problem_id",
@@ -81,8 +90,32 @@ def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> 
         "pool": pool,
         "run": _run_section(manifest, table, token_lengths) if manifest is not None else None,
         "sample_rows": _sample_rows(table, sample_rows, text_chars),
+        "accepted_not_literal": accepted_not_literal(table, text_chars=text_chars),
     }
     return summary
+
+
+def accepted_not_literal(table: pa.Table, examples: int = 5, text_chars: int = 120) -> dict[str, Any]:
+    """The correct answers to a plain-number gold whose extracted answer is neither that gold nor a plain number
+    (after the verifier's normalisation): their count among the correct ones and the first `examples`."""
+    rows = table.select(["problem_id", "correct", "extracted_answer", "gold_answer", "response"]).to_pylist()
+    numeric_gold = 0
+    found = []
+    for row in rows:
+        if not row["correct"] or row["extracted_answer"] is None:
+            continue
+        gold = normalize_answer(row["gold_answer"]).text
+        if not _LITERAL.match(gold):
+            continue  # a symbolic gold: its right answers need not be literals
+        numeric_gold += 1
+        answer = normalize_answer(row["extracted_answer"]).text
+        if answer != gold and not _LITERAL.match(answer):
+            found.append(row)
+    return {
+        "count": len(found),
+        "of_correct": numeric_gold,
+        "examples": [{**row, "response": _truncate(row["response"], text_chars)} for row in found[:examples]],
+    }
 
 
 def accuracy_rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -134,7 +167,19 @@ def render(summary: dict[str, Any]) -> Group:
         if pool["min_correct"] is not None:
             kept += f", min_correct={pool['min_correct']}"
         overview.add_row("pool", kept)
+    odd = summary["accepted_not_literal"]
+    if odd["of_correct"]:
+        overview.add_row(
+            "accepted, not literal", f"{odd['count']} of {odd['of_correct']} correct answers to a number (read them)"
+        )
     parts.append(overview)
+    if odd["examples"]:
+        hacks = Table(title="accepted answers that are not a number: check they computed it")
+        for header in ["problem", "extracted", "gold", "response"]:
+            hacks.add_column(header)
+        for row in odd["examples"]:
+            hacks.add_row(*(Text(str(row[k])) for k in ("problem_id", "extracted_answer", "gold_answer", "response")))
+        parts.append(hacks)
 
     if summary["accuracy"]:
         metrics = [key for key in summary["accuracy"][0] if key.startswith(("mean@", "pass@"))]

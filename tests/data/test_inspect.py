@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import judged_row
+from conftest import judged_row, write_rows
 from rich.console import Console
 
 from rlep.data.inspect import k_values, render, summarize
@@ -195,3 +195,29 @@ def test_paths_that_are_nothing_we_know_are_named(tmp_path):
 @pytest.mark.parametrize("n_min, ks", [(1, [1]), (3, [1, 2]), (4, [1, 2, 4]), (16, [1, 2, 4, 8, 16])])
 def test_k_values_are_powers_of_two_up_to_the_smallest_n(n_min, ks):
     assert k_values(n_min) == ks
+
+
+def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp_path):
+    """The restated sum that RLEP once replayed into the whole policy (docs/results.md) is what this looks for:
+    a correct answer to a numeric gold that is neither the gold nor a plain number. Number forms pass."""
+    problem = Problem(id="add:11+24", problem="11+24=?", answer="35", data_source="tiny-math/add")
+    half = Problem(id="frac:1/4+1/4", problem="1/4+1/4=?", answer="1/2", data_source="tiny-math/frac")
+    symbolic = Problem(id="alg:1", problem="Simplify.", answer="x^2+1", data_source="algebra")
+    rows = [
+        judged_row(problem, "The answer is 35.", extracted_answer="35"),
+        judged_row(problem, "\\boxed{35}", extracted_answer="\\boxed{35}"),
+        judged_row(problem, "The final answer is 11 + 24", extracted_answer="11 + 24"),
+        judged_row(problem, "11+24", False, extracted_answer="11+24"),  # wrong: not counted
+        judged_row(half, "0.5", extracted_answer="0.5"),
+        judged_row(half, "\\frac{1}{2}", extracted_answer="\\frac{1}{2}"),
+        judged_row(symbolic, "1+x^2", extracted_answer="1+x^2"),  # a symbolic gold: its answers are not numbers
+    ]
+    path = write_rows(tmp_path / "pool.parquet", rows)
+    summary = summarize(path)
+    odd = summary["accepted_not_literal"]
+    assert (odd["count"], odd["of_correct"]) == (1, 5)
+    assert [(row["problem_id"], row["extracted_answer"]) for row in odd["examples"]] == [("add:11+24", "11 + 24")]
+    console = Console(record=True, width=200)
+    console.print(render(summary))
+    text = console.export_text()
+    assert "1 of 5 correct answers to a number" in text and "The final answer is 11 + 24" in text
