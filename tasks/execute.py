@@ -2,11 +2,14 @@
 
 `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model) given the
 results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect subflows in
-`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A run that finished with the same settings
-from the same starting weights is not run
-again (its record, written last, says so), and a killed training run resumes from its last checkpoint, so a
-killed pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started
-over, never mixed.
+`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
+(`tasks.plan`, `tasks.living_pool`) are runs too: a training part trains through the same stage to its last
+step, a re-collection collects through the same stage and publishes a new version of the arm's store, and the
+last part is evaluated like any training run. A run that finished with the same settings from the same
+starting weights is not run again (its record, written last, says so; a living-pool part, when its checkpoint
+or its store's version exists), and a killed training run resumes from its last checkpoint, so a killed
+pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started over
+(a living-pool arm by its first part, store included), never mixed.
 """
 
 from __future__ import annotations
@@ -81,13 +84,15 @@ def execute_run(
     if threads is not None:  # one run per Ray worker: its share of the cores, not all of them
         limit_threads(threads)
     stages = stages or local_stages(progress)
-    if not reuse:
+    if not reuse and not run.continues:  # a living-pool arm is started over by its first part
         _start_over(run)
-    if run.kind == "collect":
+    if run.kind in ("collect", "recollect"):
         return _collect(run, results, stages)
     if run.kind == "evaluate":
         return _finished_or(run, lambda: _evaluate(run, stages))
-    return _finished_or(run, lambda: _train(run, stages, progress), lambda final: _evaluated(run, stages, final))
+    if run.span is not None and run.span[1] < run.config.steps:
+        return _train_part(run, stages)
+    return _finished_or(run, lambda: _train(run, stages), lambda final: _evaluated(run, stages, final))
 
 
 def settings_digest(run: Run) -> str:
@@ -98,9 +103,14 @@ def settings_digest(run: Run) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def _identity(run: Run) -> dict:
+    """What a run's record must hold for the run to count as finished: its starting weights and settings."""
+    return {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
+
+
 def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
     out = Path(run.config.out)
-    identity = {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
+    identity = _identity(run)
     done = EvalRunLayout(out).record
     if done.is_file():
         record = json.loads(done.read_text())
@@ -135,17 +145,44 @@ def _start_over(run: Run) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _train(run: Run, stages: Stages, progress: bool) -> dict:
+def _train(run: Run, stages: Stages) -> dict:
+    """Train `run` (a whole run, or a living-pool arm's last part) to its last step, resuming its checkpoint."""
     from rlep.tasks.training.checkpoint import latest_checkpoint
 
-    out = Path(run.config.out)
-    if run.living is not None:  # trains and re-collects in turns, resuming wherever it stopped
-        from rlep.tasks.living_pool import train_living
-
-        final_checkpoint = train_living(run.config, run.living, progress=progress)
-    else:
-        final_checkpoint = stages.train(run.config, latest_checkpoint(out) is not None).final_checkpoint
+    final_checkpoint = stages.train(run.config, latest_checkpoint(run.config.out) is not None).final_checkpoint
     return _evaluated(run, stages, str(final_checkpoint))
+
+
+def _train_part(run: Run, stages: Stages) -> dict:
+    """A living-pool arm's part before its last: train to its end unless a checkpoint there or later exists. The
+    first part checks that the arm's directory and store hold this arm's run (or clears them) and starts the
+    store from the collected pool."""
+    from rlep.tasks.living_pool import last_saved_step, start_store
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+
+    out, end = Path(run.config.out), run.span[1]
+    if not run.continues:
+        _same_arm_or_start_over(run)
+        start_store(run.living, out)
+    if last_saved_step(out) < end:
+        stages.train(run.config.model_copy(update={"steps": end}), latest_checkpoint(out) is not None)
+    return {"key": run.key, "out": str(out), "final_checkpoint": str(TrainRunLayout(out).checkpoint(end))}
+
+
+def _same_arm_or_start_over(run: Run) -> None:
+    """Before a living-pool arm's first part: its record (written by its last part) or the settings its
+    directory holds are this arm's, or the arm starts over, store included (its versions would otherwise pass
+    for re-collections already done)."""
+    out = Path(run.config.out)
+    done = EvalRunLayout(out).record
+    if done.is_file():
+        record = json.loads(done.read_text())
+        if any(record.get(name) != value for name, value in _identity(run).items()):
+            print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
+            _start_over(run)
+    elif not _same_training(out, run.config):
+        print(f"{run.key}: {out} holds a run with other settings; starting it over")
+        _start_over(run)
 
 
 def _evaluated(run: Run, stages: Stages, final_checkpoint: str) -> dict:
@@ -163,18 +200,26 @@ def _evaluate(run: Run, stages: Stages) -> dict:
 
 
 def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
-    """Collect from the checkpoint of the run it needs (the exploration), or from its own model; a finished
-    collection with the same settings is kept, a killed one resumes its own shards."""
+    """Collect from the checkpoint of the run it needs (the exploration, or a living-pool arm's part), or from
+    its own model; a finished collection with the same settings is kept, a killed one resumes its own shards. A
+    living-pool arm's re-collection is published as a new version of its store, once."""
+    from rlep.tasks.living_pool import collected_after, publish_recollection
+
     config = run.config
     if run.needs:
         config = config.model_copy(update={"model": results[run.needs[0]]["final_checkpoint"]})
     out = CollectRunLayout(config.out)
+    record = {"key": run.key, "out": str(out.root), "pool_source": config.model}
+    if run.kind == "recollect" and run.span[1] in collected_after(run.living.store):
+        return record
     if out.manifest.is_file() and not _collected_alike(out, config):
         print(f"{run.key}: {out.root} was collected with other settings or from another model; collecting again")
         shutil.rmtree(out.root)
     if not out.manifest.is_file():
         stages.collect(config)
-    return {"key": run.key, "out": str(out.root), "pool_source": config.model}
+    if run.kind == "recollect":
+        publish_recollection(run.living, config, run.span[1])
+    return record
 
 
 def _trained_alike(run: Run) -> bool:

@@ -4,9 +4,12 @@ RLEP (arXiv 2507.07451) collects its pool once, from the explored policy, and re
 living pool goes on collecting: every `every` steps the run stops at a checkpoint, a collection samples that
 checkpoint, verifies, and publishes a new version of the run's store (`data.pool.PoolStore`: the latest
 version's answers plus the new ones), and training resumes; following the store (`replay.follow`), it replays
-from the new version from the next step on. Here collection and training take turns in one process, which is
-deterministic and, on a machine whose cores both would share, the same compute; `rlep serve`'s recollect
-deployment does the same beside a running training.
+from the new version from the next step on. The planner lays such a run out as parts of the plan
+(`tasks.plan`: train to the first refresh step, re-collect, train on, ...), each waiting for the one before it,
+and the executor carries them out like any other run (`tasks.execute`): taking turns is deterministic and, on a
+machine whose cores both would share, the same compute; `rlep serve`'s recollect deployment does the same beside
+a running training. This module holds what those parts share: the store's start, each re-collection's
+settings, its publication, and what it cost.
 
 Each re-collection is recorded in the store's lineage with the step it followed (`after_step`), which is how a
 killed run resumes without collecting twice and how a study charges the arm for every re-collection from the step
@@ -23,7 +26,6 @@ from rlep.data.pool import PoolStore
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.tasks.collect import collection_cost
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.training.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -39,24 +41,42 @@ class LivingPool:
         """The steps after which the pool is re-collected (none after the last step: nothing would replay it)."""
         return list(range(self.every, steps, self.every))
 
+    def recollection(self, run_out: Path | str, step: int) -> CollectConfig:
+        """The settings of the re-collection after `step` of the training run in `run_out`: it samples that
+        step's checkpoint into a collection run of the store, with new samples each time, reproducibly."""
+        return self.collect.model_copy(
+            update={
+                "model": str(TrainRunLayout(run_out).checkpoint(step)),
+                "out": PoolStore(self.store).collection_run(f"after-step-{step}"),
+                "run_id": f"{Path(run_out).name}-after-step-{step}",
+                "seed": self.collect.seed * 1_000_003 + step,
+            }
+        )
 
-def train_living(config: TrainConfig, living: LivingPool, progress: bool = True) -> Path:
-    """Train `config` (a run that follows `living.store`) to its last step, re-collecting after every
-    `living.every` steps; resumes wherever a killed call stopped. Returns the final checkpoint."""
-    from rlep.tasks.training.trainer import train
 
-    store, out = PoolStore(living.store), Path(config.out)
-    if _last_saved_step(out) == 0 and living.store.exists():  # nothing trained yet: a store left there is stale
+def start_store(living: LivingPool, out: Path) -> None:
+    """Before the run in `out` trains its first part: version 1 of its store is the collected pool (a store left
+    there while nothing is trained yet is stale, and removed)."""
+    if last_saved_step(out) == 0 and living.store.exists():
         shutil.rmtree(living.store)
+    store = PoolStore(living.store)
     if not store.versions():
         store.publish(living.first_pool, {"run_dir": str(Path(living.first_pool).parent), "after_step": 0})
-    for end in [*living.refresh_steps(config.steps), config.steps]:
-        done = _last_saved_step(out)
-        if done < end:
-            train(config.model_copy(update={"steps": end}), resume=done > 0, progress=progress)
-        if end < config.steps and end not in _collected_after(store):
-            _recollect(living, store, out, end, progress)
-    return TrainRunLayout(out).checkpoint(config.steps)
+
+
+def collected_after(store: Path | str) -> set[int]:
+    """The steps after which the latest version of `store` holds a re-collection (0: the first pool)."""
+    store = PoolStore(store)
+    versions = store.versions()
+    return {c.get("after_step", 0) for c in store.lineage(versions[-1])["contributions"]} if versions else set()
+
+
+def publish_recollection(living: LivingPool, collection: CollectConfig, step: int) -> Path:
+    """Publish the finished re-collection after `step` (settings `collection`) as the store's next version."""
+    return PoolStore(living.store).publish(
+        CollectRunLayout(collection.out).pool,
+        {"run_dir": str(collection.out), "model": collection.model, "after_step": step, "policy_version": step},
+    )
 
 
 def refresh_costs(store: Path | str) -> list[tuple[int, dict[str, float]]]:
@@ -71,38 +91,10 @@ def refresh_costs(store: Path | str) -> list[tuple[int, dict[str, float]]]:
     return sorted((c["after_step"], collection_cost(c["run_dir"])) for c in contributions if c.get("after_step", 0) > 0)
 
 
-def _last_saved_step(out: Path) -> int:
+def last_saved_step(out: Path | str) -> int:
+    """The step of the newest complete checkpoint of the training run in `out` (0: none yet)."""
     from rlep.tasks.training.checkpoint import list_checkpoints
 
     saved = {path: step for step, path in TrainRunLayout(out).step_checkpoints()}
-    checkpoints = list_checkpoints(out)
+    checkpoints = list_checkpoints(Path(out))
     return saved[checkpoints[-1]] if checkpoints else 0
-
-
-def _collected_after(store: PoolStore) -> set[int]:
-    versions = store.versions()
-    return {c.get("after_step", 0) for c in store.lineage(versions[-1])["contributions"]} if versions else set()
-
-
-def _recollect(living: LivingPool, store: PoolStore, out: Path, step: int, progress: bool) -> None:
-    """Sample the checkpoint of `step`, verify, publish the new version (a killed collection resumes its shards)."""
-    from rlep.tasks.collect import run_collection
-    from rlep.tasks.engines.cache import release_engines
-
-    checkpoint = TrainRunLayout(out).checkpoint(step)
-    collection = living.collect.model_copy(
-        update={
-            "model": str(checkpoint),
-            "out": store.collection_run(f"after-step-{step}"),
-            "run_id": f"{out.name}-after-step-{step}",
-            "seed": living.collect.seed * 1_000_003 + step,  # new samples each time, reproducibly
-        }
-    )
-    try:
-        run_collection(collection, progress=progress)
-    finally:
-        release_engines()
-    store.publish(
-        CollectRunLayout(collection.out).pool,
-        {"run_dir": str(collection.out), "model": str(checkpoint), "after_step": step, "policy_version": step},
-    )

@@ -167,14 +167,15 @@ def run_pipeline(
         records[run.key] = execute_in_process(run, needs, progress=progress, reuse=reuse, stages=stages)
     result = PipelineResult(report=config.layout().report)
     by_key = {run.key: run for run in runs}
-    for run in runs:
+    arm_runs = [run for run in runs if not run.continues]  # a living-pool arm: its first part stands for it
+    for run in arm_runs:
         if run.kind == "evaluate":
             result.evaluations["base"] = Path(run.config.out)
         elif run.kind == "train":
             if run.arm is not None:
                 result.arms[run.arm] = Path(run.config.out)
             result.evaluations[run.arm or "explore"] = Path(run.evaluate.out)
-    for run in runs:
+    for run in arm_runs:
         if run.kind == "collect":
             result.collect_dir = Path(records[run.key]["out"])
             if run.needs:

@@ -14,7 +14,7 @@ seed (`tasks.study`). Where each run writes is the caller's layout (`PlanLayout`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -33,16 +33,26 @@ class PlanError(ValueError):
 @dataclass
 class Run:
     """One unit of work: a training run (an arm at a seed, or an exploration) with the evaluation of its last
-    checkpoint, a collection, or an evaluation of a given model."""
+    checkpoint, a collection, a living-pool arm's re-collection, or an evaluation of a given model."""
 
     key: str  # e.g. "rlep/seed-0", "explore/seed-0", "collect/seed-0", "evaluate/base"
-    kind: Literal["train", "collect", "evaluate"]
+    kind: Literal["train", "collect", "recollect", "evaluate"]
     seed: int
-    arm: str | None  # the arm a training run belongs to (None: an exploration, a collection, an evaluation)
+    arm: str | None  # the arm a training run or re-collection belongs to (None: exploration, collection, evaluation)
     config: TrainConfig | CollectConfig | EvalConfig
     evaluate: EvalConfig | None = None  # train: evaluation of the final checkpoint (its model is set then)
     needs: list[str] = field(default_factory=list)  # keys of runs whose results this one uses
-    living: LivingPool | None = None  # a living-pool arm: its store and re-collections
+    living: LivingPool | None = None  # a part of a living-pool arm's run: its store and re-collections
+    # A part of a living-pool arm's run: a training part trains steps start+1..end, resuming the checkpoint of
+    # start (its `config` is the whole run's; the part whose end is `config.steps` evaluates); a re-collection
+    # samples the checkpoint of end (start == end) and publishes a new version of the arm's store.
+    span: tuple[int, int] | None = None
+
+    @property
+    def continues(self) -> bool:
+        """A later part of a living-pool arm's run (a re-collection, or training resumed after one). The arm's
+        first part, keyed as the arm's run, stands for it: it needs what the arm is charged for."""
+        return self.span is not None and self.span[0] > 0
 
 
 class PlanLayout(Protocol):
@@ -107,7 +117,8 @@ def plan_seed(
                 update={"replay": train_config.replay.model_copy(update={"pool": pool})}
             )
         needs = _keys(collect_key) if arm in order.pooled else []
-        runs.append(_train(key, seed, arm, train_config, evaluation, layout, needs=needs, living=living))
+        run = _train(key, seed, arm, train_config, evaluation, layout, needs=needs, living=living)
+        runs += _living_parts(run) if living is not None else [run]
     return runs
 
 
@@ -140,3 +151,28 @@ def _living_pool(config: TrainConfig, arm: str, collect: CollectConfig, store: P
             "or the pool is never re-collected"
         )
     return LivingPool(store, first_pool, every, collect)
+
+
+def _living_parts(run: Run) -> list[Run]:
+    """A living-pool arm's run as parts, each needing the one before it: train to the first refresh step from
+    the collected pool (keyed as the arm's run), then in turn re-collect from the last checkpoint and train on to
+    the next refresh step, the last part to `config.steps`, evaluated."""
+    ends = [*run.living.refresh_steps(run.config.steps), run.config.steps]
+    parts = [replace(run, span=(0, ends[0]))]
+    for start, end in zip(ends, ends[1:]):
+        trained = parts[-1].key
+        recollect = Run(
+            f"{run.key}/collect-after-{start}",
+            "recollect",
+            run.seed,
+            run.arm,
+            run.living.recollection(run.config.out, start),
+            needs=[trained],
+            living=run.living,
+            span=(start, start),
+        )
+        resumed = replace(
+            run, key=f"{run.key}/steps-{start + 1}-{end}", needs=[trained, recollect.key], span=(start, end)
+        )
+        parts += [recollect, resumed]
+    return parts

@@ -14,8 +14,9 @@ even when they are shared or are the baseline's own run (`runs.gather`).
 
 An rlep arm that follows its pool (`replay: {follow: true, refresh_every: K}`) and names none is a living-pool
 arm (`tasks.living_pool`): it starts from the same collected pool, and every K steps its own checkpoint is
-sampled again with the study's collection settings and a new version of its own store published; every
-re-collection is charged to it from the step it was paid on.
+sampled again with the study's collection settings and a new version of its own store published (each
+re-collection a run of the plan between two training parts of the arm); every re-collection is charged to it
+from the step it was paid on.
 """
 
 from __future__ import annotations

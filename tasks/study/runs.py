@@ -67,7 +67,7 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     by_key = {run.key: run for run in runs}
     steps, finals = [], []
     for run in runs:
-        if run.kind != "train" or run.arm is None:
+        if run.kind != "train" or run.arm is None or run.continues:  # a living-pool arm: its first part stands for it
             continue
         out = Path(run.config.out)
         layout = TrainRunLayout(out)
