@@ -15,11 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT = ("flows", "tasks", "data", "verifiers")
 
 # Circles that exist today, each to be removed from this list when it is broken (issue 36). Inside
-# tasks/training/: the backend seam (make_backend) imports the distributed backend, which imports the seam's
-# PolicySpec and helpers back; the trainer launches its ranks (launch.train_distributed), whose entry point runs the
+# tasks/training/: the trainer launches its ranks (launch.train_distributed), whose entry point runs the
 # trainer, and the Ray launcher runs that entry point, which starts the Ray launcher.
 KNOWN_CIRCLES = [
-    {"rlep.tasks.training.backend", "rlep.tasks.training.distributed"},
     {"rlep.tasks.training.launch", "rlep.tasks.training.ray_launch", "rlep.tasks.training.trainer"},
 ]
 

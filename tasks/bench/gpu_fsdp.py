@@ -63,11 +63,11 @@ def _update(backend, seed: int, vocab: int) -> dict[str, float]:
 
     from rlep.tasks.bench.update import synthetic_batch
     from rlep.tasks.training.config import LossConfig
+    from rlep.tasks.training.update import UpdateSettings
 
     batch = synthetic_batch(4, 4, 8, 16, vocab, seed=seed)
-    return backend.update(
-        batch, LossConfig(), 1.0, updates_per_epoch=2, micro_batch_size=4, generator=torch.Generator().manual_seed(7)
-    )
+    settings = UpdateSettings(LossConfig(), 1.0, updates_per_epoch=2, micro_batch_size=4)
+    return backend.update(batch, settings, generator=torch.Generator().manual_seed(7))
 
 
 def _weight_sync(backend, gathered: dict) -> dict[str, Any]:
@@ -104,11 +104,11 @@ def scenario(work: Path) -> dict[str, Any]:
 
     from rlep.data.tokenizer import build_tokenizer
     from rlep.tasks.bench.update import model_config
-    from rlep.tasks.training.backend import PolicySpec
     from rlep.tasks.training.backend_config import BackendConfig
     from rlep.tasks.training.checkpoint import load_trainer_state, save_checkpoint
     from rlep.tasks.training.config import OptimizerConfig
     from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.policy import PolicySpec
 
     hf = model_config("tiny")
     config = BackendConfig(nproc=1, strategy="fsdp2", precision="auto", collective_timeout=120)

@@ -141,9 +141,11 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from rlep.tasks.training.backend import PolicySpec, make_backend
+    from rlep.tasks.training.backend import make_backend
     from rlep.tasks.training.backend_config import BackendConfig
     from rlep.tasks.training.config import LossConfig, OptimizerConfig
+    from rlep.tasks.training.policy import PolicySpec
+    from rlep.tasks.training.update import UpdateSettings
 
     hf = config.hf_config()
     backend_config = BackendConfig(
@@ -159,6 +161,12 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     built = _memory(backend, device, reset=True)  # the peaks of building and loading; then the steps' own
     times, tokens = [], []
     generator = torch.Generator().manual_seed(0)
+    settings = UpdateSettings(
+        LossConfig(kl_coef=0.1 if config.kl else 0.0),
+        1.0,
+        updates_per_epoch=config.updates_per_epoch,
+        micro_batch_size=config.micro_batch_size,
+    )
     try:
         for step in range(config.warmup + config.steps):
             batch = synthetic_batch(
@@ -171,14 +179,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
             )
             _sync(device)
             start = time.perf_counter()
-            backend.update(
-                batch,
-                LossConfig(kl_coef=0.1 if config.kl else 0.0),
-                1.0,
-                updates_per_epoch=config.updates_per_epoch,
-                micro_batch_size=config.micro_batch_size,
-                generator=generator,
-            )
+            backend.update(batch, settings, generator=generator)
             _sync(device)
             if step >= config.warmup:
                 times.append(time.perf_counter() - start)

@@ -9,14 +9,9 @@ generation between two updates; the collectives of a request run on the default 
 (`collective_timeout`) bounds how long a lost rank can stall the others, with tensors on its device, and a
 failure is told apart as out of memory, a lost rank or a bug (tasks/training/collectives.py).
 
-The update: every rank receives the step's whole batch (token ids, small next to the model), forms the same
-mini-batches as one process would, and trains on its share of each mini-batch's prompt groups
-(`Sharding`); the token-mean normaliser is the mini-batch's global token count, known to every rank without
-a collective, and each rank's loss is scaled by the world size because DDP and FSDP2 average gradients.
-Every rank runs the same number of micro-batches (padded with fully masked rows): FSDP2 hangs otherwise.
-The no-grad old-log-prob pass is split the same way: each rank computes its own rows, then they are summed over
-ranks (`Sharding.sum_rows`). A rank's policy and KL reference are built on the meta device, sharded, and loaded
-from rank 0's one read of the weights (tasks/training/meta_load.py).
+The update: every rank receives the step's whole batch and the update's settings, and trains on its share of
+each mini-batch (`Sharding`, tasks/training/sharding.py). A rank's policy and KL reference are built on the meta
+device, sharded, and loaded from rank 0's one read of the weights (tasks/training/meta_load.py).
 
 Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun standalone, gloo on CPU, NCCL on GPU); the launch and each
 rank's entry point are in tasks/training/launch.py.
@@ -27,8 +22,7 @@ from __future__ import annotations
 import gc
 import os
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -36,24 +30,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlep.tasks.training.backend import (
-    PolicySpec,
-    build_optimizer,
-    checkpoint_activations,
-    process_rng_state,
-    set_process_rng_state,
-)
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import TrainingBatch
 from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import GROUP as _GROUP
-from rlep.tasks.training.collectives import DistributedError, all_reduce_sum, all_reduce_tensor, collective
+from rlep.tasks.training.collectives import DistributedError, collective
 from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
 from rlep.tasks.training.memory import rank_memory, reset_peak
 from rlep.tasks.training.meta_load import build_on_meta_and_load
+from rlep.tasks.training.policy import PolicySpec, build_optimizer, checkpoint_activations
 from rlep.tasks.training.precision import PrecisionChoice
+from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
-from rlep.tasks.training.update import policy_update
+from rlep.tasks.training.sharding import Sharding
+from rlep.tasks.training.update import UpdateSettings, policy_update
 from rlep.tasks.training.weight_sync import named_weights
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
@@ -118,57 +108,6 @@ def _receive() -> tuple[str, tuple]:
     return box[0]
 
 
-@dataclass(frozen=True)
-class Sharding:
-    """Which rows of a mini-batch a rank trains on, and how its loss is scaled.
-
-    Whole prompt groups (`group >= 0`) are dealt to the ranks in turn, then rows without a group one at a
-    time to the rank with fewest rows, so a group's members are never split. Every rank computes every rank's
-    share (the batch is the same everywhere), so the micro-batch count is equalised without a collective.
-    """
-
-    rank: int
-    world_size: int
-
-    def rows(self, group: torch.Tensor, rank: int | None = None) -> torch.Tensor:
-        """Sorted indices (into the mini-batch whose rows' groups are `group` [B]) of `rank`'s rows."""
-        ids = group.tolist()
-        bins: list[list[int]] = [[] for _ in range(self.world_size)]
-        seen: dict[int, int] = {}
-        for i, g in enumerate(ids):
-            if g >= 0:
-                if g not in seen:
-                    seen[g] = len(seen) % self.world_size
-                bins[seen[g]].append(i)
-        for i, g in enumerate(ids):
-            if g < 0:
-                min(bins, key=len).append(i)
-        return torch.tensor(sorted(bins[self.rank if rank is None else rank]), dtype=torch.long)
-
-    def micro_batches(self, group: torch.Tensor, micro: int) -> int:
-        """Micro-batches every rank runs on this mini-batch: the most any rank needs (at least one)."""
-        return max(max(1, -(-len(self.rows(group, r)) // micro)) for r in range(self.world_size))
-
-    def sync_gradients(self, model: torch.nn.Module, last: bool) -> None:
-        """Before a micro-batch's forward: DDP all-reduces gradients in the last micro-batch's backward only
-        (as its `no_sync`); FSDP2 reduce-scatters every backward, which keeps its unsharded gradients short-lived."""
-        if hasattr(model, "require_backward_grad_sync"):
-            model.require_backward_grad_sync = last
-
-    @property
-    def loss_scale(self) -> float:
-        """DDP and FSDP2 average gradients over ranks; shares are of the global mini-batch, so scale back up."""
-        return float(self.world_size)
-
-    def all_reduce(self, values: list[float]) -> list[float]:
-        """Element-wise sums over ranks (metrics' numerators and denominators), on the group's device."""
-        return all_reduce_sum(values)
-
-    def sum_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        """`rows` (zero outside this rank's rows) summed over ranks on the group's device: every rank's rows."""
-        return all_reduce_tensor(rows)
-
-
 def _replicated(model: torch.nn.Module) -> None:
     """DDP's placement before the load: every rank holds the whole model (wrapped once loaded)."""
 
@@ -220,31 +159,45 @@ class DistributedBackend:
 
     # ------------------------------------------------------------------ requests (rank 0 calls, every rank runs)
 
-    def update(self, batch: TrainingBatch, *args: Any, **kwargs: Any) -> dict[str, float]:
-        generator = kwargs.pop("generator", None)
-        hook = kwargs.pop("before_micro_batch", None)  # rank 0's own (async core sharing)
-        _send("update", batch, args, kwargs, None if generator is None else generator.get_state())
-        return self._update(batch, args, {**kwargs, "generator": generator, "before_micro_batch": hook})
+    def update(
+        self,
+        batch: TrainingBatch,
+        settings: UpdateSettings,
+        *,
+        generator: torch.Generator | None = None,
+        before_micro_batch: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
+        """Every rank's share of `policy_update` on `batch`. The others receive the batch, the settings and the
+        shuffle's state; `before_micro_batch` is rank 0's own (async core sharing)."""
+        _send("update", batch, settings, None if generator is None else generator.get_state())
+        return self._update(batch, settings, generator, before_micro_batch)
 
-    def _update(self, batch, args, kwargs) -> dict[str, float]:
-        with collective("the policy update", kwargs.get("micro_batch_size")):
+    def _update(
+        self,
+        batch: TrainingBatch,
+        settings: UpdateSettings,
+        generator: torch.Generator | None,
+        before_micro_batch: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
+        with collective("the policy update", settings.micro_batch_size):
             return policy_update(
                 self.model,
                 self.optimizer,
                 self.scheduler,
                 batch,
-                *args,
+                settings,
                 ref_model=self.reference,
+                generator=generator,
+                before_micro_batch=before_micro_batch,
                 data_parallel=self.sharding,
-                **kwargs,
             )
 
-    def _follow_update(self, batch, args, kwargs, generator_state) -> None:
+    def _follow_update(self, batch: TrainingBatch, settings: UpdateSettings, generator_state) -> None:
         generator = None
         if generator_state is not None:  # the same mini-batch shuffle as rank 0's
             generator = torch.Generator()
             generator.set_state(generator_state)
-        self._update(batch, args, {**kwargs, "generator": generator})
+        self._update(batch, settings, generator)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy under its HF names, on rank 0's CPU (empty on the other ranks)."""

@@ -58,7 +58,7 @@ from rlep.tasks.progress import progress_bar
 from rlep.tasks.replay import make_replay, pinned
 from rlep.tasks.training.advantages import fill_advantages
 from rlep.tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
-from rlep.tasks.training.backend import PolicySpec, make_backend, seed_process
+from rlep.tasks.training.backend import make_backend
 from rlep.tasks.training.batch import build_batch, group_ids
 from rlep.tasks.training.checkpoint import (
     CheckpointError,
@@ -68,10 +68,13 @@ from rlep.tasks.training.checkpoint import (
 )
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.logprobs import mean_completion_entropy
+from rlep.tasks.training.policy import PolicySpec
 from rlep.tasks.training.precision import record_precision
 from rlep.tasks.training.prompts import PromptSampler, fitting
+from rlep.tasks.training.rng import seed_process
 from rlep.tasks.training.scoring import score_rollouts
 from rlep.tasks.training.step_metrics import PhaseTimer, step_row
+from rlep.tasks.training.update import UpdateSettings
 
 
 @dataclass
@@ -113,6 +116,7 @@ class Trainer:
         self.backend = make_backend(
             PolicySpec.of_run(config, weights, self.base_model)
         )  # policy, optimizer, KL reference
+        self.update_settings = UpdateSettings.of_run(config)
         self.replay = make_replay(
             config.replay,
             seed=config.seed,
@@ -183,14 +187,8 @@ class Trainer:
             )
             train_metrics = self.backend.update(
                 batch,
-                config.loss,
-                config.optimizer.grad_clip,
-                ppo_epochs=config.ppo_epochs,
-                updates_per_epoch=config.updates_per_epoch(),
-                micro_batch_size=config.micro_batch_size,
-                horizon=config.max_tokens,
+                self.update_settings,
                 generator=self.torch_generator,
-                temperature=config.temperature,
                 before_micro_batch=self._share_cores if config.mode == "async" else None,
             )
         with timer("sync"):

@@ -10,9 +10,11 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.training.backend import PolicySpec
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
+from rlep.tasks.training.policy import PolicySpec
+from rlep.tasks.training.sharding import Sharding
+from rlep.tasks.training.update import UpdateSettings
 
 TINY = model_config("tiny")
 
@@ -52,7 +54,7 @@ def test_the_metric_reduction_hands_nccl_a_tensor_on_the_groups_device(one_rank,
     monkeypatch.setattr(collectives.GROUP, "device", torch.device("meta"))
     monkeypatch.setattr(dist, "all_reduce", nccl_all_reduce)
     with pytest.raises(Reduced) as reduced:
-        one_rank.Sharding(0, 1).all_reduce([1.0, 2.0, 3.0])
+        Sharding(0, 1).all_reduce([1.0, 2.0, 3.0])
     assert reduced.value.args == (torch.float64, (3,))
 
 
@@ -60,7 +62,7 @@ def test_the_metric_reduction_sums_on_a_gloo_group(one_rank):
     from rlep.tasks.training import collectives
 
     assert collectives.GROUP.device == torch.device("cpu")
-    assert one_rank.Sharding(0, 1).all_reduce([1.0, 2.5]) == [1.0, 2.5]
+    assert Sharding(0, 1).all_reduce([1.0, 2.5]) == [1.0, 2.5]
 
 
 def _failing_update(one_rank, monkeypatch, error):
@@ -71,7 +73,7 @@ def _failing_update(one_rank, monkeypatch, error):
     backend = one_rank.DistributedBackend.lead(spec)
     monkeypatch.setattr(one_rank, "policy_update", policy_update)
     batch = synthetic_batch(2, 2, 4, 5, TINY.vocab_size, seed=0)
-    return lambda: backend.update(batch, LossConfig(), 1.0, micro_batch_size=16)
+    return lambda: backend.update(batch, UpdateSettings(LossConfig(), 1.0, micro_batch_size=16))
 
 
 @pytest.mark.parametrize(

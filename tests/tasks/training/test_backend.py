@@ -7,11 +7,12 @@ import torch
 from transformers import Qwen2Config
 
 from rlep.data.rollout import Rollout
-from rlep.tasks.training.backend import LocalBackend, PolicySpec, build_optimizer, load_policy, make_backend
+from rlep.tasks.training.backend import LocalBackend, make_backend
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.update import policy_update
+from rlep.tasks.training.policy import PolicySpec, build_optimizer, load_policy
+from rlep.tasks.training.update import UpdateSettings, policy_update
 
 TINY = Qwen2Config(
     hidden_size=64,
@@ -51,10 +52,11 @@ def _batch(seed=0, n=12):
     return build_batch(rollouts, 0, 1)
 
 
+SETTINGS = UpdateSettings(LossConfig(), 1.0, ppo_epochs=2, micro_batch_size=5)
+
+
 def _update(backend, batch):
-    return backend.update(
-        batch, LossConfig(), 1.0, ppo_epochs=2, micro_batch_size=5, generator=torch.Generator().manual_seed(1)
-    )
+    return backend.update(batch, SETTINGS, generator=torch.Generator().manual_seed(1))
 
 
 def test_local_backend_update_is_policy_update():
@@ -69,10 +71,7 @@ def test_local_backend_update_is_policy_update():
             optimizer,
             scheduler,
             _batch(seed),
-            LossConfig(),
-            1.0,
-            ppo_epochs=2,
-            micro_batch_size=5,
+            SETTINGS,
             generator=torch.Generator().manual_seed(1),
         )
         assert got == want

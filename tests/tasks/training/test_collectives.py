@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.training.backend import PolicySpec
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
+from rlep.tasks.training.policy import PolicySpec
+from rlep.tasks.training.update import UpdateSettings
 
 TINY = model_config("tiny")
 
@@ -63,4 +64,6 @@ def test_one_process_names_the_micro_batch_size_when_out_of_memory(monkeypatch):
     local = backend_module.make_backend(PolicySpec(TINY, OptimizerConfig(), BackendConfig(precision="fp32")))
     monkeypatch.setattr(backend_module, "policy_update", policy_update)
     with pytest.raises(MemoryError, match=r"rank 0 of 1 ran out of memory .* micro_batch_size 4: lower it"):
-        local.update(synthetic_batch(2, 2, 4, 5, TINY.vocab_size, seed=0), LossConfig(), 1.0, micro_batch_size=4)
+        local.update(
+            synthetic_batch(2, 2, 4, 5, TINY.vocab_size, seed=0), UpdateSettings(LossConfig(), 1.0, micro_batch_size=4)
+        )

@@ -17,9 +17,11 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.training.backend import LocalBackend, PolicySpec
+from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import LossConfig, OptimizerConfig, TrainConfig
+from rlep.tasks.training.policy import PolicySpec
+from rlep.tasks.training.update import UpdateSettings
 
 TINY = model_config("tiny")
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -45,10 +47,8 @@ def _spec(strategy="ddp", weights=TINY, **backend):
 def _update(backend, aggregation, seed=0):
     return backend.update(
         _batch(seed),
-        LossConfig(aggregation=aggregation),
-        1.0,
+        UpdateSettings(LossConfig(aggregation=aggregation), 1.0, **UPDATE),
         generator=torch.Generator().manual_seed(7),
-        **UPDATE,
     )
 
 
@@ -498,7 +498,8 @@ def _with_reference(reference):
 
 
 def _update_kl(backend):
-    return backend.update(_batch(), LossConfig(kl_coef=0.5), 1.0, generator=torch.Generator().manual_seed(7), **UPDATE)
+    settings = UpdateSettings(LossConfig(kl_coef=0.5), 1.0, **UPDATE)
+    return backend.update(_batch(), settings, generator=torch.Generator().manual_seed(7))
 
 
 def test_the_kl_reference_is_sharded_like_the_policy_and_kept_in_the_compute_dtype(tmp_path):
@@ -571,8 +572,8 @@ def _old_logprob_pass(rank, strategy):
     from torch.nn.parallel import DistributedDataParallel
 
     from rlep.tasks.training import update
-    from rlep.tasks.training.distributed import Sharding
     from rlep.tasks.training.fsdp import shard_fsdp2
+    from rlep.tasks.training.sharding import Sharding
 
     rows_seen: list[int] = []
     counted = update.token_logprobs

@@ -27,7 +27,7 @@ from rlep.tasks.training.batch import build_batch, group_ids, mini_batches
 from rlep.tasks.training.config import LossConfig, TrainConfig
 from rlep.tasks.training.logprobs import token_logprobs
 from rlep.tasks.training.losses import aggregate
-from rlep.tasks.training.update import off_policy_terms, policy_update
+from rlep.tasks.training.update import UpdateSettings, off_policy_terms, policy_update
 
 G, PROMPTS = 4, 8
 
@@ -122,11 +122,13 @@ def test_every_design_makes_the_same_number_of_updates(fixture_model, kind):
             optimizer,
             scheduler,
             batch,
-            config.loss,
-            1.0,
-            ppo_epochs=config.ppo_epochs,
-            updates_per_epoch=config.updates_per_epoch(),
-            micro_batch_size=7,
+            UpdateSettings(
+                config.loss,
+                1.0,
+                ppo_epochs=config.ppo_epochs,
+                updates_per_epoch=config.updates_per_epoch(),
+                micro_batch_size=7,
+            ),
             generator=torch.Generator().manual_seed(step),
         )
         assert len(calls) - before == metrics["optimizer_updates"] == 8
@@ -282,9 +284,7 @@ def test_the_configured_aggregation_reaches_the_update(fixture_model, aggregatio
         opt,
         torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
         batch,
-        LossConfig(aggregation=aggregation, dual_clip=None),
-        grad_clip=1e9,
-        horizon=12,
+        UpdateSettings(LossConfig(aggregation=aggregation, dual_clip=None), grad_clip=1e9, horizon=12),
     )
     for p0, p1, pm in zip(model.parameters(), updated.parameters(), manual.parameters()):
         torch.testing.assert_close((p0 - p1).detach(), pm.grad, rtol=1e-4, atol=1e-7)
@@ -306,9 +306,7 @@ def test_token_mean_over_fresh_never_divides_by_one(fixture_model):
         opt,
         torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
         replay_only,
-        LossConfig(token_mean_over="fresh"),
-        grad_clip=1e9,
-        updates_per_epoch=2,
+        UpdateSettings(LossConfig(token_mean_over="fresh"), grad_clip=1e9, updates_per_epoch=2),
     )
     replay_tokens = int(replay_only.mask[:2].sum())
     # The replayed mini-batch's loss is its token sum / (fresh tokens / 2 updates), never / 1: its mean
@@ -328,9 +326,8 @@ def test_is_capped_frac_is_absent_without_truncation_and_nan_without_stale_token
         rows = [_rollout(f"p{i}", 0, i, 1.0, gen, origin=origin) for i in range(3)]
         for r in rows:
             r.advantage = 1.0
-        return policy_update(
-            model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0), build_batch(rows, 0, 1), loss, 1e9
-        )
+        batch, settings = build_batch(rows, 0, 1), UpdateSettings(loss, 1e9)
+        return policy_update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0), batch, settings)
 
     truncate = LossConfig(is_correction="truncate", is_cap=1.5)
     assert "is_capped_frac" not in update("replay", LossConfig())

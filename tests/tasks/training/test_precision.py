@@ -11,9 +11,10 @@ import torch
 from transformers import Qwen2Config
 
 from rlep.tasks.training import precision
-from rlep.tasks.training.backend import PolicySpec, make_backend
+from rlep.tasks.training.backend import make_backend
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import OptimizerConfig, TrainConfig
+from rlep.tasks.training.policy import PolicySpec
 from rlep.tasks.training.precision import record_precision, recorded_precision, resolve_precision
 
 # /proc/cpuinfo of the two machines of FIELD_NOTES ("Checked 2026-11-26"), cut to the lines that matter.

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from rlep.data.rollout import Rollout
 from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import LossConfig
-from rlep.tasks.training.update import policy_update
+from rlep.tasks.training.update import UpdateSettings, policy_update
 
 
 def _batch(n=7):
@@ -47,13 +47,10 @@ def _step(model, batch, loss, micro, ref=None, epochs=1, updates=1, lr=0.1):
         opt,
         sched,
         batch,
-        loss,
-        grad_clip=1e9,
-        ppo_epochs=epochs,
-        updates_per_epoch=updates,
-        micro_batch_size=micro,
+        UpdateSettings(
+            loss, grad_clip=1e9, ppo_epochs=epochs, updates_per_epoch=updates, micro_batch_size=micro, horizon=12
+        ),
         ref_model=ref,
-        horizon=12,
         generator=torch.Generator().manual_seed(1),
     )
     return model, metrics

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-from rlep.tasks.training.backend import LocalBackend, PolicySpec
+from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import OptimizerConfig
+from rlep.tasks.training.policy import PolicySpec
 from rlep.tasks.training.weight_sync import (
     named_weights,
     nbytes,
