@@ -3,7 +3,7 @@
 run's weights and optimizer are each rank's shards besides (tasks/training/sharded_checkpoint.py).
 
 `OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed
-(data.fs.atomic_dir)."""
+(data.fs.atomic_dir). A resumed run first rewinds its directory to the checkpoint's step (`rewind_run`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import torch
 
-from rlep.data.fs import atomic_dir
+from rlep.data.fs import atomic_dir, write_parquet_atomic
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.training.sharded_checkpoint import SHARDED_DIR, SHARDED_FORMAT
 
@@ -67,3 +68,23 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     if state.get("format") == SHARDED_FORMAT:  # the weights and optimizer are in the checkpoint's shards
         state["sharded"] = str(Path(checkpoint) / SHARDED_DIR)
     return state
+
+
+def rewind_run(out: Path, step: int) -> None:
+    """The run directory `out` as it was at `step` (its checkpoint's, which a resumed run goes on from): the metrics,
+    evaluation rows and fresh rollouts of later steps dropped. At step 0 (a fresh run) the metrics, evaluation and
+    checkpoints an earlier run left there go too."""
+    layout = TrainRunLayout(out)
+    for path in (layout.metrics, layout.eval):
+        if path.exists():
+            table = pq.read_table(path)
+            if step == 0:
+                path.unlink()
+            else:
+                keep = [i for i, s in enumerate(table.column("step").to_pylist()) if s <= step]
+                write_parquet_atomic(path, table.take(keep) if keep else table.slice(0, 0))  # take([]) has no kernel
+    for written, part in layout.fresh_parts():
+        if written > step:
+            part.unlink()
+    if step == 0:
+        shutil.rmtree(layout.checkpoints, ignore_errors=True)

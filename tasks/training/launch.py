@@ -1,7 +1,7 @@
 """Launching torch.distributed training: `rlep train --nproc N` as N processes on this node (torchrun
 --standalone) or as Ray actors (tasks/training/ray_launch.py), and each rank's entry point (`main`): rank 0
-trains (tasks.training.trainer.train) through the DistributedBackend, the others serve its requests
-(tasks/training/distributed.py).
+trains in its own process (tasks.training.loop.train_in_process) through the DistributedBackend, the others serve
+its requests (tasks/training/distributed.py).
 
 Run one rank by hand: `python -m rlep.tasks.training.launch --config launch_config.json [--resume]` under
 torchrun (`train_distributed` writes that file into the run directory and starts every rank).
@@ -18,6 +18,8 @@ from pathlib import Path
 
 from rlep.tasks.training.collectives import DistributedError
 from rlep.tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
+from rlep.tasks.training.loop import TrainResult, train_in_process
+from rlep.tasks.training.ray_launch import launch_on_ray
 
 
 def launch(module: str, arguments: list[str], nproc: int) -> None:
@@ -41,13 +43,12 @@ def launch(module: str, arguments: list[str], nproc: int) -> None:
         )
 
 
-def train_distributed(config, resume: bool = False):
-    """`tasks.training.trainer.train` on `config.backend.nproc` processes (torchrun on this node, or Ray actors:
-    `backend.launcher`); returns rank 0's TrainResult."""
+def train_distributed(config, resume: bool = False) -> TrainResult:
+    """A whole run (`tasks.training.trainer.train`) on `config.backend.nproc` processes (torchrun on this node, or Ray
+    actors: `backend.launcher`); returns rank 0's TrainResult."""
     from rlep.data.fs import write_text_atomic
     from rlep.data.run_layout import TrainRunLayout
     from rlep.tasks.training.checkpoint import latest_checkpoint
-    from rlep.tasks.training.trainer import TrainResult
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -55,9 +56,7 @@ def train_distributed(config, resume: bool = False):
     write_text_atomic(request, config.model_dump_json(indent=2))
     arguments = ["--config", str(request), *(["--resume"] if resume else [])]
     if config.backend.launcher == "ray":
-        from rlep.tasks.training.ray_launch import launch_on_ray
-
-        launch_on_ray(arguments, config.backend)
+        launch_on_ray(main, arguments, config.backend)
     else:
         launch("rlep.tasks.training.launch", arguments, config.backend.nproc)
     layout = TrainRunLayout(out)
@@ -65,7 +64,7 @@ def train_distributed(config, resume: bool = False):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """One rank of `rlep train --nproc N`: rank 0 trains (tasks.training.trainer.train), the others serve."""
+    """One rank of `rlep train --nproc N`: rank 0 trains (`train_in_process`), the others serve."""
     parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.launch")
     parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
     parser.add_argument("--resume", action="store_true")
@@ -76,10 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     rank = init_distributed(config.backend)
     try:
         if rank == 0:
-            from rlep.tasks.training.trainer import train
-
             try:
-                train(config, resume=args.resume, progress=True)
+                train_in_process(config, resume=args.resume, progress=True)
             except BaseException:
                 with suppress(DistributedError):  # a lost rank: the error that matters is train's
                     stop_serving()

@@ -5,9 +5,9 @@ torchrun on this node.
 A placement group reserves one bundle per rank (`cpus_per_rank` CPUs, `gpus_per_rank` GPUs, by default 1 when the
 cluster has GPUs and 0 when it has none; strategy PACK: as few nodes as fit) and one actor runs in each. Rank 0's
 actor names its node's address and a free port there; every actor then gets the variables torchrun would have set
-(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the same entry point as under
-torchrun (`launch.main`, tasks/training/launch.py): rank 0 trains, the others serve. The run directory must be on
-storage every node sees (rank 0 writes it; every rank reads the launch config from it).
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the entry point it is given,
+the one torchrun runs (`launch.main`, tasks/training/launch.py): rank 0 trains, the others serve. The run directory
+must be on storage every node sees (rank 0 writes it; every rank reads the launch config from it).
 
 A rank that fails stops the others at once (as torchrun does) and the launch raises one DistributedError that
 names the rank and its error.
@@ -16,10 +16,13 @@ names the rank and its error.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rlep.tasks.training.backend_config import BackendConfig
+
+Entry = Callable[[list[str]], None]  # a rank's entry point, called with its arguments (`launch.main`)
 
 
 class RankActor:
@@ -38,13 +41,13 @@ class RankActor:
             sock.bind(("", 0))
             return sock.getsockname()[1]
 
-    def run(self, env: dict[str, str], threads: int, argv: list[str]) -> None:
+    def run(self, entry: Entry, env: dict[str, str], threads: int, argv: list[str]) -> None:
+        """`entry(argv)` as the rank that `env` describes (Ray sends a module's function by its name)."""
         from rlep.tasks.runner import limit_threads
-        from rlep.tasks.training import launch
 
         os.environ.update(env)
         limit_threads(threads)
-        launch.main(argv)
+        entry(argv)
 
 
 def rank_environments(nodes: list[tuple[str, str]], port: int, one_gpu_each: bool) -> list[dict[str, str]]:
@@ -88,14 +91,14 @@ def gpus_per_rank(setting: float | str, cluster: dict[str, float]) -> float:
     return float(setting)
 
 
-def launch_on_ray(argv: list[str], backend: BackendConfig) -> None:
-    """Run `launch.main(argv)` on `backend.nproc` Ray actors; returns when every rank has finished."""
+def launch_on_ray(entry: Entry, argv: list[str], backend: BackendConfig) -> None:
+    """Run `entry(argv)` on `backend.nproc` Ray actors; returns when every rank has finished."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rlep.tasks.runner import worker_threads
-    from rlep.tasks.training.distributed import DistributedError
+    from rlep.tasks.training.collectives import DistributedError
 
     n, cpus = backend.nproc, backend.cpus_per_rank
     started = not ray.is_initialized()
@@ -130,7 +133,7 @@ def launch_on_ray(argv: list[str], backend: BackendConfig) -> None:
         nodes = ray.get([actor.node.remote() for actor in actors])
         port = ray.get(actors[0].free_port.remote())
         envs = rank_environments(nodes, port, one_gpu_each=gpus >= 1)
-        runs = [actor.run.remote(env, worker_threads(cpus), argv) for actor, env in zip(actors, envs)]
+        runs = [actor.run.remote(entry, env, worker_threads(cpus), argv) for actor, env in zip(actors, envs)]
         pending = list(runs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

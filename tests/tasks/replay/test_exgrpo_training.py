@@ -15,7 +15,7 @@ from rlep.data.problem import render_prompt
 from rlep.tasks.engines import Completion
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.logprobs import completion_logprobs
-from rlep.tasks.training.trainer import Trainer
+from rlep.tasks.training.loop import Trainer
 
 PROMPTS, G = 4, 4
 

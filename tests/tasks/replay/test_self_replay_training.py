@@ -13,7 +13,7 @@ from conftest import judged_row, write_rows
 
 from rlep.data.sources import load_problems, problem_source
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.trainer import Trainer
+from rlep.tasks.training.loop import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 8}
 

@@ -32,7 +32,7 @@ from rlep.tasks.training.async_gen import (
 from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.generator_worker import DELAY_ENV
-from rlep.tasks.training.trainer import Trainer
+from rlep.tasks.training.loop import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 

@@ -96,7 +96,7 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     import transformers
 
     from rlep.tasks.training.config import TrainConfig
-    from rlep.tasks.training.trainer import Trainer
+    from rlep.tasks.training.loop import Trainer
 
     out = tmp_path / "run"
     config = TrainConfig.model_validate(

@@ -141,12 +141,12 @@ def test_a_run_records_the_resolved_precision_and_keeps_auto_in_its_settings(mon
     """Trainer wiring: OUT/resolved_settings.json says what `auto` became, train_config.json still says `auto`,
     and the execute checks see the same settings (no restart of a killed run, no retraining of a finished one)."""
     from rlep.tasks import execute
-    from rlep.tasks.training.trainer import Trainer
+    from rlep.tasks.training.loop import Trainer
 
     _cpu(monkeypatch, XEON_WITHOUT_BF16)
     monkeypatch.setattr(Trainer, "_start_engine", lambda self, weights: None)
-    monkeypatch.setattr("rlep.tasks.training.trainer.RolloutFeed", lambda *a, **k: None)
-    monkeypatch.setattr("rlep.tasks.training.trainer.resolve_model", lambda model, progress: model)
+    monkeypatch.setattr("rlep.tasks.training.loop.RolloutFeed", lambda *a, **k: None)
+    monkeypatch.setattr("rlep.tasks.training.loop.resolve_model", lambda model, progress: model)
     model = tmp_path / "model"
     _save_tiny_model(model)
     config = TrainConfig.model_validate(

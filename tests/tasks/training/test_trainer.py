@@ -25,7 +25,7 @@ from rlep.data.sources import load_problems, problem_source
 from rlep.data.trajectory import COLUMNS
 from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.trainer import Trainer
+from rlep.tasks.training.loop import Trainer
 
 METRIC_COLUMNS = [
     "step",
