@@ -26,7 +26,7 @@ def add_collect_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from rlep.tasks.collect import CollectConfig, preflight, run_collection
+    from rlep.tasks.collect import CollectConfig, preflight
 
     config = config_from_args(CollectConfig, args)
     if args.runner == "ray" and not args.prefect:
@@ -38,13 +38,10 @@ def run_collect(args: argparse.Namespace) -> int:
 
         runner = RunnerConfig(kind=args.runner, address=args.ray_address, max_parallel=args.max_parallel)
         result = collect_flow(config, runner)
-    else:
-        from rlep.tasks.engines.cache import release_engines
+    else:  # the executor's plain stage, which collects every collection of a plan too
+        from rlep.tasks.execute import local_stages
 
-        try:
-            result = run_collection(config)
-        finally:
-            release_engines()
+        result = local_stages().collect(config)
     pool, timings = result["pool"], result["timings"]
     print(f"run directory: {result['run_dir']} ({result['shards']} shards, {result['skipped_shards']} already done)")
     print(

@@ -1,4 +1,5 @@
-"""`rlep train`, `rlep eval`: train a policy, evaluate a model; each runs as a Prefect flow or directly."""
+"""`rlep train`, `rlep eval`: train a policy, evaluate a model; each runs as a Prefect flow or directly (through
+the executor's plain stages, `tasks.execute.local_stages`, which carry out every run of a plan too)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ def run_train(args: argparse.Namespace) -> int:
 
         result = train_flow(config, resume=bool(args.resume))
     else:
-        from rlep.tasks.training.trainer import train
+        from rlep.tasks.execute import local_stages
 
-        result = train(config, resume=bool(args.resume))
+        result = local_stages().train(config, bool(args.resume))
     _print_train(result)
     return 0
 
@@ -65,15 +66,14 @@ def run_eval(args: argparse.Namespace) -> int:
 
     config = config_from_args(EvalConfig, args)
 
-    result = evaluate_flow(config) if args.prefect else _eval_direct(config)
+    if args.prefect:
+        result = evaluate_flow(config)
+    else:
+        from rlep.tasks.execute import local_stages
+
+        result = local_stages().evaluate(config)
     _print_eval(result.rows, config)
     return 0
-
-
-def _eval_direct(config):
-    from rlep.tasks.evaluate import evaluate
-
-    return evaluate(config, progress=True)
 
 
 def _print_eval(rows: list[dict], config) -> None:
