@@ -41,7 +41,7 @@ MLFLOW_EXPERIMENT = "rlep"
 log = logging.getLogger("rlep.train")
 
 OnStep = Callable[[dict, "list[dict] | None"], None]
-# Phase timings shown in a step's log line, in the step's order (tasks/training/trainer.py PHASES).
+# Phase timings shown in a step's log line, in the step's order (tasks/training/step_metrics.py PHASES).
 
 
 class TrackerUnavailable(ValueError):
