@@ -134,3 +134,18 @@ def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
     assert _native_threads() > before  # each group runs worker and transport threads
     distributed.shutdown()
     assert _native_threads() == before
+
+
+def test_a_tensor_the_weights_lack_is_named_not_left_as_allocated(one_rank):
+    """Rank 0 loads in chunks with strict=False (each chunk names only its tensors), so a name no chunk held is
+    checked at the end: an error naming it, not a parameter left holding `to_empty`'s garbage."""
+    from rlep.tasks.training.meta_load import build_on_meta_and_load, read_state_dict_chunks
+
+    def without_a_norm(weights, dtype, init_seed):
+        for chunk in read_state_dict_chunks(weights, dtype, init_seed):
+            yield {name: value for name, value in chunk.items() if name != "model.norm.weight"}
+
+    with pytest.raises(KeyError, match=r"no value for 1 of the model's tensors: \['model.norm.weight'\]"):
+        build_on_meta_and_load(TINY, torch.device("cpu"), torch.float32, lambda model: None, reader=without_a_norm)
+    model = build_on_meta_and_load(TINY, torch.device("cpu"), torch.float32, lambda model: None)
+    assert model.lm_head.weight is model.model.embed_tokens.weight

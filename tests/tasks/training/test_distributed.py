@@ -641,26 +641,39 @@ def _loaded_once(weights):
 
 
 def _rank_counting_reads(rank, world, port, weights, out):
-    """`_rank` with every read of weights on this rank recorded (safetensors files, from_pretrained) in
-    reads-RANK.pt."""
+    """`_rank` with every read of weights on this rank recorded (safetensors files opened or loaded,
+    from_pretrained) in reads-RANK.pt, and rank 0's load chunks made small (a few tensors each), their sizes in
+    chunks-RANK.pt."""
+    import safetensors
     import safetensors.torch
     import transformers
 
-    reads = []
-    load_file, from_pretrained = safetensors.torch.load_file, transformers.AutoModelForCausalLM.from_pretrained
+    from rlep.tasks.training import meta_load
 
-    def counted_load_file(path, *args, **kwargs):
-        reads.append(str(path))
-        return load_file(path, *args, **kwargs)
+    reads, chunks = [], []
+    opened, load_file = safetensors.safe_open, safetensors.torch.load_file
+    from_pretrained = transformers.AutoModelForCausalLM.from_pretrained
+    read_chunks = meta_load.read_state_dict_chunks
 
-    def counted_from_pretrained(path, *args, **kwargs):
-        reads.append(str(path))
-        return from_pretrained(path, *args, **kwargs)
+    def counted(read):
+        def call(path, *args, **kwargs):
+            reads.append(str(path))
+            return read(path, *args, **kwargs)
 
-    safetensors.torch.load_file = counted_load_file
-    transformers.AutoModelForCausalLM.from_pretrained = counted_from_pretrained
+        return call
+
+    def counted_chunks(*args, **kwargs):
+        for chunk in read_chunks(*args, **kwargs):
+            chunks.append(sum(t.numel() * t.element_size() for t in chunk.values()))
+            yield chunk
+
+    safetensors.safe_open, safetensors.torch.load_file = counted(opened), counted(load_file)
+    transformers.AutoModelForCausalLM.from_pretrained = counted(from_pretrained)
+    meta_load.LOAD_CHUNK_BYTES = 64 * 2**10  # the tiny model's embedding (64 KiB) alone, a layer or two a chunk
+    meta_load.read_state_dict_chunks = counted_chunks
     _rank(rank, world, port, _loaded_once, (weights,), out)
     torch.save(reads, Path(out) / f"reads-{rank}.pt")
+    torch.save(chunks, Path(out) / f"chunks-{rank}.pt")
 
 
 def test_the_model_is_built_on_meta_and_loaded_once_from_rank_0(tmp_path):
@@ -680,6 +693,9 @@ def test_the_model_is_built_on_meta_and_loaded_once_from_rank_0(tmp_path):
     assert "error" not in results, results
     assert torch.load(tmp_path / "reads-1.pt") == []  # rank 1 never opened a weight file
     assert len(torch.load(tmp_path / "reads-0.pt")) == 4  # rank 0: policy and reference, for each strategy
+    # rank 0 held the weights a chunk at a time, never the whole state dict (a chunk over the limit is one tensor)
+    chunks, whole = torch.load(tmp_path / "chunks-0.pt"), sum(t.numel() * t.element_size() for t in plain.values())
+    assert len(chunks) >= 4 * 3 and max(chunks) < whole / 2 and torch.load(tmp_path / "chunks-1.pt") == []
     for strategy, got in results.items():
         assert set(got["loaded"]) == set(plain), strategy
         for name, value in plain.items():
