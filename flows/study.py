@@ -27,6 +27,7 @@ from rlep.tasks.runner import worker_threads
 from rlep.tasks.study import (
     StudyConfig,
     execute_in_process,
+    execute_plan,
     execute_run,
     fix_claims,
     gather,
@@ -62,13 +63,9 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     runs = plan(config)
     fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
     if config.runner.kind == "ray":
-        results = _submit_on_ray(config, runs)
+        _submit_on_ray(config, runs)
     else:
-        results = {}
-        for run in runs:
-            results[run.key] = study_run_task(
-                run, {key: results[key] for key in run.needs}, isolate=config.runner.isolate
-            )
+        execute_plan(runs, lambda run, needs: study_run_task(run, needs, isolate=config.runner.isolate))
     study, final = gather(runs)
     paths = write_study_outputs(config, study, final, command)
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
@@ -94,10 +91,11 @@ def study_runs_flow(runs: list, cpus_per_run: float, gpus_per_run: float) -> dic
     from prefect_ray.context import remote_options
 
     threads = worker_threads(cpus_per_run)
-    futures = {}
-    for run in runs:
-        needs = {key: futures[key] for key in run.needs}
+
+    def submit(run, needs: dict):
         # max_calls=1: each run gets a fresh worker process, so its timings carry nothing an earlier run left behind
         with remote_options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_calls=1):
-            futures[run.key] = study_run_task.submit(run, needs, threads, wait_for=list(needs.values()))
+            return study_run_task.submit(run, needs, threads, wait_for=list(needs.values()))
+
+    futures = execute_plan(runs, submit)
     return {key: future.result() for key, future in futures.items()}

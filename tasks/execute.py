@@ -1,8 +1,9 @@
 """One executor for the runs of a plan (`tasks.plan`), for the pipeline and the study alike.
 
-`execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model) given the
-results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect subflows in
-`flows/pipeline.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
+`execute_plan` carries a plan out, each run after the runs it needs: in this process, through Prefect and on
+Ray alike. `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model)
+given the results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect
+subflows in `flows/pipeline.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
 (`tasks.plan`, `tasks.living_pool`) are runs too: a training part trains through the same stage to its last
 step, a re-collection collects through the same stage and publishes a new version of the arm's store, and the
 last part is evaluated like any training run. A run that finished with the same settings from the same
@@ -68,6 +69,17 @@ def local_stages(progress: bool = True) -> Stages:
         train=lambda config, resume: train(config, resume=resume, progress=progress),
         evaluate=evaluate_released,
     )
+
+
+def execute_plan(runs: list[Run], execute: Callable[[Run, dict[str, Any]], Any]) -> dict[str, Any]:
+    """Carry out a plan's `runs` (listed in an order that respects `needs`): `execute(run, the results of the runs
+    it needs, by key)` for each in turn; returns every run's result by key. `execute` is `execute_run` or
+    `execute_in_process` with their options, a Prefect task, or a task's submission to Ray (whose results are
+    futures the next submissions wait for)."""
+    results: dict[str, Any] = {}
+    for run in runs:
+        results[run.key] = execute(run, {key: results[key] for key in run.needs})
+    return results
 
 
 def execute_run(

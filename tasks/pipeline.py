@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.execute import Stages, execute_in_process
+from rlep.tasks.execute import Stages, execute_in_process, execute_plan
 from rlep.tasks.plan import Run, plan_seed
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.training.config import TrainConfig
@@ -161,10 +161,9 @@ def run_pipeline(
     if report is None:
         from rlep.tasks.report import write_report as report
     runs = plan(config)
-    records: dict[str, dict] = {}
-    for run in runs:
-        needs = {key: records[key] for key in run.needs}
-        records[run.key] = execute_in_process(run, needs, progress=progress, reuse=reuse, stages=stages)
+    records = execute_plan(
+        runs, lambda run, needs: execute_in_process(run, needs, progress=progress, reuse=reuse, stages=stages)
+    )
     result = PipelineResult(report=config.layout().report)
     by_key = {run.key: run for run in runs}
     arm_runs = [run for run in runs if not run.continues]  # a living-pool arm: its first part stands for it

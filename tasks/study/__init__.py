@@ -9,14 +9,15 @@
 - `report`: study.parquet, summary.parquet, claims, plots, report.md.
 
 `run_study` runs a plan here, one run after another; `flows/study.py` runs it as Prefect tasks, in parallel
-on Ray when `runner.kind` is `ray`.
+on Ray when `runner.kind` is `ray`; both through the executor's one loop (`tasks.execute.execute_plan`), as
+the pipeline does.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rlep.tasks.execute import execute_in_process, execute_run
+from rlep.tasks.execute import execute_in_process, execute_plan, execute_run
 from rlep.tasks.plan import Run
 from rlep.tasks.study.claims import fix_claims
 from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
@@ -28,6 +29,7 @@ __all__ = [
     "StudyConfig",
     "StudyError",
     "execute_in_process",
+    "execute_plan",
     "execute_run",
     "fix_claims",
     "gather",
@@ -44,9 +46,7 @@ def run_study(config: StudyConfig, progress: bool = True, command: str | None = 
     config = with_models_resolved(config, progress)
     runs = plan(config)
     fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
-    results: dict[str, dict] = {}
     execute = execute_in_process if config.runner.isolate else execute_run
-    for run in runs:
-        results[run.key] = execute(run, {key: results[key] for key in run.needs}, progress=progress)
+    execute_plan(runs, lambda run, needs: execute(run, needs, progress=progress))
     study, final = gather(runs)
     return write_study_outputs(config, study, final, command)
