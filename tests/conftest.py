@@ -59,6 +59,15 @@ def vllm_engine(fixture_model):
     engine.close()
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process group's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def judged_row(problem, response: str, correct: bool = True, *, prompt: str | None = None, **fields) -> dict:
     """A trajectory row of `response` to `problem`, judged `correct` (right: the gold answer extracted, reward
     1; wrong: not equal, reward 0), prompted the way collection renders it; `fields` set any other column of

@@ -3,11 +3,10 @@ ranks join). Run by tests/tasks/training/test_collectives.py in an interpreter o
 in-process vLLM engine holds the process's default process group, and a process has only one. Also runnable
 directly: `pytest tests/tasks/training/one_rank_cases.py`."""
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import free_port
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
 from rlep.tasks.training.backend_config import BackendConfig
@@ -19,12 +18,6 @@ from rlep.tasks.training.update import UpdateSettings
 TINY = model_config("tiny")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def one_rank(monkeypatch):
     """This process as rank 0 of a gloo group of 1, joined the way torchrun's ranks join."""
@@ -32,7 +25,7 @@ def one_rank(monkeypatch):
 
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     distributed.init_distributed(BackendConfig(nproc=1, collective_timeout=15))
     yield distributed
     distributed.shutdown()
@@ -127,7 +120,7 @@ def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
 
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     before = _native_threads()
     distributed.init_distributed(BackendConfig(nproc=1, collective_timeout=15))
     distributed.stop_serving()  # a request broadcast on the command group, as rank 0 sends its last

@@ -6,7 +6,6 @@ and leaves no partial checkpoint. A tiny random Qwen2 built in code: no vLLM, no
 
 import copy
 import os
-import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import free_port
 from transformers import AutoModelForCausalLM
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
@@ -52,12 +52,6 @@ def _update(backend, aggregation, seed=0):
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(rank, world, port, scenario, args, out):
     """One spawned rank: join the group, rank 0 runs `scenario` and saves its result, the others serve."""
     os.environ.update(
@@ -94,7 +88,7 @@ def _rank(rank, world, port, scenario, args, out):
 def _spawn(scenario, *args, tmp_path):
     """Run `scenario` on rank 0 of 2 spawned ranks; its result. Each rank is waited for on its own (a rank
     that dies on purpose must not make the harness kill rank 0 before it reports)."""
-    context = mp.spawn(_rank, args=(2, _free_port(), scenario, args, str(tmp_path)), nprocs=2, join=False)
+    context = mp.spawn(_rank, args=(2, free_port(), scenario, args, str(tmp_path)), nprocs=2, join=False)
     for process in context.processes:
         process.join(timeout=120)
     alive = [p.pid for p in context.processes if p.is_alive()]
@@ -562,7 +556,7 @@ def _every_rank(rank, world, port, scenario, args, out):
 
 
 def _spawn_every_rank(scenario, *args, tmp_path):
-    mp.spawn(_every_rank, args=(2, _free_port(), scenario, args, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_every_rank, args=(2, free_port(), scenario, args, str(tmp_path)), nprocs=2, join=True)
     return [torch.load(tmp_path / f"result-{rank}.pt", weights_only=False) for rank in range(2)]
 
 
@@ -685,7 +679,7 @@ def test_the_model_is_built_on_meta_and_loaded_once_from_rank_0(tmp_path):
     AutoModelForCausalLM.from_config(TINY).save_pretrained(weights)
     assert TINY.tie_word_embeddings
     plain = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).state_dict()
-    context = mp.spawn(_rank_counting_reads, args=(2, _free_port(), str(weights), str(tmp_path)), nprocs=2, join=False)
+    context = mp.spawn(_rank_counting_reads, args=(2, free_port(), str(weights), str(tmp_path)), nprocs=2, join=False)
     for process in context.processes:
         process.join(timeout=180)
     assert all(p.exitcode == 0 for p in context.processes)
