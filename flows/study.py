@@ -1,16 +1,18 @@
-"""Prefect flow `study`: every (arm, seed) run of a study as a Prefect task, in parallel on Ray when asked.
+"""Prefect flow `study`: every run of a study (each arm at each seed, RLEP's explorations and collections, a
+living-pool arm's parts) carried out by the executor's loop (`tasks.execute.execute_plan`), in parallel on Ray
+when asked.
 
-`runner.kind: ray` hands the tasks to prefect-ray's `RayTaskRunner`: a local Ray started for the study
+`runner.kind: local` runs them one after another as subflows of the study's flow run (collect, train,
+evaluate: `flows/subflows.py`, as the pipeline does), each in a fresh process of its own (`runner.isolate`)
+whose subflow is still a child of the study's run, with its logs and artifacts. `runner.kind: ray` hands each
+run as a Prefect task to prefect-ray's `RayTaskRunner`: a local Ray started for the study
 (`runner.max_parallel` CPUs), or an existing cluster at `runner.address`. Each run asks Ray for
 `runner.cpus_per_run` CPUs and `runner.gpus_per_run` GPUs, uses that many torch threads, and runs in a worker
-process of its own (started for it, gone after it). A run that
+process of its own (started for it, gone after it); its task logs its start, a line per training step and
+evaluation, and its end to its own Logs tab (the worker sends them to the same Prefect API). A run that
 needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
-waits for it; everything else runs as soon as resources allow. `runner.kind: local` runs the tasks one
-after another, each run in a fresh process of its own (`runner.isolate`), its log lines handled in the task. Finished
-runs are skipped, so a killed study resumes where it stopped.
-
-Each run's task logs its start, a line per training step and evaluation, and its end to its own Logs tab in
-the UI, on a Ray worker too (the worker sends them to the same Prefect API).
+waits for it; everything else runs as soon as resources allow. Finished runs are skipped, so a killed study
+resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import flush_prefect_logs, send_logs_to_prefect
+from rlep.flows.subflows import Subflows, subflow_stages
 from rlep.tasks.runner import worker_threads
 from rlep.tasks.study import (
     StudyConfig,
@@ -41,14 +44,12 @@ log = logging.getLogger("rlep.study")
 
 
 @task(name="study-run", task_run_name="{run.key}")
-def study_run_task(run, needs: dict, threads: int | None = None, isolate: bool = False) -> dict:
-    send_logs_to_prefect()  # in this process: on Ray, a worker's
+def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
+    """One run on a Ray worker (a process of its own), with `threads` torch threads."""
+    send_logs_to_prefect()  # in this process: the worker's
     log.info(f"{run.kind} run {run.key}: {run.config.out}")
     try:
-        if isolate:  # local: a fresh process for the run, its log lines handled here
-            record = execute_in_process(run, needs, progress=False)
-        else:
-            record = execute_run(run, needs, progress=False, threads=threads)
+        record = execute_run(run, needs, progress=False, threads=threads)
         log.info(f"{run.key} done")
         return record
     finally:
@@ -64,8 +65,11 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
     if config.runner.kind == "ray":
         _submit_on_ray(config, runs)
+    elif config.runner.isolate:  # each run in a process of its own, its subflow a child of this run
+        stages = Subflows.of_this_flow_run().stages()
+        execute_plan(runs, lambda run, needs: execute_in_process(run, needs, progress=False, stages=stages))
     else:
-        execute_plan(runs, lambda run, needs: study_run_task(run, needs, isolate=config.runner.isolate))
+        execute_plan(runs, lambda run, needs: execute_run(run, needs, subflow_stages(), progress=False))
     study, final = gather(runs)
     paths = write_study_outputs(config, study, final, command)
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
