@@ -66,8 +66,8 @@ def sleeps_during_update(setting: str | bool, available: bool) -> bool:
 
 def engine_for_weights(config: EngineConfig, base_model: str | Path, weights: str | Path) -> EngineConfig:
     """The engine settings for sampling from `weights`, a checkpoint of a run that started from `base_model`:
-    an `auto` dtype is the starting model's, not the checkpoint's (checkpoints are saved in float32), so a
-    resumed run samples in the precision of the run it continues."""
+    an `auto` dtype is the starting model's, not the checkpoint's (one process saves float32; a distributed run
+    saves in its engine's dtype), so a resumed run samples in the precision of the run it continues."""
     if config.dtype != "auto" or str(weights) == str(base_model):
         return config
     return config.model_copy(update={"dtype": checkpoint_dtype(base_model)})

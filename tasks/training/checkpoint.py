@@ -30,12 +30,21 @@ def checkpoint_dir(out: Path, step: int) -> Path:
     return TrainRunLayout(out).checkpoint(step)
 
 
-def save_checkpoint(out: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write `step-N` atomically and keep the `keep` newest checkpoints."""
+def save_checkpoint(
+    out: Path,
+    step: int,
+    model,
+    tokenizer,
+    state: dict[str, Any],
+    keep: int = 2,
+    weight_dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Write `step-N` atomically and keep the `keep` newest checkpoints. `model` is a training backend; a
+    distributed one writes its HF model in `weight_dtype` (the engine's) beside its float32 shards."""
     final = checkpoint_dir(out, step)
     try:
         with atomic_dir(final) as tmp:  # replaces a step a resumed run re-reaches after the kill
-            model.save_pretrained(tmp, safe_serialization=True)
+            model.save_pretrained(tmp, weight_dtype=weight_dtype)
             if hasattr(model, "save_state"):  # a backend's own files: a distributed one's shards (DCP)
                 model.save_state(tmp)
             tokenizer.save_pretrained(tmp)

@@ -20,11 +20,13 @@ rank's entry point are in tasks/training/launch.py.
 from __future__ import annotations
 
 import gc
+import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -216,10 +218,18 @@ class DistributedBackend:
         with collective("streaming the weights"):
             yield from named_weights(self.module, dtype)
 
-    def save_pretrained(self, directory, **kwargs: Any) -> None:
-        """Rank 0 writes the gathered weights as a plain HF model (config, safetensors)."""
-        state = self.full_state_dict()
-        self.module.save_pretrained(directory, state_dict=state, **kwargs)
+    def save_pretrained(self, directory, weight_dtype: torch.dtype = torch.float32) -> None:
+        """Rank 0 writes the policy as a plain HF model (config, safetensors) for evaluation, collection and
+        serving, in `weight_dtype` (the trainer passes its engine's: what a resumed run's engine then loads is
+        what a weight sync would have sent it, so the resume stays exact). Gathered one tensor at a time and
+        converted as it comes: rank 0 holds the model once in that dtype (half the float32 bytes in bf16), never
+        the optimizer; the float32 masters a resume reads are in the shards `save_state` writes."""
+        state = dict(self.named_weights(weight_dtype))
+        self.module.save_pretrained(directory, state_dict=state)
+        if weight_dtype != torch.float32:  # transformers writes the live model's dtype (float32) into config.json
+            config = Path(directory) / "config.json"
+            dtype = str(weight_dtype).removeprefix("torch.")
+            config.write_text(json.dumps({**json.loads(config.read_text()), "dtype": dtype}, indent=2) + "\n")
 
     def training_state(self) -> dict[str, Any]:
         """What rank 0 keeps in trainer_state.pt: the scheduler and how the run was sharded. The weights and the

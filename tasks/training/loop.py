@@ -312,7 +312,15 @@ class Trainer:
             "feed": self.feed.state_dict(),
             "rng": {**self.backend.rng_state(), "torch_generator": self.torch_generator.get_state()},
         }
-        return save_checkpoint(self.out, step, self.backend, self.tokenizer, state, keep=self.config.keep_checkpoints)
+        return save_checkpoint(
+            self.out,
+            step,
+            self.backend,
+            self.tokenizer,
+            state,
+            keep=self.config.keep_checkpoints,
+            weight_dtype=self.engine.weight_dtype,  # a distributed run's HF export: what a resumed engine loads
+        )
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.step = state["step"]

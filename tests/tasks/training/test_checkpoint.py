@@ -26,7 +26,7 @@ class _Model:
     def __init__(self, fail=None, pause=0.0):
         self.fail, self.pause = fail, pause
 
-    def save_pretrained(self, path, safe_serialization=True):
+    def save_pretrained(self, path, weight_dtype=None):
         with open(path / "model.safetensors", "wb") as f:
             f.write(b"half of the weights")
             f.flush()

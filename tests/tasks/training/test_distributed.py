@@ -5,6 +5,7 @@ HF model; save and resume are bit-exact; a killed rank stops the others with one
 and leaves no partial checkpoint. A tiny random Qwen2 built in code: no vLLM, nothing downloaded."""
 
 import copy
+import json
 import os
 import time
 from dataclasses import replace
@@ -126,27 +127,29 @@ def _equal_steps(strategy, aggregations):
     return results
 
 
-def _save_and_resume(strategy, out):
+def _save_and_resume(strategy, out, precision="fp32", weight_dtype=torch.float32):
     """Train, write checkpoint step-1 as the trainer does (HF export, each rank's shards, trainer_state.pt),
     train on ("straight"); then a fresh policy resumed from the checkpoint trains on the same batch."""
     from rlep.tasks.training.checkpoint import load_trainer_state, save_checkpoint
     from rlep.tasks.training.distributed import DistributedBackend
 
-    first = DistributedBackend.lead(_spec(strategy))
+    first = DistributedBackend.lead(_spec(strategy, precision=precision))
     _update(first, "token-mean", seed=0)
-    saved = save_checkpoint(Path(out), 1, first, _NoTokenizer(), {**first.training_state(), "rng": first.rng_state()})
+    state = {**first.training_state(), "rng": first.rng_state()}
+    saved = save_checkpoint(Path(out), 1, first, _NoTokenizer(), state, weight_dtype=weight_dtype)
+    masters = copy.deepcopy(first.full_state_dict())  # the float32 weights the checkpoint was written from
     _update(first, "token-mean", seed=1)
     straight = copy.deepcopy(first.full_state_dict())
     first.close()
 
     state = load_trainer_state(saved)
-    resumed = DistributedBackend.lead(_spec(strategy, weights=str(saved)))
+    resumed = DistributedBackend.lead(_spec(strategy, weights=str(saved), precision=precision))
     resumed.load_training_state(state)
     resumed.load_rng_state(state["rng"])
     _update(resumed, "token-mean", seed=1)
     again = resumed.full_state_dict()
     resumed.close()
-    return {"straight": straight, "resumed": again, "lr": resumed.lr(), "checkpoint": str(saved)}
+    return {"straight": straight, "resumed": again, "lr": resumed.lr(), "checkpoint": str(saved), "masters": masters}
 
 
 def _killed_rank(directory):
@@ -236,6 +239,24 @@ def test_save_and_resume_are_bit_exact(tmp_path):
     assert sum(p.numel() for p in loaded.parameters()) == sum(
         p.numel() for p in AutoModelForCausalLM.from_config(TINY).parameters()
     )
+
+
+def test_the_hf_export_is_in_the_engines_dtype_and_the_resume_reads_the_float32_masters(tmp_path):
+    """A bf16 run with a bf16 engine: the checkpoint's HF model (for evaluation, collection, serving and the
+    resumed run's engine) is the float32 masters rounded to bf16, as a weight sync would send them, and its config
+    says bfloat16; a resume reads the masters from the shards, so it goes on exactly."""
+    from safetensors.torch import load_file
+
+    results = _spawn(_save_and_resume, "fsdp2", tmp_path / "run", "bf16", torch.bfloat16, tmp_path=tmp_path)
+    for name, value in results["straight"].items():
+        assert torch.equal(results["resumed"][name], value), name
+    checkpoint = Path(results["checkpoint"])
+    exported = load_file(checkpoint / "model.safetensors")
+    assert {value.dtype for value in exported.values()} == {torch.bfloat16}
+    for name, value in exported.items():
+        assert torch.equal(value, results["masters"][name].to(torch.bfloat16)), name
+    assert json.loads((checkpoint / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(checkpoint).dtype == torch.bfloat16
 
 
 def test_a_sharded_checkpoint_holds_each_ranks_shards_and_resumes_in_one_process(tmp_path):
