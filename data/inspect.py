@@ -32,7 +32,6 @@ from rlep.data.metrics import ALL_SOURCES, pass_at_k
 from rlep.data.run_layout import CollectRunLayout
 from rlep.data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
 from rlep.data.trajectory import PROBLEM_KEY
-from rlep.verifiers.normalize import normalize_answer
 
 # A plain number once normalised: an integer, a decimal, a fraction a/b or \frac{a}{b}, with a sign.
 _LITERAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d+\s*/\s*\d+|\\[dt]?frac\{\d+\}\{\d+\})$")
@@ -98,6 +97,8 @@ def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> 
 def accepted_not_literal(table: pa.Table, examples: int = 5, text_chars: int = 120) -> dict[str, Any]:
     """The correct answers to a plain-number gold whose extracted answer is neither that gold nor a plain number
     (after the verifier's normalisation): their count among the correct ones and the first `examples`."""
+    from rlep.verifiers.normalize import normalize_answer  # here: the data layer loads without the verifiers
+
     rows = table.select(["problem_id", "correct", "extracted_answer", "gold_answer", "response"]).to_pylist()
     numeric_gold = 0
     found = []

@@ -127,8 +127,8 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["ray", "local"])
 def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_model, tmp_path, runner):
-    """On a Ray worker, and locally in the fresh process each run gets (`runner.isolate`), a run's step lines
-    reach its own task run's Logs tab."""
+    """On a Ray worker a run's step lines reach its own task run's Logs tab; locally, in the fresh process each run
+    gets (`runner.isolate`), its train flow's, a subflow of the study's run (flows/subflows.py)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
 
@@ -148,7 +148,18 @@ def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_mode
         }
     )
     study_flow(config)
-    start = f"train run baseline/seed-0: {out / 'runs' / 'baseline' / 'seed-0'}"
+    run_out = out / "runs" / "baseline" / "seed-0"
+    if runner == "local":
+        with get_client(sync_client=True) as client:
+            (train_run,) = [
+                r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(run_out)
+            ]
+        assert train_run.parent_task_run_id is not None  # a subflow of the study's flow run
+        steps = [line for line in _step_lines(_logs(train_run.id)) if line.startswith("step ")]
+        assert [line.split("  ")[0] for line in steps] == ["step 1/2", "step 2/2"]
+        assert TrainRunLayout(run_out).tensorboard.is_dir()
+        return
+    start = f"train run baseline/seed-0: {run_out}"
     with get_client(
         sync_client=True
     ) as client:  # the session's server: this test's run is the one with this start line
