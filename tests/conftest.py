@@ -68,6 +68,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tiny_study_settings(model, out, arms, **extra) -> dict:
+    """A two-seed study of two-step runs on the fixture model with the transformers engine: settings as a study
+    YAML holds them, `extra` replacing any top-level entry (seeds, runner, claims, ...)."""
+    problems = {"source": "tiny-math", "split": "train", "limit": 6}
+    held_out = {"source": "tiny-math", "split": "test", "limit": 4}
+    return {
+        "out": str(out),
+        "seeds": [0, 1],
+        "collect": {
+            "model": model,
+            "problems": problems,
+            "samples_per_prompt": 2,
+            "max_tokens": 10,
+            "min_correct": 1,
+            "shard_size": 6,
+            "engine": {"backend": "transformers"},
+        },
+        "train": {
+            "model": model,
+            "problems": problems,
+            "eval_problems": held_out,
+            "steps": 2,
+            "eval_every": 1,
+            "prompts_per_step": 3,
+            "samples_per_prompt": 4,
+            "max_tokens": 10,
+            "engine": {"backend": "transformers"},
+        },
+        "evaluate": {"samples": 2},
+        "arms": arms,
+        **extra,
+    }
+
+
 def judged_row(problem, response: str, correct: bool = True, *, prompt: str | None = None, **fields) -> dict:
     """A trajectory row of `response` to `problem`, judged `correct` (right: the gold answer extracted, reward
     1; wrong: not equal, reward 0), prompted the way collection renders it; `fields` set any other column of

@@ -5,31 +5,11 @@ import json
 import os
 
 import pytest
+from conftest import tiny_study_settings
 
 from rlep.tasks.study import StudyConfig
 
-PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
-
-
-def _settings(model, out, isolate):
-    train = {"model": model, "problems": PROBLEMS, "eval_problems": {**PROBLEMS, "split": "test", "limit": 4}}
-    return {
-        "out": str(out),
-        "seeds": [0],
-        "collect": {"model": model, "problems": PROBLEMS, "engine": {"backend": "transformers"}},
-        "train": {
-            **train,
-            "steps": 2,
-            "eval_every": 1,
-            "prompts_per_step": 3,
-            "samples_per_prompt": 4,
-            "max_tokens": 10,
-            "engine": {"backend": "transformers"},
-        },
-        "evaluate": {"samples": 2},
-        "arms": {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
-        "runner": {"isolate": isolate},
-    }
+ARMS = {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}}
 
 
 @pytest.mark.slow
@@ -41,7 +21,11 @@ def test_a_local_study_runs_every_run_as_a_subflow_of_its_flow_run(fixture_model
     from rlep.flows.study import study_flow
 
     with prefect_test_harness(server_startup_timeout=120):
-        report = study_flow(StudyConfig.model_validate(_settings(fixture_model, tmp_path, isolate)))
+        report = study_flow(
+            StudyConfig.model_validate(
+                tiny_study_settings(fixture_model, tmp_path, ARMS, seeds=[0], runner={"isolate": isolate})
+            )
+        )
         with get_client(sync_client=True) as client:
             runs = client.read_flow_runs()
             names = sorted(client.read_flow(r.flow_id).name for r in runs)

@@ -5,43 +5,10 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import tiny_study_settings
 
 from rlep.flows.cli import main
 from rlep.tasks.study import StudyConfig, StudyError, plan, run_study
-
-PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
-HELD_OUT = {"source": "tiny-math", "split": "test", "limit": 4}
-
-
-def _settings(model, out, arms, **extra):
-    return {
-        "out": str(out),
-        "seeds": [0, 1],
-        "collect": {
-            "model": model,
-            "problems": PROBLEMS,
-            "samples_per_prompt": 2,
-            "max_tokens": 10,
-            "min_correct": 1,
-            "shard_size": 6,
-            "engine": {"backend": "transformers"},
-        },
-        "train": {
-            "model": model,
-            "problems": PROBLEMS,
-            "eval_problems": HELD_OUT,
-            "steps": 2,
-            "eval_every": 1,
-            "prompts_per_step": 3,
-            "samples_per_prompt": 4,
-            "max_tokens": 10,
-            "engine": {"backend": "transformers"},
-        },
-        "evaluate": {"samples": 2},
-        "arms": arms,
-        **extra,
-    }
-
 
 ARMS = {"baseline": {"replay": {"kind": "none"}}, "rlep": {"replay": {"kind": "rlep"}}}
 
@@ -51,7 +18,9 @@ def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
         r.key: r
         for r in plan(
             StudyConfig.model_validate(
-                _settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}})
+                tiny_study_settings(
+                    "tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}}
+                )
             )
         )
     }
@@ -70,7 +39,7 @@ def test_plan_shares_exploration_and_pool_per_seed(tmp_path):
     assert runs["fifo/seed-1"].config.seed == 1 and runs["fifo/seed-1"].config.replay.replay_ratio == 0.5
     assert runs["fifo/seed-1"].config.samples_per_prompt == 4  # the base settings stay under an override
     # A baseline that is not plain GRPO of the same length cannot be the exploration: a separate run explores.
-    other = plan(StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, explore_steps=5)))
+    other = plan(StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, explore_steps=5)))
     assert [r.key for r in other][:3] == ["explore/seed-0", "collect/seed-0", "baseline/seed-0"] and other[
         0
     ].config.steps == 5
@@ -80,7 +49,7 @@ def test_arms_that_make_different_numbers_of_updates_are_refused(tmp_path):
     # 3 prompts x 4 answers in mini-batches of 3 prompts: one update a step for the baseline and rlep; FIFO's
     # batch of 12 / (1 - 0.5) = 24 rollouts is 6 prompts' worth, two updates (it divides, and is still unfair).
     arms = {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratio": 0.5}}}
-    settings = _settings("tiny", tmp_path, arms)
+    settings = tiny_study_settings("tiny", tmp_path, arms)
     settings["train"]["mini_batch_prompts"] = 3
     with pytest.raises(StudyError, match=r"optimizer updates per step differ: baseline 1, rlep 1, fifo 2"):
         plan(StudyConfig.model_validate(settings))
@@ -90,7 +59,7 @@ def test_arms_that_make_different_numbers_of_updates_are_refused(tmp_path):
 def test_a_claim_at_a_step_an_arm_does_not_evaluate_is_refused_at_load(tmp_path):
     # 30 steps evaluated every 10 (and at 0 and the end): a claim at step 15 used to fail only in the report,
     # after every run; an arm with 20 steps is not evaluated at 30 either.
-    settings = _settings("tiny", tmp_path, ARMS)
+    settings = tiny_study_settings("tiny", tmp_path, ARMS)
     settings["train"].update(steps=30, eval_every=10)
     for step in (0, 10, 30):
         StudyConfig.model_validate(
@@ -111,13 +80,13 @@ def test_the_claims_are_recorded_when_the_study_starts_and_refused_when_changed_
     from rlep.tasks.study.claims import fix_claims
 
     claims = [{"name": "end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
-    config = StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, claims=claims))
+    config = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=claims))
     runs = plan(config)
     record = fix_claims(config, runs)
     saved = json.loads((tmp_path / "claims.json").read_text())
     assert saved["digest"] == record.digest and saved["claims"][0]["against"] == "baseline"
     assert not saved["fixed_after_runs"]
-    moved = StudyConfig.model_validate(_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
+    moved = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
     assert fix_claims(moved, runs).digest != record.digest  # nothing ran yet: the claims may still change
     fix_claims(config, runs)
     (tmp_path / "runs" / "baseline" / "seed-0").mkdir(parents=True)
@@ -128,7 +97,7 @@ def test_the_claims_are_recorded_when_the_study_starts_and_refused_when_changed_
 
 
 def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
-    settings = _settings("tiny", tmp_path, ARMS)
+    settings = tiny_study_settings("tiny", tmp_path, ARMS)
     settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}
     settings["arms"] = {**ARMS, "rlep": {**ARMS["rlep"], "problems": {"families": ["add"]}}}
     with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.file\.families: Extra inputs are not permitted"):
@@ -141,11 +110,13 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     ):
         plan(
             StudyConfig.model_validate(
-                _settings("tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratioo": 0.5}}})
+                tiny_study_settings(
+                    "tiny", tmp_path, {**ARMS, "fifo": {"replay": {"kind": "fifo", "replay_ratioo": 0.5}}}
+                )
             )
         )
     path = tmp_path / "study.yaml"
-    path.write_text(json.dumps(_settings("tiny", tmp_path / "out", {"baseline": {"lr": 1}})))
+    path.write_text(json.dumps(tiny_study_settings("tiny", tmp_path / "out", {"baseline": {"lr": 1}})))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 2
     # One error format for every command: the file, then each bad setting's path, message and value.
     assert f"{path}: invalid configuration: arms.baseline.lr: Extra inputs are not permitted (got 1)" in (
@@ -158,7 +129,7 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
 def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, half_right_collection, monkeypatch):
     claims = [{"name": "rlep-ahead-at-end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
     # In this process (isolate off): the patched collection engine must be the one that runs.
-    settings = _settings(fixture_model, tmp_path / "study", ARMS, claims=claims, runner={"isolate": False})
+    settings = tiny_study_settings(fixture_model, tmp_path / "study", ARMS, claims=claims, runner={"isolate": False})
     config = StudyConfig.model_validate(settings)
     paths = run_study(config, progress=False)
     study = pd.read_parquet(paths["study"])
@@ -240,7 +211,7 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
 
     from rlep.flows.study import study_flow
 
-    settings = _settings(
+    settings = tiny_study_settings(
         fixture_model,
         tmp_path / "ray",
         {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
@@ -267,7 +238,7 @@ LIVING = {"replay": {"kind": "rlep", "follow": True, "refresh_every": 2}}
 
 
 def test_a_living_arm_plans_its_own_store_and_refuses_a_refresh_it_never_reaches(tmp_path):
-    settings = _settings("tiny", tmp_path, {**ARMS, "living": LIVING})
+    settings = tiny_study_settings("tiny", tmp_path, {**ARMS, "living": LIVING})
     settings["train"]["steps"] = 7
     runs = {r.key: r for r in plan(StudyConfig.model_validate(settings))}
     living = runs["living/seed-1"]
@@ -284,7 +255,7 @@ def test_a_living_arm_plans_its_own_store_and_refuses_a_refresh_it_never_reaches
 def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     fixture_model, tmp_path, half_right_collection
 ):
-    settings = _settings(
+    settings = tiny_study_settings(
         fixture_model, tmp_path / "study", {**ARMS, "living": LIVING}, seeds=[0], runner={"isolate": False}
     )
     settings["train"]["steps"] = 5
@@ -334,7 +305,7 @@ def test_a_local_study_runs_each_run_in_a_fresh_process_and_keeps_its_log_lines(
     import os
 
     arms = {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}}
-    config = StudyConfig.model_validate(_settings(fixture_model, tmp_path / "study", arms, seeds=[0]))
+    config = StudyConfig.model_validate(tiny_study_settings(fixture_model, tmp_path / "study", arms, seeds=[0]))
     assert config.runner.isolate  # the default
     with caplog.at_level(logging.INFO, logger="rlep"):
         run_study(config, progress=False)
