@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from functools import cache
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,17 @@ def accepted_not_literal(table: pa.Table, examples: int = 5, text_chars: int = 1
     (after the verifier's normalisation): their count among the correct ones and the first `examples`."""
     from rlep.verifiers.normalize import normalize_answer  # here: the data layer loads without the verifiers
 
-    rows = table.select(["problem_id", "correct", "extracted_answer", "gold_answer", "response"]).to_pylist()
+    normalized = cache(lambda text: normalize_answer(text).text)  # a problem's gold and answers repeat
+    accepted = table.filter(pc.and_(table["correct"], pc.is_valid(table["extracted_answer"])))
+    rows = accepted.select(["problem_id", "extracted_answer", "gold_answer", "response"]).to_pylist()
     numeric_gold = 0
     found = []
     for row in rows:
-        if not row["correct"] or row["extracted_answer"] is None:
-            continue
-        gold = normalize_answer(row["gold_answer"]).text
+        gold = normalized(row["gold_answer"])
         if not _LITERAL.match(gold):
             continue  # a symbolic gold: its right answers need not be literals
         numeric_gold += 1
-        answer = normalize_answer(row["extracted_answer"]).text
+        answer = normalized(row["extracted_answer"])
         if answer != gold and not _LITERAL.match(answer):
             found.append(row)
     return {
