@@ -6,9 +6,13 @@ the leaf's own name when it is unique in the model, else `--parent-leaf`; a fiel
 it). Two settings of one name: a top-level one keeps the name, else the one problem source's (a union of
 variants) does, so a source's flags read the same in `rlep problems`, `collect` and `eval` (`--answer-format`;
 the verifier's is `--verifier-answer-format`). A spelling in RENAMED_FLAGS is still accepted, with a note on
-stderr. Help text is the field's description. `build_config` merges defaults < YAML < flags
-(`tasks.settings.merge_settings`) and validates once, so a bad value, or a setting of another kind of section,
-gets one message naming its field, wherever it came from.
+stderr. Help text is the field's description. A command's operands and switches come from fields too:
+`json_schema_extra` `cli_positional` (an operand, optional when the field has a default), `cli_switch` (a bool
+set by its flag alone: `--json`; on a field that defaults to true, the flag, e.g. `--no-schedule`, clears it),
+`cli_metavar`. A field without a default is a required flag unless `--config` YAML may give it. `build_config`
+merges defaults < YAML < flags (`tasks.settings.merge_settings`) and validates once, so a bad value, or a
+setting of another kind of section, gets one message naming its field, wherever it came from; `build_from_flags`
+is the same for the settings of a command without a file (`rlep inspect`), or a second model beside the file's.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from rlep.tasks.settings import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-_DEST_PREFIX = "cfg:"
 
 # Old spelling -> the flag it became; parsed as the new one, with a note (issue 34: the README's
 # `--answer-format` was `--problems-answer-format` in collect and eval, beside the verifier's answer_format).
@@ -148,24 +151,41 @@ def _literal_choices(annotation: Any) -> list[Any] | None:
     return None
 
 
-def add_model_flags(parser: argparse.ArgumentParser, model: Any, skip: set[str] = frozenset()) -> None:
-    """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller)."""
-    group = parser.add_argument_group(f"{_title(model)} settings (also settable in --config YAML)")
-    defaults = TypeAdapter(model).validate_python(
-        {}
-    )  # what `rlep show-config` prints: a section's factory may set its own defaults
+def add_model_flags(
+    parser: argparse.ArgumentParser,
+    model: Any,
+    skip: set[str] = frozenset(),
+    *,
+    only: set[str] | None = None,
+    namespace: str = "cfg",
+) -> None:
+    """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller; `only`: the dotted
+    paths of the settings that get one, e.g. a study's overrides of its file). `namespace` keeps the values
+    of a second model in the same parser apart (`flag_overrides(args, namespace)`): those are not read from
+    --config."""
+    from_file = namespace == "cfg" and "--config" in parser._option_string_actions
+    group = parser.add_argument_group(f"{_title(model)} settings" + (" (also settable in --config YAML)" * from_file))
+    try:  # what `rlep show-config` prints: a section's factory may set its own defaults
+        defaults = TypeAdapter(model).validate_python({})
+    except ValidationError:  # required settings (a command's operands): the fields' own defaults
+        defaults = None
     for path, (flag, field, choices, owners) in _flag_names(model).items():
-        if flag in skip:
+        if flag in skip or (only is not None and ".".join(path) not in only):
             continue
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        required = field.is_required() and not from_file
         default = _effective_default(defaults, path, field)
         applies = f" [only for: {', '.join(owners)}]" if owners else ""
-        help_text = f"{field.description or ''}{applies} [default: {default!r}]".replace("%", "%%")
+        shown = "" if required or extra.get("cli_switch") else f" [default: {default!r}]"
+        help_text = f"{field.description or ''}{applies}{shown}".replace("%", "%%")
         kwargs: dict[str, Any] = {
-            "dest": _DEST_PREFIX + ".".join(path),
+            "dest": f"{namespace}:" + ".".join(path),
             "default": argparse.SUPPRESS,
             "help": help_text,
         }
-        if field.annotation is bool:
+        if extra.get("cli_switch"):  # `--json`, `--force`; `--no-schedule` clears a setting that defaults to true
+            kwargs.update(action="store_const", const=not default)
+        elif field.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif _is_list(field.annotation):
             kwargs["nargs"] = "*"
@@ -185,7 +205,13 @@ def add_model_flags(parser: argparse.ArgumentParser, model: Any, skip: set[str] 
             kwargs["metavar"] = path[-1].upper()
             if _allows_none(field.annotation):
                 kwargs["type"] = _none_or_text
-        group.add_argument(flag, **kwargs)
+        kwargs["metavar"] = extra.get("cli_metavar", kwargs.get("metavar"))
+        if extra.get("cli_positional"):  # an operand: named by its dest, shown by its field's name
+            dest = kwargs.pop("dest")
+            kwargs["metavar"] = kwargs["metavar"] if choices else extra.get("cli_metavar", path[-1])
+            group.add_argument(dest, **kwargs, **({} if required else {"nargs": "?"}))
+            continue
+        group.add_argument(flag, **kwargs, **({"required": True} if required else {}))
         for renamed in (old for old, new in RENAMED_FLAGS.items() if new == flag):
             # the old spelling was this setting's full path; where that is still a flag (`train`'s), it stays one
             if renamed != "--" + "-".join(path).replace("_", "-") or renamed in parser._option_string_actions:
@@ -207,7 +233,7 @@ class _RenamedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _effective_default(config: BaseModel, path: tuple[str, ...], field: Any) -> Any:
+def _effective_default(config: BaseModel | None, path: tuple[str, ...], field: Any) -> Any:
     """The value a leaf has when nothing is given: read from the default config (a setting of a
     variant the default does not choose falls back to its field's default)."""
     node: Any = config
@@ -227,9 +253,16 @@ def _none_or_text(text: str) -> str | None:
     return None if text.strip().lower() in ("none", "null") else text
 
 
-def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The values given on the command line, as {"dotted.path": value}."""
-    return {k[len(_DEST_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(_DEST_PREFIX)}
+def flag_overrides(args: argparse.Namespace, namespace: str = "cfg") -> dict[str, Any]:
+    """The values given on the command line, as {"dotted.path": value} (of `add_model_flags`' `namespace`)."""
+    prefix = f"{namespace}:"
+    return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix)}
+
+
+def build_from_flags(model: type[M], args: argparse.Namespace, namespace: str = "cfg") -> M:
+    """`model` from its defaults and the flags `add_model_flags(..., namespace=namespace)` made: a command's
+    settings that no --config file holds."""
+    return build_config(model, None, flag_overrides(args, namespace))
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
