@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from rlep.flows.commands.common import UserError, config_from_args
-from rlep.flows.options import build_config
+from rlep.flows.options import add_model_flags, build_config, build_from_flags
 
 
 def add_collect_flags(p: argparse.ArgumentParser) -> None:
@@ -56,49 +56,46 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def add_inspect(sub) -> None:
+    from rlep.data.inspect import InspectConfig
+
     p = sub.add_parser(
         "inspect", help="Summarise a collection run dir, a trajectories dir, or a pool/trajectory Parquet file."
     )
     p.set_defaults(handler=cmd_inspect)
-    p.add_argument("path", help="Run directory, trajectories directory, or .parquet file.")
-    p.add_argument("--json", action="store_true", help="Print the summary as JSON.")
-    p.add_argument("--rows", type=int, default=3, help="Sample rows to show [default: 3].")
+    add_model_flags(p, InspectConfig)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from rlep.data.inspect import render, summarize
+    from rlep.data.inspect import InspectConfig, render, summarize
     from rlep.data.pool import PoolStore, describe_versions
     from rlep.data.run_layout import POOL_FILE, CollectRunLayout
 
-    store = PoolStore(args.path)
+    config = build_from_flags(InspectConfig, args)
+    path, store = config.path, PoolStore(config.path)
     if store.versions():  # a pool store: its versions, then the latest version's pool
-        versions = describe_versions(args.path)
-        if args.json:
-            print(
-                json.dumps(
-                    {"versions": versions, "latest": summarize(store.latest() / POOL_FILE, sample_rows=args.rows)},
-                    indent=2,
-                )
-            )
+        versions = describe_versions(path)
+        if config.as_json:
+            latest = summarize(store.latest() / POOL_FILE, sample_rows=config.rows)
+            print(json.dumps({"versions": versions, "latest": latest}, indent=2))
             return 0
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"pool versions in {args.path}")
+        table = Table(title=f"pool versions in {path}")
         for column in versions[0]:
             table.add_column(column)
         for row in versions:
             table.add_row(*(str(v) for v in row.values()))
         Console().print(table)
-        args.path = str(store.latest() / POOL_FILE)
-    elif (Path(args.path) / POOL_FILE).is_file() and not CollectRunLayout(args.path).trajectories.is_dir():
-        args.path = str(Path(args.path) / POOL_FILE)  # a pool alone, e.g. `rlep pool import --out DIR`
+        path = str(store.latest() / POOL_FILE)
+    elif (Path(path) / POOL_FILE).is_file() and not CollectRunLayout(path).trajectories.is_dir():
+        path = str(Path(path) / POOL_FILE)  # a pool alone, e.g. `rlep pool import --out DIR`
 
     try:
-        summary = summarize(args.path, sample_rows=args.rows)
+        summary = summarize(path, sample_rows=config.rows)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
-    if args.json:
+    if config.as_json:
         print(json.dumps(summary, indent=2))
     else:
         from rich.console import Console
@@ -108,87 +105,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def add_pool(sub) -> None:
+    from rlep.data.rlep_format import PoolExportConfig
+    from rlep.data.rlep_import import PoolImportConfig
+
     pool = sub.add_parser("pool", help="Move experience pools between rlep and RLEP/verl.")
     pool_sub = pool.add_subparsers(dest="pool_command", required=True, metavar="ACTION")
     p = pool_sub.add_parser(
         "export", help="Write a pool in the RLEP/verl parquet layout (prompt chat list, reward_model.candidates)."
     )
     p.set_defaults(handler=cmd_pool_export)
-    p.add_argument(
-        "pool",
-        help="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, or a "
-        "pool store (its latest version).",
-    )
-    p.add_argument("--format", choices=["rlep"], default="rlep", help="Target layout [default: rlep].")
-    p.add_argument("--out", required=True, help="Output .parquet file.")
-    p.add_argument(
-        "--into",
-        default=None,
-        help="A verl training file to merge into: all its rows and types kept, reward_model.candidates added (empty "
-        "for unsolved problems).",
-    )
-    p.add_argument(
-        "--data-source",
-        default=None,
-        help="Scorer name (verl default_compute_score) for every row [default: the training file's; standalone: the "
-        "pool's if verl knows it, else lighteval/MATH].",
-    )
-    p.add_argument(
-        "--prompt",
-        choices=["raw", "rendered"],
-        default="raw",
-        help="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt [default: "
-        "raw].",
-    )
-    p.add_argument(
-        "--fields",
-        choices=["source", "rlep"],
-        default="source",
-        help="Standalone file: a pool collected from a verl Parquet file (DAPO-Math-17k, ...) as that file's own rows "
-        "(index type, ability, reward_model.style, every column kept; found through the pool's manifest), or rlep's "
-        "fields (extra_info.index numbered, problem_id, level) [default: source; rlep where the file is not found].",
-    )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number fallback); "
-        "drop and count the rest.",
-    )
+    add_model_flags(p, PoolExportConfig)
     p = pool_sub.add_parser("import", help="Read an RLEP/verl pool file into rlep's trajectory schema.")
     p.set_defaults(handler=cmd_pool_import)
-    p.add_argument("path", help="RLEP/verl .parquet file with reward_model.candidates.")
-    p.add_argument(
-        "--out",
-        required=True,
-        help="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool).",
-    )
-    p.add_argument("--run-id", default="imported", help="run_id of the imported rows [default: imported].")
-    p.add_argument(
-        "--problems",
-        default=None,
-        help="The training problems (a problem source): imported problems take their ids, matched by "
-        "extra_info.index, else by problem text; the match rate is printed.",
-    )
-    p.add_argument(
-        "--problems-config",
-        default=None,
-        help="YAML of the --problems source's settings (columns, answer_format, ...).",
-    )
+    add_model_flags(p, PoolImportConfig)
 
 
 def cmd_pool_export(args: argparse.Namespace) -> int:
-    from rlep.data.rlep_format import export_pool
+    from rlep.data.rlep_format import PoolExportConfig, export_pool
 
+    config = build_from_flags(PoolExportConfig, args)
     try:
-        report = export_pool(
-            args.pool,
-            args.out,
-            into=args.into,
-            data_source=args.data_source,
-            prompt=args.prompt,
-            fields=args.fields,
-            strict=args.strict,
-        )
+        options = config.model_dump(include={"into", "data_source", "prompt", "fields", "strict"})
+        report = export_pool(config.pool, config.out, **options)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     layout = {
@@ -206,7 +144,7 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
             "training file's own rows",
             file=sys.stderr,
         )
-    if args.strict:
+    if config.strict:
         print(
             f"strict re-check: dropped {report.strict_dropped} answers verl's boxed scorer would score 0, and "
             f"{report.strict_other_format} whose row's scorer reads another answer format"
@@ -214,22 +152,24 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
     if report.unmatched_pool_problems:
         print(
             f"warning: {report.unmatched_pool_problems} of {report.pool_problems} pool problems are not rows of "
-            f"{args.into}",
+            f"{config.into}",
             file=sys.stderr,
         )
     return 0
 
 
 def cmd_pool_import(args: argparse.Namespace) -> int:
-    from rlep.data.rlep_format import import_pool
+    from rlep.data.rlep_import import PoolImportConfig, import_pool
 
+    config = build_from_flags(PoolImportConfig, args)
     try:
         problems = None
-        if args.problems:
+        if config.problems:
             from rlep.data.sources import ProblemSourceConfig, load_problems
 
-            problems = load_problems(build_config(ProblemSourceConfig, args.problems_config, {"source": args.problems}))
-        report = import_pool(args.path, args.out, run_id=args.run_id, problems=problems)
+            source = build_config(ProblemSourceConfig, config.problems_config, {"source": config.problems})
+            problems = load_problems(source)
+        report = import_pool(config.path, config.out, run_id=config.run_id, problems=problems)
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from None
     print(
@@ -238,9 +178,8 @@ def cmd_pool_import(args: argparse.Namespace) -> int:
     )
     if report.match_rate is not None:
         print(
-            f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to {args.problems} "
-            f"({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, {report.matched_by_text} by "
-            f"problem text; "
-            f"{report.gold_differs} with another gold answer)"
+            f"matched {report.matched_by_id + report.matched_by_text} of {report.problems} problems to "
+            f"{config.problems} ({report.match_rate:.1%}: {report.matched_by_id} by extra_info.index, "
+            f"{report.matched_by_text} by problem text; {report.gold_differs} with another gold answer)"
         )
     return 0
