@@ -208,6 +208,14 @@ class TrainConfig(BaseModel):
         "update runs on the first GPU not listed. Empty: one device for both (on a GPU, lower "
         "engine.gpu_memory_utilization).",
     )
+    generator_engines: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="async: engines generating side by side (data-parallel), each in its own process with "
+        "engine.tensor_parallel_size of generator_gpus (or a share of the generator's cores without GPUs); a step's "
+        "prompts are split between them. Default: one per tensor_parallel_size generator GPUs, else one.",
+    )
     ppo_epochs: int = Field(1, ge=1, le=100, description="Passes over each step's batch.")
     mini_batch_prompts: int | None = Field(
         8,
@@ -286,6 +294,15 @@ class TrainConfig(BaseModel):
                     f"engine.tensor_parallel_size ({self.engine.tensor_parallel_size}) > the generator's GPUs "
                     f"({len(self.generator_gpus)}: {self.generator_gpus})"
                 )
+            gpus, tp, engines = len(self.generator_gpus), self.engine.tensor_parallel_size, self.generator_engines
+            if gpus % tp or engines not in (None, gpus // tp):  # one engine per tp GPUs, every GPU used
+                wanted = f"generator_engines {engines} x " if engines else "engines of "
+                raise ValueError(
+                    f"generator_gpus {self.generator_gpus}: {wanted}engine.tensor_parallel_size {tp} GPUs each do "
+                    f"not use them all"
+                )
+        if (self.generator_engines or 1) > 1 and self.mode != "async":
+            raise ValueError(f"generator_engines {self.generator_engines}: applies to mode async only")
         if self.backend.nproc > 1:  # an in-process vLLM engine would join the trainer ranks' process group and hang
             if self.mode != "async":
                 raise ValueError(
@@ -347,6 +364,14 @@ class TrainConfig(BaseModel):
             return 1
         prompts = self.replay.trained_prompts(self.prompts_per_step, self.samples_per_prompt)
         return max(1, int(prompts // self.mini_batch_prompts))
+
+    @property
+    def engine_count(self) -> int:
+        """Generator engines of an async run: `generator_engines`, else one per tensor-parallel group of
+        `generator_gpus`, else one."""
+        if self.generator_engines is not None:
+            return self.generator_engines
+        return max(1, len(self.generator_gpus) // self.engine.tensor_parallel_size)
 
     def resolved_run_id(self) -> str:
         """`run_id`, or the out directory's name (as for collection runs)."""

@@ -67,6 +67,7 @@ from rlep.tasks.training.checkpoint import (
     save_checkpoint,
 )
 from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.generator_pool import GeneratorPool, start_generator
 from rlep.tasks.training.logprobs import mean_completion_entropy
 from rlep.tasks.training.policy import PolicySpec
 from rlep.tasks.training.precision import record_precision
@@ -149,14 +150,15 @@ class Trainer:
             self.feed.load_state_dict(state["feed"])
         self._last_step_end: float | None = None
 
-    def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess:
+    def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess | GeneratorPool:
         """In-process engine (sync), or the generator process on its own cores, sharing the rest (async, CoreShare)."""
         engine = engine_for_weights(self.config.engine, self.base_model, weights)
         if self.config.mode == "sync":
             return make_engine(weights, engine)
         self.cores = CoreShare()
-        return GeneratorProcess(
-            weights, engine, version=self.step, cores=self.cores.generator_cores, gpus=self.config.generator_gpus
+        config = self.config
+        return start_generator(
+            weights, engine, self.step, config.engine_count, self.cores.generator_cores, config.generator_gpus
         )
 
     # ------------------------------------------------------------------ the step

@@ -1,0 +1,159 @@
+"""Generation on several engines at once (data-parallel): one generator process per engine, each with its own
+GPUs (`tensor_parallel_size` of `generator_gpus` each) or its own share of the generator's cores.
+
+`GeneratorPool` is a drop-in for one `GeneratorProcess` (`submit` / `receive` / `busy` / `push_weights` /
+`generate` / `close`): a request's prompts are cut into contiguous, near-equal slices, slice i goes to engine i
+(sampling with its own seed, `seed + SLICE_SEED_STRIDE * i`, so two engines never draw the same stream), and the
+answers are put back in prompt order. The weights are read from the trainer once and every bucket goes to every
+engine, so a sync still holds about one bucket of host memory, not one per engine. Every engine handles one
+ordered stream, as a single generator does, so all of them answer a request with the same policy version.
+
+What changes with the count: a request sampled on k engines draws other random numbers than on one, so a run's
+answers depend on `generator_engines` (a resume keeps them only at the same count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
+from rlep.tasks.training.async_gen import GeneratorProcess
+from rlep.tasks.training.weight_sync import send_weights
+
+SLICE_SEED_STRIDE = 1 << 40  # beyond generate_counts' per-count streams (2^31 apart) and any step's seed
+
+
+def slices(count: int, parts: int) -> list[range]:
+    """`range(count)` cut into `parts` contiguous slices whose sizes differ by at most one (larger first); empty
+    slices when there are fewer items than parts."""
+    size, extra = divmod(count, parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (i < extra)
+        out.append(range(start, end))
+        start = end
+    return out
+
+
+def engine_shares(
+    engines: int, gpus: Sequence[int], tensor_parallel_size: int, cores: Sequence[int]
+) -> list[tuple[list[int], list[int]]]:
+    """(GPUs, cores) of each engine: `tensor_parallel_size` consecutive generator GPUs each, and the generator's
+    cores cut into near-equal slices (engines share cores round-robin when there are fewer cores than engines)."""
+    if gpus and len(gpus) != engines * tensor_parallel_size:
+        raise ValueError(
+            f"generator_gpus {list(gpus)}: {engines} engines x tensor_parallel_size {tensor_parallel_size} "
+            f"need {engines * tensor_parallel_size} GPUs"
+        )
+    gpu_parts = [list(gpus[i * tensor_parallel_size : (i + 1) * tensor_parallel_size]) for i in range(engines)]
+    if len(cores) >= engines:
+        core_parts = [[cores[j] for j in part] for part in slices(len(cores), engines)]
+    else:
+        core_parts = [[cores[i % len(cores)]] if cores else [] for i in range(engines)]
+    return list(zip(gpu_parts, core_parts))
+
+
+class GeneratorPool:
+    """Several generator processes behind one generator's interface (see the module's docstring)."""
+
+    name = "generator-pool"
+
+    def __init__(
+        self,
+        model: str | Path,
+        config: EngineConfig,
+        version: int,
+        engines: int,
+        cores: Sequence[int] = (),
+        gpus: Sequence[int] = (),
+    ) -> None:
+        if engines < 1:
+            raise ValueError(f"generator_engines {engines}: at least one")
+        self.members: list[GeneratorProcess] = []
+        try:
+            for member_gpus, member_cores in engine_shares(engines, gpus, config.tensor_parallel_size, cores):
+                self.members.append(GeneratorProcess(model, config, version, cores=member_cores, gpus=member_gpus))
+        except BaseException:
+            self.close()
+            raise
+        self.weight_dtype = self.members[0].weight_dtype
+        self.bucket_bytes = self.members[0].bucket_bytes
+        self.pids = [m.pid for m in self.members]
+        self._sizes: dict[Any, list[int]] = {}  # tag -> prompts in each engine's slice
+        self._eval_count = 0
+
+    def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
+        parts = slices(len(prompts), len(self.members))
+        self._sizes[tag] = [len(part) for part in parts]
+        for i, (member, part) in enumerate(zip(self.members, parts)):
+            if part:
+                seed = None if sampling.seed is None else sampling.seed + SLICE_SEED_STRIDE * i
+                request = sampling if i == 0 else sampling.model_copy(update={"seed": seed})
+                member.submit(tag, [prompts[j] for j in part], request)
+
+    def receive(self, tag: Any) -> tuple[list[list[Completion]], int, float, float]:
+        """(completions in prompt order, the policy version (the same on every engine), the busy seconds of the
+        slowest engine, the idle seconds of the least idle one)."""
+        completions: list[list[Completion]] = []
+        versions, busy, idle = set(), [], []
+        for member, size in zip(self.members, self._sizes.pop(tag)):
+            if size:
+                part, version, member_busy, member_idle = member.receive(tag)
+                completions += part
+                versions.add(version)
+                busy.append(member_busy)
+                idle.append(member_idle)
+        if len(versions) > 1:  # every engine got the same ordered stream: a second version is a bug
+            raise RuntimeError(f"generator engines answered {tag} with different policy versions {sorted(versions)}")
+        return completions, versions.pop(), max(busy), min(idle)
+
+    def busy(self) -> bool:
+        return any([member.busy() for member in self.members])  # a list: every member reads what has arrived
+
+    def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Policy `version`'s weights to every engine: read once, each bucket sent to all before the next is filled."""
+        for member in self.members:
+            member._send(("weights", version))
+
+        def to_all(message: tuple, payload: torch.Tensor) -> None:
+            for member in self.members:
+                member._send_bucket(message, payload)
+
+        send_weights(to_all, weights, self.bucket_bytes)
+        for member in self.members:
+            member._send(("weights_end",))
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
+    ) -> list[list[Completion]]:
+        self._eval_count += 1
+        tag = ("now", self._eval_count)
+        self.submit(tag, prompts, sampling)
+        return self.receive(tag)[0]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        raise TypeError("GeneratorPool.push_weights names the policy version the weights are")
+
+    def close(self) -> None:
+        """Stop every engine's process (each: an orderly stop, then a kill); never leaves one running."""
+        errors = []
+        for member in self.members:
+            try:
+                member.close()
+            except BaseException as error:  # stop the others first
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
+def start_generator(
+    model: str | Path, config: EngineConfig, version: int, engines: int, cores: Sequence[int], gpus: Sequence[int]
+) -> GeneratorProcess | GeneratorPool:
+    """The generator of an async run: one process for one engine, else a pool of `engines`."""
+    if engines == 1:
+        return GeneratorProcess(model, config, version=version, cores=cores, gpus=gpus)
+    return GeneratorPool(model, config, version, engines, cores=cores, gpus=gpus)
