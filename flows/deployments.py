@@ -1,28 +1,55 @@
 """The deployments `rlep serve` registers: one per flow, all parameters typed (the UI renders their
-pydantic settings as forms), plus the scheduled re-collection. One registry; flows do not import it."""
+pydantic settings as forms), plus the scheduled re-collection. One registry; flows do not import it.
+`ServeConfig` is what `rlep serve` and `rlep ui` take (their flags are its fields)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlep.flows.collect import collect_flow
-from rlep.flows.evaluate import evaluate_flow
-from rlep.flows.pipeline import pipeline_flow
-from rlep.flows.recollect import recollect_flow
-from rlep.flows.study import study_flow
-from rlep.flows.train import train_flow
 from rlep.tasks.recollect import RecollectConfig
 
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 
 
-def build_deployments(
-    recollect_cron: str | None = DEFAULT_RECOLLECT_CRON,
-    train_dir: Path | None = None,
-    pool_store: Path = Path("runs/pools"),
-) -> list:
-    """RunnerDeployments for collect, train, evaluate, pipeline, study and (on `recollect_cron`) recollect."""
-    recollect = RecollectConfig(train_dir=train_dir, pool_store=pool_store)
+class ServeConfig(BaseModel):
+    """The deployments' settings: recollect's schedule and its default parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recollect_cron: str = Field(
+        DEFAULT_RECOLLECT_CRON,
+        description="Cron schedule of the recollect deployment (the default: daily at 03:00).",
+        json_schema_extra={"cli_metavar": "CRON"},
+    )
+    schedule: bool = Field(
+        True,
+        description="Register recollect on its cron schedule (--no-schedule: register it without one).",
+        json_schema_extra={"cli_flag": "no_schedule", "cli_switch": True},
+    )
+    recollect: RecollectConfig = Field(
+        default_factory=RecollectConfig, description="The recollect deployment's parameters (`rlep serve` sets two)."
+    )
+
+    @property
+    def cron(self) -> str | None:
+        return self.recollect_cron if self.schedule else None
+
+
+# `rlep serve` and `rlep ui` set these of ServeConfig's settings; the rest are the recollect deployment's form
+SERVE_FLAGS = {"recollect_cron", "schedule", "recollect.train_dir", "recollect.pool_store"}
+
+
+def build_deployments(config: ServeConfig | None = None) -> list:
+    """RunnerDeployments for collect, train, evaluate, pipeline, study and (on `config.cron`) recollect."""
+    # the flows here, not at the top: the command line builds its flags from ServeConfig without loading Prefect
+    from rlep.flows.collect import collect_flow
+    from rlep.flows.evaluate import evaluate_flow
+    from rlep.flows.pipeline import pipeline_flow
+    from rlep.flows.recollect import recollect_flow
+    from rlep.flows.study import study_flow
+    from rlep.flows.train import train_flow
+
+    config = config or ServeConfig()
     tags = ["rlep"]
     return [
         collect_flow.to_deployment(name="collect", tags=tags, description="Phase I: verified experience pool."),
@@ -40,15 +67,15 @@ def build_deployments(
         recollect_flow.to_deployment(
             name="recollect",
             tags=tags,
-            cron=recollect_cron,
-            parameters={"config": recollect.model_dump(mode="json")},
+            cron=config.cron,
+            parameters={"config": config.recollect.model_dump(mode="json")},
             description="Scheduled: collect from the latest checkpoint, publish a new pool version.",
         ),
     ]
 
 
-def serve_deployments(**kwargs) -> None:
+def serve_deployments(config: ServeConfig | None = None) -> None:
     """Register the deployments with the Prefect API and run them when triggered (blocks)."""
     from prefect import serve
 
-    serve(*build_deployments(**kwargs))
+    serve(*build_deployments(config))

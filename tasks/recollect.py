@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.pool import PoolStore
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
 
 
 class RecollectConfig(BaseModel):
@@ -41,6 +40,9 @@ class RecollectConfig(BaseModel):
         """This run's collection settings: the newest checkpoint, a fresh run directory under the store."""
         model = self.collect.model
         if self.train_dir is not None:
+            # here, not at the top: `rlep serve`'s flags are built from this model without loading torch
+            from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
+
             checkpoint = latest_checkpoint(self.train_dir)
             if checkpoint is None:
                 raise CheckpointError(f"train_dir {self.train_dir}: no checkpoint to collect from yet")

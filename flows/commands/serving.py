@@ -5,74 +5,61 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
+
+from rlep.flows.options import add_model_flags, build_from_flags
 
 
 def add_serve(sub) -> None:
+    from rlep.flows.deployments import SERVE_FLAGS, ServeConfig
+
     p = sub.add_parser(
         "serve", help="Register the deployments (collect, train, evaluate, pipeline, scheduled recollect) and run them."
     )
     p.set_defaults(handler=cmd_serve)
-    _serving_flags(p)
+    add_model_flags(p, ServeConfig, only=SERVE_FLAGS)
 
 
 def add_ui(sub) -> None:
+    from rlep.flows.deployments import SERVE_FLAGS, ServeConfig
+    from rlep.flows.server import ServerConfig
+
     p = sub.add_parser(
         "ui", help="Start a local Prefect server (UI on 127.0.0.1) and serve the deployments; Ctrl-C stops both."
     )
     p.set_defaults(handler=cmd_ui)
-    p.add_argument("--host", default="127.0.0.1", help="Address to listen on [default: 127.0.0.1].")
-    p.add_argument("--port", type=int, default=4200, help="Port of the UI and API [default: 4200].")
-    p.add_argument("--home", default=".prefect", help="PREFECT_HOME for the server's database [default: .prefect].")
-    _serving_flags(p)
-
-
-def _serving_flags(p: argparse.ArgumentParser) -> None:
-    """The deployment flags of `serve` and `ui` (ui serves the same deployments)."""
-    p.add_argument(
-        "--recollect-cron",
-        default=None,
-        metavar="CRON",
-        help="Cron schedule of the recollect deployment [default: flows.deployments.DEFAULT_RECOLLECT_CRON, daily "
-        "03:00].",
-    )
-    p.add_argument("--no-schedule", action="store_true", help="Register recollect without a schedule.")
-    p.add_argument(
-        "--train-dir", type=Path, default=None, help="Training run whose latest checkpoint recollect samples."
-    )
-    p.add_argument(
-        "--pool-store", type=Path, default=Path("runs/pools"), help="Versioned pool store [default: runs/pools]."
-    )
+    add_model_flags(p, ServerConfig, namespace="server")
+    add_model_flags(p, ServeConfig, only=SERVE_FLAGS)  # ui serves the same deployments
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from rlep.flows.deployments import DEFAULT_RECOLLECT_CRON, serve_deployments
+    from rlep.flows.deployments import ServeConfig, serve_deployments
 
+    config = build_from_flags(ServeConfig, args)
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
             "(`make ui` starts one on http://127.0.0.1:4200 and serves these deployments).",
             file=sys.stderr,
         )
-    cron = None if args.no_schedule else (args.recollect_cron or DEFAULT_RECOLLECT_CRON)
     print(
-        f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {cron}); Ctrl-C stops",
+        f"serving deployments collect, train, evaluate, pipeline, study, recollect (cron: {config.cron}); Ctrl-C stops",
         flush=True,
     )
-    serve_deployments(recollect_cron=cron, train_dir=args.train_dir, pool_store=args.pool_store)
+    serve_deployments(config)
     return 0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from rlep.flows import server
 
-    log = Path(args.home) / "server.log"
-    Path(args.home).mkdir(parents=True, exist_ok=True)
-    process = server.start_server(args.host, args.port, Path(args.home), log)
+    config = build_from_flags(server.ServerConfig, args, namespace="server")
+    log = config.home / "server.log"
+    config.home.mkdir(parents=True, exist_ok=True)
+    process = server.start_server(config.host, config.port, config.home, log)
     try:
-        server.wait_healthy(args.host, args.port, process=process)
-        print(f"Prefect UI: http://{args.host}:{args.port}  (server log: {log})", flush=True)
-        os.environ.update(server.server_env(args.host, args.port, Path(args.home)))
+        server.wait_healthy(config.host, config.port, process=process)
+        print(f"Prefect UI: http://{config.host}:{config.port}  (server log: {log})", flush=True)
+        os.environ.update(server.server_env(config.host, config.port, config.home))
         return cmd_serve(args)
     finally:
         server.stop(process)
