@@ -209,7 +209,9 @@ def add_model_flags(
         if extra.get("cli_positional"):  # an operand: named by its dest, shown by its field's name
             dest = kwargs.pop("dest")
             kwargs["metavar"] = kwargs["metavar"] if choices else extra.get("cli_metavar", path[-1])
-            group.add_argument(dest, **kwargs, **({} if required else {"nargs": "?"}))
+            if not required:  # argparse checks an omitted operand's default against its choices: the real one
+                kwargs.update(nargs="?", default=default)
+            group.add_argument(dest, **kwargs)
             continue
         group.add_argument(flag, **kwargs, **({"required": True} if required else {}))
         for renamed in (old for old, new in RENAMED_FLAGS.items() if new == flag):
