@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rlep.flows.commands.common import UserError, add_command
-from rlep.flows.options import add_model_flags, build_config, flag_overrides
+from rlep.flows.options import add_model_flags, build_config, build_from_flags, flag_overrides
 
 
 def add_problems(sub) -> None:
@@ -35,6 +35,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
 def add_tiny_model(sub) -> None:
     from rlep.data.tiny_model import TinyModelConfig
+    from rlep.data.tiny_model.build import TinyModelBuild
 
     p = add_command(
         sub,
@@ -42,22 +43,17 @@ def add_tiny_model(sub) -> None:
         "Build (or find cached) the tiny default model: tokenizer, Qwen2 LM, supervised training.",
         cmd_tiny_model,
     )
-    p.add_argument("--out", default=None, help="Directory for the model (default: the cache, see docs/tiny_model.md).")
-    p.add_argument("--force", action="store_true", help="Rebuild even if a complete build is there.")
-    p.add_argument("--quiet", action="store_true", help="No progress bar.")
-    p.add_argument(
-        "--threads", type=int, default=1, help="torch threads for the build [default: 1; see docs/tiny_model.md]."
-    )
+    add_model_flags(p, TinyModelBuild, namespace="build")  # how to build, not what: not in the --config file
     add_model_flags(p, TinyModelConfig)
 
 
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     from rlep.data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
+    from rlep.data.tiny_model.build import TinyModelBuild
 
     config = build_config(TinyModelConfig, args.config, flag_overrides(args))
-    out = build_tiny_model(
-        Path(args.out) if args.out else None, config, force=args.force, progress=not args.quiet, threads=args.threads
-    )
+    build = build_from_flags(TinyModelBuild, args, namespace="build")
+    out = build_tiny_model(build.out, config, force=build.force, progress=not build.quiet, threads=build.threads)
     info = read_build_info(out) or {}
     print(f"tiny model: {out}")
     if info:
@@ -81,7 +77,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def add_real_model(sub) -> None:
-    from rlep.tasks.models import REAL_MODEL_NAMES
+    from rlep.tasks.real_model import RealModelRequest
 
     p = sub.add_parser(
         "real-model",
@@ -89,22 +85,19 @@ def add_real_model(sub) -> None:
         "to an HF model once (then --model smollm2).",
     )
     p.set_defaults(handler=cmd_real_model)
-    p.add_argument(
-        "name", nargs="?", default="smollm2", choices=REAL_MODEL_NAMES, help="Real model to fetch [default: smollm2]."
-    )
-    p.add_argument("--force", action="store_true", help="Convert again even if a complete conversion is cached.")
-    p.add_argument("--quiet", action="store_true", help="No progress messages.")
+    add_model_flags(p, RealModelRequest)
 
 
 def cmd_real_model(args: argparse.Namespace) -> int:
-    from rlep.tasks.real_model import ensure_real_model, read_info
+    from rlep.tasks.real_model import RealModelRequest, ensure_real_model, read_info
 
-    out = ensure_real_model(args.name, force=args.force, progress=not args.quiet)
+    request = build_from_flags(RealModelRequest, args)
+    out = ensure_real_model(request.name, force=request.force, progress=not request.quiet)
     info = read_info(out) or {}
-    print(f"{args.name}: {out}")
+    print(f"{request.name}: {out}")
     print(
         f"  {info.get('architecture')}, {info.get('parameters', 0) / 1e6:.1f}M parameters, float32, from "
         f"{info.get('source')}"
     )
-    print(f"  use it with --model {args.name} (e.g. rlep eval --model {args.name})")
+    print(f"  use it with --model {request.name} (e.g. rlep eval --model {request.name})")
     return 0
