@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlep.flows.commands import benches, pools, serving, sources, studies, training
 from rlep.flows.commands.common import UserError, add_command, config_from_args
-from rlep.flows.options import ConfigError, add_model_flags, dump_yaml
+from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
 
 EXIT_USAGE = 2
 
@@ -133,7 +133,7 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
         import yaml
 
         try:
-            out = args.out or (yaml.safe_load(Path(args.config).read_text()) or {}).get("out")
+            out = flag_overrides(args).get("out") or (yaml.safe_load(Path(args.config).read_text()) or {}).get("out")
         except (OSError, yaml.YAMLError, AttributeError):
             return None
         return Path(out) if out else None

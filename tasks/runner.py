@@ -21,9 +21,12 @@ class RunnerConfig(BaseModel):
         "local",
         description="`local`: one after another (a study's runs each in a fresh process, see `isolate`; a "
         "collection's shards in this one); `ray`: in parallel through Prefect's Ray task runner.",
+        json_schema_extra={"cli_flag": "runner"},
     )
     address: str | None = Field(
-        None, description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray."
+        None,
+        description="Ray cluster address (`ray://host:10001` or `auto`); none: start a local Ray.",
+        json_schema_extra={"cli_flag": "ray_address"},
     )
     cpus_per_run: float = Field(1.0, gt=0, description="CPUs of one run or shard (also its torch and OpenMP threads).")
     gpus_per_run: float = Field(

@@ -12,31 +12,25 @@ from rlep.flows.options import add_model_flags, build_config, build_from_flags
 
 
 def add_collect_flags(p: argparse.ArgumentParser) -> None:
-    """`rlep collect`'s flags besides its settings': where the shards run."""
-    p.add_argument(
-        "--runner",
-        choices=["local", "ray"],
-        default="local",
-        help="Where shards run: here one after another, or on Ray workers, one engine each [default: local].",
-    )
-    p.add_argument("--ray-address", default=None, help="With --runner ray: a cluster address; none: start a local Ray.")
-    p.add_argument(
-        "--max-parallel", type=int, default=None, help="With a local Ray: CPUs it may use [default: all cores]."
-    )
+    """`rlep collect`'s flags besides its settings': where the shards run (RunnerConfig's kind, address, max_parallel;
+    not in the --config file, which is the collection's)."""
+    from rlep.tasks.runner import RunnerConfig
+
+    add_model_flags(p, RunnerConfig, only={"kind", "address", "max_parallel"}, namespace="runner")
 
 
 def run_collect(args: argparse.Namespace) -> int:
     from rlep.tasks.collect import CollectConfig, preflight
+    from rlep.tasks.runner import RunnerConfig
 
     config = config_from_args(CollectConfig, args)
-    if args.runner == "ray" and not args.prefect:
+    runner = build_from_flags(RunnerConfig, args, namespace="runner")
+    if runner.kind == "ray" and not args.prefect:
         raise UserError("--runner ray runs shards through Prefect's Ray task runner: drop --no-prefect")
     preflight(config)  # user errors surface here, before Prefect starts or anything is generated
     if args.prefect:
         from rlep.flows.collect import collect_flow
-        from rlep.tasks.runner import RunnerConfig
 
-        runner = RunnerConfig(kind=args.runner, address=args.ray_address, max_parallel=args.max_parallel)
         result = collect_flow(config, runner)
     else:  # the executor's plain stage, which collects every collection of a plan too
         from rlep.tasks.execute import local_stages

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from rlep.data.run_layout import PipelineLayout
 from rlep.flows.commands.common import UserError, config_from_args
-from rlep.flows.options import build_config
+from rlep.flows.options import add_model_flags
+
+# The settings of a study file that `rlep study` flags override: --seeds, --out, --runner
+STUDY_FLAGS = {"seeds", "out", "runner.kind"}
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
@@ -30,25 +33,24 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 
 def add_study(sub) -> None:
+    from rlep.tasks.study.config import StudyConfig
+
     p = sub.add_parser(
         "study",
         help="Compare replay designs over seeds: arms x seeds, paired Student t intervals, the claims fixed in its "
         "config, compute charged in full (docs/study.md).",
     )
     p.set_defaults(handler=cmd_study)
+    # the study's file: not a setting, and required (a study's claims and arms are written down before it runs)
     p.add_argument("--config", required=True, help="Study YAML (flows/configs/study-*.yaml).")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="Seeds (overrides the file's).")
-    p.add_argument("--out", default=None, help="Study directory (overrides the file's).")
-    p.add_argument(
-        "--runner", choices=["local", "ray"], default=None, help="Where runs execute (overrides runner.kind)."
-    )
-    p.add_argument(
+    p.add_argument(  # how this command runs the study, not a setting of the study
         "--prefect",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs one after another without "
         "Prefect, each in a fresh process.",
     )
+    add_model_flags(p, StudyConfig, only=STUDY_FLAGS)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -56,8 +58,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     from rlep.tasks.study import StudyConfig, StudyError, plan
 
-    overrides = {"seeds": args.seeds, "out": args.out, "runner.kind": args.runner}
-    config = build_config(StudyConfig, Path(args.config), {k: v for k, v in overrides.items() if v is not None})
+    config = config_from_args(StudyConfig, args)
     try:
         plan(config)  # every arm's settings checked before anything runs
     except StudyError as err:
