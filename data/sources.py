@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rlep.data import tiny_math
 from rlep.data.columns import (
     CellError,
@@ -294,6 +296,14 @@ def _problem(
         messages=messages,
         extra=extra,
     )
+
+
+class ProblemsOutput(BaseModel):
+    """Where `rlep problems` writes (`write_problems`' file); what it writes is a ProblemSourceConfig."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path = Field(description="Output file, .jsonl or .parquet.")
 
 
 def write_problems(problems: list[Problem], out: Path) -> Path:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from rlep.flows.commands.common import check_pool, config_from_args
-from rlep.flows.options import add_model_flags, build_config, flag_overrides
+from rlep.flows.options import add_model_flags, build_config, build_from_flags, flag_overrides
 
 
 def add_bench(sub) -> None:
@@ -29,9 +29,10 @@ def add_bench(sub) -> None:
     p.add_argument(
         "--config", type=Path, default=None, help="Pipeline YAML (e.g. flows/configs/demo.yaml); flags override it."
     )
-    p.add_argument("--results", default="bench/results", help="Directory for the JSON result [default: bench/results].")
+    from rlep.tasks.bench.train import TrainBenchOutput
     from rlep.tasks.pipeline import PipelineConfig
 
+    add_model_flags(p, TrainBenchOutput, namespace="bench")  # where the result goes: not in the pipeline's file
     add_model_flags(p, PipelineConfig)
     p = bench_sub.add_parser(
         "async",
@@ -138,14 +139,15 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
-    from rlep.tasks.bench.train import run_train_bench
+    from rlep.tasks.bench.train import TrainBenchOutput, run_train_bench
     from rlep.tasks.collect import preflight, release_lock
     from rlep.tasks.pipeline import PipelineConfig
 
     config = config_from_args(PipelineConfig, args)
+    output = build_from_flags(TrainBenchOutput, args, namespace="bench")
     store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
     release_lock(store.root)  # the collection itself runs in another process
-    report = run_train_bench(config, Path(args.results))
+    report = run_train_bench(config, output.results)
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {report['path']}")
     return 0

@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from rlep.flows.commands.common import UserError, add_command
 from rlep.flows.options import add_model_flags, build_config, build_from_flags, flag_overrides
 
 
 def add_problems(sub) -> None:
-    from rlep.data.sources import ProblemSourceConfig
+    from rlep.data.sources import ProblemSourceConfig, ProblemsOutput
 
     p = add_command(
         sub, "problems", "Write problems of a source (default: built-in tiny-math) to JSONL or Parquet.", cmd_problems
     )
-    p.add_argument("--out", required=True, help="Output file, .jsonl or .parquet.")
+    add_model_flags(p, ProblemsOutput, namespace="output")  # where to write: not in the source's --config file
     add_model_flags(p, ProblemSourceConfig)
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
-    from rlep.data.sources import ProblemSourceConfig, load_source, write_problems
+    from rlep.data.sources import ProblemSourceConfig, ProblemsOutput, load_source, write_problems
 
     config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
-    out = Path(args.out)
+    out = build_from_flags(ProblemsOutput, args, namespace="output").out
     if out.suffix.lower() not in (".jsonl", ".parquet"):
         raise UserError(f"--out {out}: must end in .jsonl or .parquet")
     loaded = load_source(config)  # the summary names the split applied and the rows skipped, per reason

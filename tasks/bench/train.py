@@ -12,10 +12,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from rlep.data.run_layout import CollectRunLayout
 from rlep.tasks.bench.report import write_bench_report
 from rlep.tasks.pipeline import PipelineConfig, run_pipeline
 from rlep.tasks.report import arm_summary, replay_overhead
+
+
+class TrainBenchOutput(BaseModel):
+    """Where `rlep bench train` writes its result (`run_train_bench`'s `out_dir`); what it runs is a PipelineConfig."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
 
 
 def run_train_bench(config: PipelineConfig, out_dir: Path = Path("bench/results"), progress: bool = True) -> dict:
