@@ -1,18 +1,19 @@
 """Prefect flow `study`: every run of a study (each arm at each seed, RLEP's explorations and collections, a
 living-pool arm's parts) carried out by the executor's loop (`tasks.execute.execute_plan`), in parallel on Ray
-when asked.
+when asked. Either way each run's collect, train and evaluate flows are subflows of the study's flow run, with
+their logs and artifacts (`flows/subflows.py`, as in the pipeline).
 
-`runner.kind: local` runs them one after another as subflows of the study's flow run (collect, train,
-evaluate: `flows/subflows.py`, as the pipeline does), each in a fresh process of its own (`runner.isolate`)
-whose subflow is still a child of the study's run, with its logs and artifacts. `runner.kind: ray` hands each
-run as a Prefect task to prefect-ray's `RayTaskRunner`: a local Ray started for the study
+`runner.kind: local` runs them one after another, each in a fresh process of its own (`runner.isolate`) whose
+subflows are still children of the study's run. `runner.kind: ray` submits each run, in the study's flow run,
+as a `study-run` task (named by its key) to prefect-ray's `RayTaskRunner`: a local Ray started for the study
 (`runner.max_parallel` CPUs), or an existing cluster at `runner.address`. Each run asks Ray for
 `runner.cpus_per_run` CPUs and `runner.gpus_per_run` GPUs, uses that many torch threads, and runs in a worker
-process of its own (started for it, gone after it); its task logs its start, a line per training step and
-evaluation, and its end to its own Logs tab (the worker sends them to the same Prefect API). A run that
-needs another's result (RLEP's collection needs its exploration run; the rlep arm needs the collection)
-waits for it; everything else runs as soon as resources allow. Finished runs are skipped, so a killed study
-resumes where it stopped.
+process of its own (started for it, gone after it). Its flows are called inside the task, so each is a child
+of the study's flow run through a task run that has the run's task as its parent (Prefect 3 records a flow
+called in a task so); the task logs the run's start and end to its Logs tab, its subflows their steps and
+evaluations to theirs (the worker sends them to the same Prefect API). A run that needs another's result
+(RLEP's collection needs its exploration run; the rlep arm needs the collection) waits for it; everything
+else runs as soon as resources allow. Finished runs are skipped, so a killed study resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ log = logging.getLogger("rlep.study")
 
 @task(name="study-run", task_run_name="{run.key}")
 def study_run_task(run, needs: dict, threads: int | None = None) -> dict:
-    """One run on a Ray worker (a process of its own), with `threads` torch threads."""
+    """One run on a Ray worker (a process of its own), with `threads` torch threads, its stages as subflows."""
     send_logs_to_prefect()  # in this process: the worker's
     log.info(f"{run.kind} run {run.key}: {run.config.out}")
     try:
-        record = execute_run(run, needs, progress=False, threads=threads)
+        record = execute_run(run, needs, subflow_stages(), progress=False, threads=threads)
         log.info(f"{run.key} done")
         return record
     finally:
@@ -85,21 +86,18 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
 
 
 def _submit_on_ray(config: StudyConfig, runs) -> dict:
-    on_ray = study_runs_flow.with_options(task_runner=ray_task_runner(config.runner))
-    return on_ray(runs, config.runner.cpus_per_run, config.runner.gpus_per_run)
-
-
-@flow(name="study-runs")
-def study_runs_flow(runs: list, cpus_per_run: float, gpus_per_run: float) -> dict:
-    """Submit every run with its resources; a run waits for the runs it needs."""
+    """Submit every run to Ray as a task of this flow run, with its resources; a run waits for the runs it needs."""
     from prefect_ray.context import remote_options
 
-    threads = worker_threads(cpus_per_run)
+    runner = config.runner
+    threads = worker_threads(runner.cpus_per_run)
+    with ray_task_runner(runner) as ray:
 
-    def submit(run, needs: dict):
-        # max_calls=1: each run gets a fresh worker process, so its timings carry nothing an earlier run left behind
-        with remote_options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_calls=1):
-            return study_run_task.submit(run, needs, threads, wait_for=list(needs.values()))
+        def submit(run, needs: dict):
+            # max_calls=1: each run gets a fresh worker process, so its timings carry nothing an earlier run left
+            with remote_options(num_cpus=runner.cpus_per_run, num_gpus=runner.gpus_per_run, max_calls=1):
+                parameters = {"run": run, "needs": needs, "threads": threads}
+                return ray.submit(study_run_task, parameters, wait_for=list(needs.values()))
 
-    futures = execute_plan(runs, submit)
-    return {key: future.result() for key, future in futures.items()}
+        futures = execute_plan(runs, submit)
+        return {key: future.result() for key, future in futures.items()}

@@ -3,7 +3,7 @@
 `execute_plan` carries a plan out, each run after the runs it needs: in this process, through Prefect and on
 Ray alike. `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model)
 given the results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect
-subflows in `flows/pipeline.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
+subflows in `flows/subflows.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
 (`tasks.plan`, `tasks.living_pool`) are runs too: a training part trains through the same stage to its last
 step, a re-collection collects through the same stage and publishes a new version of the arm's store, and the
 last part is evaluated like any training run. A run that finished with the same settings from the same
@@ -299,7 +299,7 @@ def execute_in_process(
     """`execute_run` in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
     nothing that earlier runs left behind (threads, caches, allocator state). `stages` (default: plain
     functions) must pickle: the pipeline flow's are subflows of its own run, entered again in the new process
-    (`flows/pipeline.py`). Its log records come back and are handled here, in the calling thread, so they reach
+    (`flows/subflows.py`). Its log records come back and are handled here, in the calling thread, so they reach
     whatever this thread logs to (a Prefect task run's Logs tab included); an exception in the run is raised
     here."""
     import multiprocessing

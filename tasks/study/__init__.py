@@ -8,8 +8,9 @@
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `report`: study.parquet, summary.parquet, claims, plots, report.md.
 
-`run_study` runs a plan here, one run after another; `flows/study.py` runs it as Prefect tasks, in parallel
-on Ray when `runner.kind` is `ray`; both through the executor's one loop (`tasks.execute.execute_plan`), as
+`run_study` runs a plan here, one run after another; `flows/study.py` runs it through Prefect, each run's
+stages subflows of the study's flow run, the runs one after another or, when `runner.kind` is `ray`, as
+Prefect tasks in parallel on Ray; both through the executor's one loop (`tasks.execute.execute_plan`), as
 the pipeline does.
 """
 

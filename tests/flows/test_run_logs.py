@@ -126,9 +126,10 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
 
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["ray", "local"])
-def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_model, tmp_path, runner):
-    """On a Ray worker a run's step lines reach its own task run's Logs tab; locally, in the fresh process each run
-    gets (`runner.isolate`), its train flow's, a subflow of the study's run (flows/subflows.py)."""
+def test_a_study_run_logs_its_steps_to_its_train_flow_run(prefect_server, fixture_model, tmp_path, runner):
+    """A run's step lines reach its train flow's Logs tab, a subflow of the study's run (flows/subflows.py): locally
+    in the fresh process each run gets (`runner.isolate`), on Ray called in the run's task on its worker, whose own
+    Logs tab has the run's start and end."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
 
@@ -149,15 +150,13 @@ def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_mode
     )
     study_flow(config)
     run_out = out / "runs" / "baseline" / "seed-0"
+    with get_client(sync_client=True) as client:
+        (train_run,) = [r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(run_out)]
+    assert train_run.parent_task_run_id is not None  # a subflow of the study's flow run
+    steps = [line for line in _step_lines(_logs(train_run.id)) if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in steps] == ["step 1/2", "step 2/2"]
+    assert TrainRunLayout(run_out).tensorboard.is_dir()
     if runner == "local":
-        with get_client(sync_client=True) as client:
-            (train_run,) = [
-                r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(run_out)
-            ]
-        assert train_run.parent_task_run_id is not None  # a subflow of the study's flow run
-        steps = [line for line in _step_lines(_logs(train_run.id)) if line.startswith("step ")]
-        assert [line.split("  ")[0] for line in steps] == ["step 1/2", "step 2/2"]
-        assert TrainRunLayout(run_out).tensorboard.is_dir()
         return
     start = f"train run baseline/seed-0: {run_out}"
     with get_client(
@@ -169,6 +168,4 @@ def test_a_study_run_logs_its_steps_to_its_task_run(prefect_server, fixture_mode
             for t in runs
         ]
     (messages,) = [m for m in logs if start in m]
-    assert [m.split("  ")[0] for m in messages if m.startswith("step ")] == ["step 1/2", "step 2/2"]
     assert "baseline/seed-0 done" in messages
-    assert TrainRunLayout(out / "runs" / "baseline" / "seed-0").tensorboard.is_dir()

@@ -223,7 +223,16 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
 
         with get_client(sync_client=True) as client:
             keys = {a.key for a in client.read_artifacts()}
+            subflows = _subflows_by_run(client)
     assert keys >= {"study-claims", "study-summary", "study-report"}
+    # Each run's train and evaluate flows are subflows of the study's run, called in the run's task on its worker,
+    # with their artifacts and (train) step lines.
+    assert sorted(subflows) == [f"{arm}/seed-{s}" for arm in ("baseline", "fifo") for s in (0, 1)]
+    for flows in subflows.values():
+        assert sorted(flows) == ["evaluate", "train"]
+        assert flows["train"]["artifacts"] >= {"train-summary", "train-metrics"}
+        assert "eval-summary" in flows["evaluate"]["artifacts"]
+        assert [line.split("  ")[0] for line in flows["train"]["steps"]] == ["step 1/2", "step 2/2"]
     study = pd.read_parquet(tmp_path / "ray" / "study.parquet")
     assert report.endswith("report.md") and len(study) == 2 * 2 * 3  # arms x seeds x evaluation steps
     records = [
@@ -232,6 +241,32 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
         for s in (0, 1)
     ]
     assert len({r["process"] for r in records}) == 4  # each run in a worker process of its own
+
+
+def _subflows_by_run(client) -> dict[str, dict[str, dict]]:
+    """Study run key -> flow name -> its artifact keys and step lines, for every flow run under the study's run:
+    each must be a child of the study's flow run through a task run whose parent is the run's `study-run` task."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    runs = client.read_flow_runs()
+    names = {r.id: client.read_flow(r.flow_id).name for r in runs}
+    (study,) = [r for r in runs if names[r.id] == "study"]
+    artifacts = client.read_artifacts()
+    found: dict[str, dict[str, dict]] = {}
+    for run in runs:
+        if run.id == study.id:
+            continue
+        assert run.parent_task_run_id is not None and run.state.is_completed(), names[run.id]
+        tracking = client.read_task_run(run.parent_task_run_id)
+        assert tracking.flow_run_id == study.id, names[run.id]
+        parents = tracking.task_inputs.get("__parents__", [])  # the task run the flow was called in
+        key = client.read_task_run(parents[0].id).name if parents else f"no task: {names[run.id]}"
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        found.setdefault(key, {})[names[run.id]] = {
+            "artifacts": {a.key for a in artifacts if a.flow_run_id == run.id},
+            "steps": [log.message for log in logs if log.message.startswith("step ")],
+        }
+    return found
 
 
 LIVING = {"replay": {"kind": "rlep", "follow": True, "refresh_every": 2}}
