@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlep.tasks.bench.shapes import MODEL_CONFIGS, PEAK_TFLOPS, model_config, peak_tflops  # noqa: F401 (re-exported)
 
@@ -64,12 +64,25 @@ class UpdateBenchConfig(BaseModel):
         False, description="A KL term against a frozen reference of the same shape (sharded like the policy)."
     )
     micro_batch_size: int = Field(8, ge=1, le=100_000, description="Sequences per forward/backward on a rank.")
+    lora_rank: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="LoRA adapters of this rank (alpha 2 x rank) on every attention and MLP projection instead of "
+        "full fine-tuning (nproc 1); 0: full fine-tuning.",
+    )
     warmup: int = Field(1, ge=0, le=1000, description="Untimed steps first.")
     steps: int = Field(3, ge=1, le=10_000, description="Timed steps.")
     peak_tflops: float | None = Field(
         None, gt=0, description="Peak FLOP/s per device in TFLOP/s for MFU; default: the GPU table."
     )
     out: Path = Field(Path("bench/results/update.json"), description="JSON report.")
+
+    @model_validator(mode="after")
+    def _lora_in_one_process(self) -> UpdateBenchConfig:
+        if self.lora_rank and self.nproc > 1:
+            raise ValueError(f"lora_rank {self.lora_rank}: one process only (nproc is {self.nproc})")
+        return self
 
     def hf_config(self):
         return model_config(self.model)
@@ -142,7 +155,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     import torch  # here, not at module level: `rlep --help` must not load torch
 
     from rlep.tasks.training.backend import make_backend
-    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
     from rlep.tasks.training.config import LossConfig, OptimizerConfig
     from rlep.tasks.training.policy import PolicySpec
     from rlep.tasks.training.update import UpdateSettings
@@ -155,7 +168,8 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         activation_checkpointing=config.activation_checkpointing,
     )
     reference = hf if config.kl else None  # random weights of the same shape
-    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, reference, device=config.device)
+    lora = LoraConfig(rank=config.lora_rank, alpha=2.0 * config.lora_rank) if config.lora_rank else None
+    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, reference, device=config.device, lora=lora)
     backend = make_backend(spec)
     device = getattr(backend, "device", torch.device(config.device))
     built = _memory(backend, device, reset=True)  # the peaks of building and loading; then the steps' own
@@ -195,6 +209,9 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         "bench": "update",
         "config": config.model_dump(mode="json"),
         "parameters": sum(p.numel() for p in backend.model.parameters()) if config.nproc == 1 else None,
+        "trained_parameters": (
+            sum(p.numel() for p in backend.model.parameters() if p.requires_grad) if config.nproc == 1 else None
+        ),
         "flop_parameters": n_flop,
         "tokens_per_step": tokens_per_step,
         "step_seconds": times,

@@ -27,6 +27,7 @@ from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import named_out_of_memory
 from rlep.tasks.training.distributed import DistributedBackend
 from rlep.tasks.training.fsdp import autocast_bf16
+from rlep.tasks.training.lora import adapter_state, is_lora, load_adapter_state, merged_weights
 from rlep.tasks.training.policy import PolicySpec, build_optimizer, load_policy, load_reference
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
@@ -77,11 +78,12 @@ class LocalBackend:
         self.device = torch.device(spec.device)
         self.spec, self.precision = spec.resolved(self.device)
         spec = self.spec
-        self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed)
+        self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed, spec.lora)
         if spec.backend.precision == "bf16":
             autocast_bf16(self.model, self.device)
         self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
-        self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
+        trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        self.optimizer, self.scheduler = build_optimizer(trained, spec.optimizer)
 
     def update(
         self,
@@ -106,19 +108,27 @@ class LocalBackend:
             )
 
     def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """The policy's tensors one at a time in `dtype` (the parameters themselves where it is theirs)."""
+        """The policy's tensors one at a time in `dtype` (the parameters themselves where it is theirs; LoRA: merged
+        into the base's, under its HF names)."""
+        if is_lora(self.model):
+            return merged_weights(self.model, dtype)
         return named_weights(self.model, dtype)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        return self.model.state_dict()
+        return dict(merged_weights(self.model, torch.float32)) if is_lora(self.model) else self.model.state_dict()
 
     def save_pretrained(self, directory, weight_dtype: torch.dtype = torch.float32) -> None:
         """The float32 weights as a plain HF model, whatever `weight_dtype`: one process resumes from them (its
-        optimizer state is in trainer_state.pt, its weights only here)."""
-        self.model.save_pretrained(directory)
+        optimizer state is in trainer_state.pt, its weights only here). LoRA: the merged model (the adapters
+        themselves travel in trainer_state.pt)."""
+        if is_lora(self.model):
+            self.model.get_base_model().save_pretrained(directory, state_dict=self.full_state_dict())
+        else:
+            self.model.save_pretrained(directory)
 
     def training_state(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return state | ({"lora": adapter_state(self.model)} if is_lora(self.model) else {})
 
     def save_state(self, directory) -> None:
         """Nothing: one process's optimizer travels whole in trainer_state.pt (`training_state`)."""
@@ -133,6 +143,14 @@ class LocalBackend:
                 f"this checkpoint was written by {state['world_size']} training processes "
                 f"({state['strategy']}); resume it with --nproc {state['world_size']}"
             )
+        if is_lora(self.model) != ("lora" in state):
+            raise CheckpointError(
+                "this checkpoint was written with"
+                + ("out" if "lora" not in state else "")
+                + " LoRA adapters; resume it with the lora settings it was trained with"
+            )
+        if "lora" in state:
+            load_adapter_state(self.model, state["lora"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 

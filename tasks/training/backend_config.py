@@ -80,3 +80,28 @@ class BackendConfig(BaseModel):
         description="Seconds ranks > 0 wait for rank 0's next request; it covers rank 0's generation, verification and "
         "evaluation between two updates.",
     )
+
+
+class LoraConfig(BaseModel):
+    """Low-rank adapters (LoRA, through peft) instead of training every weight: the base model stays frozen and
+    each `target_modules` linear layer learns W + (alpha / rank) B A. The engine gets the merged weights."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(
+        16, ge=1, le=4096, description="LoRA rank r of each adapter.", json_schema_extra={"cli_flag": "lora-rank"}
+    )
+    alpha: float = Field(
+        32.0,
+        gt=0,
+        le=1_000_000,
+        description="LoRA alpha: the adapters' update is scaled by alpha / rank.",
+        json_schema_extra={"cli_flag": "lora-alpha"},
+    )
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="Names (last part) of the linear layers that get adapters; the default is every attention and "
+        "MLP projection of a Llama/Qwen-style decoder.",
+        json_schema_extra={"cli_flag": "lora-target-modules"},
+    )

@@ -14,7 +14,7 @@ from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.sources import ProblemSourceConfig, default_task
 from rlep.tasks.engines import EngineConfig
 from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
 from rlep.verifiers import RewardConfig, VerifierConfig
 
 _OBJECTIVE = {"cli_flag": "objective"}
@@ -176,6 +176,11 @@ class TrainConfig(BaseModel):
         description="Processes of the update (nproc: torchrun on this node), ddp | fsdp2, precision "
         "(docs/distributed.md).",
     )
+    lora: LoraConfig | None = Field(
+        None,
+        description="Train low-rank adapters instead of every weight (peft): rank, alpha, target_modules. None: full "
+        "fine-tuning. One process only (backend.nproc 1); the engine gets the merged weights (docs/training.md).",
+    )
 
     steps: int = Field(
         40, ge=1, le=1_000_000, description="Training steps (each: generate, verify, replay, update, sync)."
@@ -303,6 +308,8 @@ class TrainConfig(BaseModel):
                 )
         if (self.generator_engines or 1) > 1 and self.mode != "async":
             raise ValueError(f"generator_engines {self.generator_engines}: applies to mode async only")
+        if self.lora is not None and self.backend.nproc > 1:
+            raise ValueError(f"lora: one training process only (backend.nproc is {self.backend.nproc}); not built")
         if self.backend.nproc > 1:  # an in-process vLLM engine would join the trainer ranks' process group and hang
             if self.mode != "async":
                 raise ValueError(

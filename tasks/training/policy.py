@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
 from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 
@@ -27,16 +27,20 @@ class PolicySpec:
     reference: Any = None  # frozen reference for the KL term (like `weights`); None = no KL
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
     init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
+    lora: LoraConfig | None = None  # adapters on a frozen base (tasks/training/lora.py); None: every weight trains
 
     @classmethod
     def of_run(cls, config, weights: str, base_model: str) -> PolicySpec:
         """A training run's policy (`config`: a TrainConfig): its weights, optimizer and backend, the starting model
-        as KL reference when KL is on, on the CPU or the first GPU the generator does not use."""
+        as KL reference when KL is on, on the CPU or the first GPU the generator does not use. With LoRA the base
+        is always the starting model: a resume's adapters come from its trainer state, not from `weights` (the
+        checkpoint's merged model)."""
         from rlep.tasks.training.async_gen import update_device
 
         device = update_device(config.generator_gpus, torch.cuda.device_count())
         reference = base_model if config.loss.kl_coef > 0 else None
-        return cls(weights, config.optimizer, config.backend, reference, device)
+        weights = base_model if config.lora is not None else weights
+        return cls(weights, config.optimizer, config.backend, reference, device, lora=config.lora)
 
     def resolved(self, device: str | torch.device) -> tuple[PolicySpec, PrecisionChoice]:
         """This spec with its precision made concrete for `device` (`auto`: bf16 where it is native), and why."""
@@ -44,10 +48,12 @@ class PolicySpec:
         return replace(self, backend=self.backend.model_copy(update={"precision": choice.precision})), choice
 
 
-def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0) -> torch.nn.Module:
-    """The policy in float32 on `device` (master weights even under bf16), in eval mode. `weights`: a
-    directory or hub name, or an HF config (random weights drawn on the CPU from `init_seed`: identical on
-    every rank, nothing read from disk; benchmarks and tests)."""
+def load_policy(
+    weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0, lora: LoraConfig | None = None
+) -> torch.nn.Module:
+    """The policy in float32 on `device` (master weights even under bf16), in eval mode, with LoRA adapters when
+    `lora` is set. `weights`: a directory or hub name, or an HF config (random weights drawn on the CPU from
+    `init_seed`: identical on every rank, nothing read from disk; benchmarks and tests)."""
     from transformers import AutoModelForCausalLM
 
     if isinstance(weights, str):
@@ -56,7 +62,12 @@ def load_policy(weights: Any, device: torch.device, config: BackendConfig, init_
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
-    return checkpoint_activations(model.to(device), config).eval()
+    model = checkpoint_activations(model.to(device), config)
+    if lora is not None:
+        from rlep.tasks.training.lora import with_lora
+
+        model = with_lora(model, lora)
+    return model.eval()
 
 
 def checkpoint_activations(model: torch.nn.Module, config: BackendConfig) -> torch.nn.Module:

@@ -362,8 +362,11 @@ def test_kl_and_truncated_is(fixture_model, gold_pool, tmp_path):
         ("vllm", ["--replay", "prioritized", "--replay-fraction", "0.5", "--max-age", "2"]),
         # its bank seeded from the gold pool, so answers are replayed from step 1 (the fixture model solves little)
         ("vllm", ["--replay", "reuse", "--when", "always", "--replay-per-group", "1"]),
+        # LoRA: the base rebuilt from the starting model, the adapters from the trainer state, the engine from the
+        # checkpoint's merged model
+        ("vllm", ["--replay", "none", "--lora-rank", "4", "--lora-target-modules", "q_proj", "v_proj"]),
     ],
-    ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm", "reuse-vllm"],
+    ids=["fifo-transformers", "rlep-vllm", "prioritized-vllm", "reuse-vllm", "lora-vllm"],
 )
 def test_kill_and_resume_reproduces_the_uninterrupted_run(
     small_run_flags, train_cli, gold_pool, tmp_path, engine, replay, assert_same_run

@@ -1,0 +1,81 @@
+"""LoRA through peft: the policy as a frozen base plus low-rank adapters, and what leaves it merged.
+
+The optimizer sees only the adapters (peft freezes the rest), so AdamW's state is a few MB instead of 8 bytes per
+parameter. Everything outside the trainer wants a plain model: the engine's weight sync and the checkpoint's HF
+model get W + (alpha / rank) B A under the HF names (`merged_weights`, one layer at a time, nothing held whole), so
+vLLM, evaluation and collection never learn that adapters exist. A resume rebuilds the base from the run's starting
+model and loads the adapters saved in the trainer state (`adapter_state`): the checkpoint's merged model is what
+the engine resumes from, so generation continues exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from rlep.tasks.training.backend_config import LoraConfig
+
+ADAPTER = "default"  # peft's name of the one adapter
+
+
+def with_lora(model: torch.nn.Module, settings: LoraConfig) -> torch.nn.Module:
+    """`model` (an HF causal LM) with adapters on `settings.target_modules`: peft's wrapper, base frozen, the
+    adapters' B zero so the wrapped model computes exactly what `model` did."""
+    import peft
+
+    config = peft.LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        target_modules=list(settings.target_modules),
+        lora_dropout=0.0,  # dropout would make the ratio's old and new log-probs differ on the same weights
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as error:  # e.g. "Target modules {...} not found in the base model"
+        raise ValueError(f"lora.target_modules {list(settings.target_modules)}: {error}") from None
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def merged_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """The merged model's state dict under the base model's HF names, one tensor at a time in `dtype`: an adapted
+    layer's weight is base + delta (computed when asked for, then dropped), every other tensor is the base's own.
+    A tied weight goes under both names, as `weight_sync.named_weights` sends it."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    adapted = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    for key, value in base.state_dict().items():
+        if ".lora_" in key:
+            continue
+        name = key.replace(".base_layer.", ".")
+        owner = name.rsplit(".", 1)[0]
+        if name.endswith(".weight") and owner in adapted:
+            with torch.no_grad():
+                value = value + adapted[owner].get_delta_weight(ADAPTER).to(value.dtype)
+        yield name, value.detach().to(dtype)
+
+
+def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters' tensors (what training changed), for the trainer state of a checkpoint."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def load_adapter_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Put saved adapters back (a resume); a missing or unexpected adapter tensor is an error naming it."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(model, state)
+    missing = [k for k in result.missing_keys if ".lora_" in k]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"the checkpoint's LoRA adapters do not fit this run's (lora settings changed?): missing {missing[:3]}, "
+            f"unexpected {list(result.unexpected_keys)[:3]}"
+        )

@@ -1,0 +1,107 @@
+"""LoRA through peft: only the adapters train, the engine gets the merged weights (its log-probs after a sync are
+the trainer's), the checkpoint's HF model is the merged one, and a resume puts the adapters back."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+from rlep.tasks.training.backend import LocalBackend
+from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.training.config import OptimizerConfig, TrainConfig
+from rlep.tasks.training.logprobs import completion_logprobs
+from rlep.tasks.training.policy import PolicySpec
+
+PROMPTS = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]
+LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
+
+
+def _backend(model, lora=LORA):
+    return LocalBackend(PolicySpec(model, OptimizerConfig(lr=1e-2), BackendConfig(precision="fp32"), lora=lora))
+
+
+def _train_adapters(backend):
+    """Stand-in for updates: random adapters (peft starts B at zero, so the merged model would equal the base)."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in backend.model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn_like(p) * 0.3)
+
+
+def test_only_the_adapters_train_and_the_merged_weights_keep_the_hf_names(fixture_model):
+    backend = _backend(fixture_model)
+    trained = [n for n, p in backend.model.named_parameters() if p.requires_grad]
+    assert trained and all(".lora_A." in n or ".lora_B." in n for n in trained)
+    assert {id(p) for g in backend.optimizer.param_groups for p in g["params"]} == {
+        id(p) for p in backend.model.parameters() if p.requires_grad
+    }
+    base = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32).state_dict()
+    merged = dict(backend.named_weights(torch.float32))
+    assert list(merged) == list(base)  # the plain model's names and order (a tied weight under both names)
+    assert all(torch.equal(merged[k], base[k]) for k in base)  # B = 0: the adapters change nothing yet
+    _train_adapters(backend)
+    merged = dict(backend.named_weights(torch.float32))
+    changed = {k for k in base if not torch.equal(merged[k], base[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight")) for k in changed)
+
+
+def test_the_engine_samples_from_the_merged_weights(fixture_model):
+    """After a sync of the merged weights, the engine's behaviour log-probs are the LoRA policy's own."""
+    backend = _backend(fixture_model)
+    _train_adapters(backend)
+    engine = make_engine(fixture_model, EngineConfig(backend="transformers"))
+    before = [g[0].token_ids for g in engine.generate(PROMPTS, SamplingConfig(temperature=0, max_tokens=12))]
+    engine.load_weights(backend.named_weights(engine.weight_dtype))
+    assert [g[0].token_ids for g in engine.generate(PROMPTS, SamplingConfig(temperature=0, max_tokens=12))] != before
+    sampled = engine.generate(PROMPTS, SamplingConfig(n=3, temperature=1.0, max_tokens=12, seed=1))
+    flat = [c for g in sampled for c in g]
+    pad = AutoTokenizer.from_pretrained(fixture_model).pad_token_id
+    recomputed = completion_logprobs(
+        backend.model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=1.0
+    )
+    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
+    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
+
+
+def test_a_checkpoint_holds_the_merged_model_and_the_adapters_come_back_on_resume(fixture_model, tmp_path):
+    backend = _backend(fixture_model)
+    _train_adapters(backend)
+    backend.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    merged = dict(backend.named_weights(torch.float32))
+    assert all(torch.equal(saved[k], merged[k]) for k in saved)  # a plain HF model: no adapter names
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).state_dict()
+    assert all(torch.equal(plain[k], merged[k]) for k in merged)
+    state = backend.training_state()
+    resumed = _backend(fixture_model)
+    resumed.load_training_state(state)
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(resumed.named_weights(torch.float32), merged.items()))
+    with pytest.raises(ValueError, match="written with LoRA adapters"):
+        _backend(fixture_model, lora=None).load_training_state(state)
+
+
+def test_lora_settings_are_checked():
+    assert TrainConfig.model_validate({"lora": {"rank": 8}}).lora.target_modules[0] == "q_proj"
+    with pytest.raises(ValueError, match="lora: one training process only"):
+        TrainConfig.model_validate({"lora": {}, "mode": "async", "backend": {"nproc": 2}})
+    with pytest.raises(ValueError, match=r"lora.target_modules \['nope'\]"):
+        _backend_for_missing_module()
+
+
+def _backend_for_missing_module():
+    from transformers import AutoConfig
+
+    from rlep.tasks.training.lora import with_lora
+
+    config = AutoConfig.for_model(
+        "llama",
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=32,
+    )
+    with_lora(AutoModelForCausalLM.from_config(config), LoraConfig(target_modules=["nope"]))
