@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -307,58 +308,60 @@ def _print_summary(console: Console, report: dict) -> None:
     console.print(f"wrote {report['path']}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    run_from_arguments(args)
+class VerifyBenchConfig(BaseModel):
+    """Settings of the bench: `run_verify_bench`'s corpus and workers, or a `run_peer_bench` checkout."""
 
+    model_config = ConfigDict(extra="forbid")
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The bench's command-line options (shared by `python -m verifiers.bench` and `rlep bench verify`)."""
-    parser.add_argument("--pairs", type=int, default=10_000, help="Corpus size [default: 10000].")
-    parser.add_argument("--workers", type=int, default=None, help="Worker processes [default: CPU count].")
-    parser.add_argument("--seed", type=int, default=0, help="Corpus seed [default: 0].")
-    parser.add_argument(
-        "--hostile-share",
-        type=float,
-        default=HOSTILE_SHARE,
-        help=f"Share of hostile answers in the corpus, 0..1 [default: {HOSTILE_SHARE}].",
+    pairs: int = Field(10_000, ge=1, description="Corpus size.")
+    workers: int | None = Field(None, ge=1, description="Worker processes (none: the CPU count).")
+    seed: int = Field(0, description="Corpus seed.")
+    hostile_share: float = Field(HOSTILE_SHARE, ge=0, le=1, description="Share of hostile answers in the corpus, 0..1.")
+    skip_math_verify: bool = Field(
+        False,
+        description="Do not time plain math-verify (for load tests); no speed-up or agreement then.",
+        json_schema_extra={"cli_switch": True},
     )
-    parser.add_argument(
-        "--skip-math-verify",
-        action="store_true",
-        help="Do not time plain math-verify (for load tests); no speed-up or agreement then.",
-    )
-    parser.add_argument(
-        "--peer",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
+    peer: Path | None = Field(
+        None,
+        description="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
         "huggingface/Math-Verify at DIR and print the agreement.",
+        json_schema_extra={"cli_metavar": "DIR"},
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("bench/results"),
-        help="Directory for the JSON result [default: bench/results].",
-    )
+    out: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
 
 
-def run_from_arguments(args: argparse.Namespace) -> dict:
-    """Run the bench the parsed options ask for."""
-    if args.peer is not None:
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rlep.verifiers.bench`: the flags of `rlep bench verify`, one per VerifyBenchConfig field (the
+    verifiers run without rlep's command line, which makes them with flows.options.add_model_flags)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name, field in VerifyBenchConfig.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        switch = extra.get("cli_switch")
+        kind = {"action": "store_true"} if switch else {"metavar": extra.get("cli_metavar")}
+        shown = "" if switch else f" [default: {field.default}]"
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=field.description + shown, **kind)
+    try:
+        config = VerifyBenchConfig.model_validate(vars(parser.parse_args(argv)))
+    except ValidationError as err:
+        parser.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
+    run_bench(config)
+
+
+def run_bench(config: VerifyBenchConfig) -> dict:
+    """Run the bench `config` asks for."""
+    if config.peer is not None:
         from rlep.verifiers.peer import run_peer_bench
 
-        return run_peer_bench(Path(args.peer), out_dir=Path(args.out), workers=args.workers)
+        return run_peer_bench(config.peer, out_dir=config.out, workers=config.workers)
     return run_verify_bench(
-        n_pairs=args.pairs,
-        out_dir=Path(args.out),
-        workers=args.workers,
-        seed=args.seed,
-        hostile_share=args.hostile_share,
-        skip_math_verify=args.skip_math_verify,
+        n_pairs=config.pairs,
+        out_dir=config.out,
+        workers=config.workers,
+        seed=config.seed,
+        hostile_share=config.hostile_share,
+        skip_math_verify=config.skip_math_verify,
     )
 
 

@@ -65,9 +65,9 @@ def add_bench(sub) -> None:
         "or, with --peer DIR, agreement on Math-Verify's regression cases.",
     )
     p.set_defaults(handler=cmd_bench_verify)
-    from rlep.verifiers.bench import add_arguments as add_verify_bench_arguments
+    from rlep.verifiers.bench import VerifyBenchConfig
 
-    add_verify_bench_arguments(p)
+    add_model_flags(p, VerifyBenchConfig)
     p = bench_sub.add_parser(
         "update",
         help="The policy update alone on synthetic rollouts (random-weight model from an HF config): step time, "
@@ -85,18 +85,18 @@ def add_bench(sub) -> None:
         "(docs/gpu.md).",
     )
     p.set_defaults(handler=cmd_bench_gpu)
-    from rlep.tasks.bench.gpu import arguments as add_gpu_check_arguments
+    from rlep.tasks.bench.gpu import GpuCheckConfig
 
-    add_gpu_check_arguments(p)
+    add_model_flags(p, GpuCheckConfig)
     p = bench_sub.add_parser(
         "sync",
         help="The extra host memory of one weight sync, trainer -> engine (in process or to a generator process): "
         "peak resident set per sync, kernel-measured (docs/async.md).",
     )
     p.set_defaults(handler=cmd_bench_sync)
-    from rlep.tasks.bench.sync import arguments as add_sync_bench_arguments
+    from rlep.tasks.bench.sync import SyncBenchConfig
 
-    add_sync_bench_arguments(p)
+    add_model_flags(p, SyncBenchConfig)
 
 
 def cmd_bench_async(args: argparse.Namespace) -> int:
@@ -133,9 +133,9 @@ def cmd_bench_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
-    from rlep.tasks.bench.gpu import check, config_from
+    from rlep.tasks.bench.gpu import GpuCheckConfig, check
 
-    return check(config_from(args))
+    return check(build_from_flags(GpuCheckConfig, args))
 
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
@@ -154,9 +154,9 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_verify(args: argparse.Namespace) -> int:
-    from rlep.verifiers.bench import run_from_arguments
+    from rlep.verifiers.bench import VerifyBenchConfig, run_bench
 
-    run_from_arguments(args)
+    run_bench(build_from_flags(VerifyBenchConfig, args))
     return 0
 
 
@@ -170,7 +170,7 @@ def cmd_bench_update(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_sync(args: argparse.Namespace) -> int:
-    from rlep.tasks.bench.sync import run
+    from rlep.tasks.bench.sync import SyncBenchConfig, run
 
-    run(args)
+    run(build_from_flags(SyncBenchConfig, args))
     return 0

@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.bench.flags import add_flags, parse
+
 PARTS = ("distributed", "train", "update")
 # The update shapes per device: 64 sequences of 256 + 768 tokens on a GPU (65,536 tokens a step; the 1.5B's
 # activations in micro-batches of 4 keep it near 50 GB, inside an H100's 80); a few short ones on the CPU.
@@ -240,21 +242,6 @@ def summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def arguments(parser: argparse.ArgumentParser) -> None:
-    """The check's flags (shared by `rlep bench gpu`)."""
-    fields = GpuCheckConfig.model_fields
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help=fields["device"].description)
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help=fields["parts"].description)
-    parser.add_argument("--budget-seconds", type=float, default=480.0, help=fields["budget_seconds"].description)
-    parser.add_argument("--peak-tflops", type=float, default=None, help=fields["peak_tflops"].description)
-    parser.add_argument("--out", type=Path, default=None, help=fields["out"].description)
-    parser.add_argument("--work", type=Path, default=None, help=fields["work"].description)
-
-
-def config_from(args: argparse.Namespace) -> GpuCheckConfig:
-    return GpuCheckConfig.model_validate({name: getattr(args, name) for name in GpuCheckConfig.model_fields})
-
-
 def check(config: GpuCheckConfig) -> int:
     """Run the check from a command line: the CPU variant hides GPUs and uses one thread; print, exit status."""
     if config.device == "cpu":
@@ -277,8 +264,8 @@ def check(config: GpuCheckConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.gpu", description=__doc__.split("\n\n")[0])
-    arguments(parser)
-    return check(config_from(parser.parse_args(argv)))
+    add_flags(parser, GpuCheckConfig)
+    return check(parse(GpuCheckConfig, parser, argv))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlep.tasks.bench.flags import add_flags, parse
 
 MIB = 1 << 20
 
@@ -88,35 +93,30 @@ def measure(model: str, mode: str, engine_dtype: str, bucket_mb: int, repeats: i
     }
 
 
-def arguments(parser: argparse.ArgumentParser) -> None:
-    """The bench's flags (shared by `rlep bench sync`)."""
-    parser.add_argument("--model", required=True, help="HF-format model directory (e.g. the converted SmolLM2).")
-    parser.add_argument(
-        "--mode",
-        choices=["sync", "async"],
-        default="async",
-        help="The engine in this process (sync) or in a generator process (async) [default: async].",
+class SyncBenchConfig(BaseModel):
+    """Settings of the weight-sync memory bench (`measure`'s, and where its result goes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="HF-format model directory (e.g. the converted SmolLM2).")
+    mode: Literal["sync", "async"] = Field(
+        "async", description="The engine in this process (sync) or in a generator process (async)."
     )
-    parser.add_argument(
-        "--engine-dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="The engine's dtype; the weights are converted to it on the way [default: float32].",
+    engine_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="The engine's dtype; the weights are converted to it on the way."
     )
-    parser.add_argument("--bucket-mb", type=int, default=128, help="Size of one sync bucket in MiB [default: 128].")
-    parser.add_argument("--repeats", type=int, default=3, help="Syncs measured; the peak is reported [default: 3].")
-    parser.add_argument(
-        "--results", default="bench/results", help="Directory for the JSON result [default: bench/results]."
-    )
+    bucket_mb: int = Field(128, ge=1, description="Size of one sync bucket in MiB.")
+    repeats: int = Field(3, ge=1, description="Syncs measured; the peak is reported.")
+    results: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Measure with the parsed flags, write bench/results/sync-<time>.json, print the result; returns it."""
+def run(config: SyncBenchConfig) -> dict:
+    """Measure, write bench/results/sync-<time>.json, print the result; returns it."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    result = measure(args.model, args.mode, args.engine_dtype, args.bucket_mb, args.repeats)
+    result = measure(config.model, config.mode, config.engine_dtype, config.bucket_mb, config.repeats)
     from rlep.tasks.bench.report import write_bench_report
 
-    path = write_bench_report("sync", Path(args.results), **result)
+    path = write_bench_report("sync", config.results, **result)
     print(json.dumps(result, indent=2))
     print(f"written {path}")
     return result
@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.sync", description=__doc__.split("\n")[0])
-    arguments(parser)
-    run(parser.parse_args(argv))
+    add_flags(parser, SyncBenchConfig)
+    run(parse(SyncBenchConfig, parser, argv))
 
 
 if __name__ == "__main__":

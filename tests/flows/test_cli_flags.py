@@ -1,8 +1,8 @@
 """Every command's flags come from settings models (issue 36): a field is a flag, its description the help.
 
 The few flags written out by hand are not settings (the --config file, how a command runs: --prefect,
---resume; show-config's command name); the benches that keep a standalone `python -m` entry point build their
-flags there.
+--resume; show-config's command name). The benches' own `python -m` entry points, which run without rlep's
+command line, make the same flags from the same models.
 """
 
 import argparse
@@ -21,14 +21,19 @@ from rlep.flows.commands.studies import STUDY_FLAGS
 from rlep.flows.deployments import SERVE_FLAGS
 from rlep.flows.options import add_model_flags, build_from_flags
 from rlep.flows.server import ServerConfig
+from rlep.tasks.bench import gpu, sync
+from rlep.tasks.bench.gpu import GpuCheckConfig
+from rlep.tasks.bench.sync import SyncBenchConfig
 from rlep.tasks.bench.train import TrainBenchOutput
 from rlep.tasks.real_model import RealModelRequest
+from rlep.verifiers import bench as verify_bench
+from rlep.verifiers.bench import VerifyBenchConfig
 
 # Hand-written flags that are not settings of an operation.
 NOT_SETTINGS = {"--config", "--prefect", "--resume", "command_name"}
-# Benches whose flags are their module's own (`python -m rlep.tasks.bench.update` and the others run without rlep's
-# command line).
-OWN_PARSERS = {"bench verify", "bench update", "bench gpu", "bench sync"}
+# Flags written from its model's fields by the bench's module (`python -m rlep.tasks.bench.update` runs without rlep's
+# command line; its ranks are launched through it).
+OWN_PARSERS = {"bench update"}
 
 # command -> (model, its flags' namespace, the settings that have a flag: all when None)
 COMMAND_MODELS = {
@@ -43,6 +48,9 @@ COMMAND_MODELS = {
     "collect": [(None, "runner", {"kind", "address", "max_parallel"})],
     "problems": [(ProblemsOutput, "output", None)],
     "bench train": [(TrainBenchOutput, "bench", None)],
+    "bench sync": [(SyncBenchConfig, "cfg", None)],
+    "bench gpu": [(GpuCheckConfig, "cfg", None)],
+    "bench verify": [(VerifyBenchConfig, "cfg", None)],
 }
 
 
@@ -136,3 +144,19 @@ def test_a_required_setting_is_no_required_flag_where_the_config_file_may_give_i
 
     add_model_flags(parser, Settings)
     assert parser.parse_args([]).config is None
+
+
+@pytest.mark.parametrize("name, module", [("sync", sync), ("gpu", gpu), ("verify", verify_bench)])
+def test_a_bench_takes_the_same_flags_from_rlep_and_from_its_module(name, module, monkeypatch):
+    commands = dict(_commands(build_parser()))
+    rlep_flags = {s for a in commands[f"bench {name}"]._actions for s in a.option_strings}
+    seen = {}
+
+    def stop(parser, argv=None):  # the module's parser, built, is all this test needs
+        seen["parser"] = parser
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
+    with pytest.raises(SystemExit):
+        module.main([])
+    assert {s for a in seen["parser"]._actions for s in a.option_strings} == rlep_flags
