@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlep",
         description="RL for LLM reasoning with experience replay: collect verified answers, replay them in GRPO.",
     )
-    parser.add_argument(
+    parser.add_argument(  # where library output goes, not a setting of any command
         "-v",
         "--verbose",
         action="store_true",
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (model, runner) in _config_commands().items():
         doc = (model.__doc__ or "").strip().splitlines()[0]
         p = add_command(sub, name, doc, runner)
-        p.add_argument(
+        p.add_argument(  # how the command runs (a flow or plain calls), not a setting of the run
             "--prefect",
             action=argparse.BooleanOptionalAction,
             default=True,
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     benches.add_bench(sub)
     studies.add_study(sub)
     p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
-    p.add_argument("command_name", choices=show_config_names(), metavar="COMMAND")
+    p.add_argument("command_name", choices=show_config_names(), metavar="COMMAND")  # which model: not a setting
     p.set_defaults(handler=_cmd_show_config)
     return parser
 

@@ -20,6 +20,7 @@ def add_bench(sub) -> None:
         "generate", help="Tokens/s of the vLLM and transformers engines on the same model and prompts."
     )
     p.set_defaults(handler=cmd_bench_generate)
+    # each bench's --config: the file its settings come from, not a setting itself
     p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
     add_model_flags(p, GenerateBenchConfig)
     p = bench_sub.add_parser(

@@ -23,6 +23,7 @@ def add_command(sub, name: str, help_text: str, handler: Callable) -> argparse.A
     """A command that reads its settings from `--config FILE.yaml` and flags; its help is its description too."""
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.set_defaults(handler=handler)
+    # the file the settings come from, not a setting itself
     p.add_argument("--config", type=Path, default=None, help="YAML file of settings; flags override it.")
     return p
 

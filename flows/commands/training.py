@@ -12,7 +12,7 @@ from rlep.flows.commands.common import UserError, check_pool, config_from_args
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
     """`rlep train`'s flags besides its settings': continuing a run."""
-    p.add_argument(
+    p.add_argument(  # a run to continue: its saved settings are the base, so not a setting itself
         "--resume",
         type=Path,
         default=None,
