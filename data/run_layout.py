@@ -83,6 +83,16 @@ class TrainRunLayout:
         return self.root / "train_config.json"
 
     @property
+    def launch_request(self) -> Path:
+        """A distributed run's settings as every rank reads them (rank 0 alone writes `config`)."""
+        return self.root / "launch_config.json"
+
+    @property
+    def resolved_settings(self) -> Path:
+        """What the run resolved when it started (`precision: auto`'s choice, per start)."""
+        return self.root / "resolved_settings.json"
+
+    @property
     def metrics(self) -> Path:
         return self.root / "metrics.parquet"
 
@@ -160,6 +170,11 @@ class CollectRunLayout:
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
+    @property
+    def sampling_settings(self) -> Path:
+        """The settings the shards on disk were sampled with (a resumed collection must match them)."""
+        return self.root / "collect_settings.json"
+
 
 @dataclass(frozen=True)
 class PoolVersionLayout:
@@ -223,6 +238,15 @@ class PipelineLayout:
         return self.root / "heldout_accuracy.png"
 
 
+# x axis -> file name of the study's plots of held-out accuracy
+STUDY_PLOTS = {
+    "step": "accuracy_vs_step.png",
+    "tokens_generated": "accuracy_vs_tokens.png",
+    "tokens_charged": "accuracy_vs_charged_tokens.png",
+    "wall_seconds": "accuracy_vs_wall.png",
+}
+
+
 @dataclass(frozen=True)
 class StudyLayout:
     """Run directories of a study, one per (arm or phase, seed)."""
@@ -251,6 +275,18 @@ class StudyLayout:
     def living_pool(self, arm: str, seed: int) -> Path:
         """The pool store of a living-pool arm at `seed` (`tasks.living_pool`): its versions and re-collections."""
         return self.root / "pools" / arm / f"seed-{seed}"
+
+    def table(self, name: str) -> Path:
+        """One of the study's tables (`study`, `final`, `summary`, `claims`, `endpoints`)."""
+        return self.root / f"{name}.parquet"
+
+    def plot(self, x: str) -> Path:
+        """The held-out accuracy plotted against `x` (`step`, `tokens_generated`, `tokens_charged`, `wall_seconds`)."""
+        return self.root / STUDY_PLOTS[x]
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
 
     def evaluation(self, name: str, seed: int, run_out: Path) -> Path:
         """The final evaluation of a training run: inside its directory."""

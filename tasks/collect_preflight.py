@@ -28,8 +28,6 @@ from rlep.tasks.collect_lock import release_lock, take_lock
 from rlep.tasks.engines import context_limit
 from rlep.tasks.models import resolve_model
 
-SETTINGS_FILE = "collect_settings.json"  # what the shards on disk were sampled with
-
 OVERLONG = "prompt too long"  # the reason counted for a problem left out by `overlong_prompts: filter`
 
 
@@ -108,7 +106,7 @@ def _content_settings(config: CollectConfig, model: str) -> dict[str, Any]:
 
 
 def _check_same_collection(config: CollectConfig, model: str, store: ExperienceStore) -> None:
-    path = store.root / SETTINGS_FILE
+    path = store.layout.sampling_settings
     settings = _content_settings(config, model)
     if store.completed_shards() or any((store.root / ".staging").glob("*.parquet")):
         saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None

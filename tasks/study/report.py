@@ -9,16 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
+from rlep.data.run_layout import STUDY_PLOTS, StudyLayout
 from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
-
-PLOTS = {
-    "step": "accuracy_vs_step.png",
-    "tokens_generated": "accuracy_vs_tokens.png",
-    "tokens_charged": "accuracy_vs_charged_tokens.png",
-    "wall_seconds": "accuracy_vs_wall.png",
-}
 
 
 def write_study_outputs(
@@ -27,12 +21,12 @@ def write_study_outputs(
     """Write every output file of the study under `config.out`; returns their paths by name."""
     import pyarrow as pa
 
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    layout = StudyLayout(config.out)
+    layout.root.mkdir(parents=True, exist_ok=True)
     summary = summarize(study, config.baseline_arm)
     table = evaluate_claims(study, config.claims, config.baseline_arm)
     ends = endpoints(study, final, config.baseline_arm)
-    paths = {name: out / f"{name}.parquet" for name in ("study", "final", "summary", "claims", "endpoints")}
+    paths = {name: layout.table(name) for name in ("study", "final", "summary", "claims", "endpoints")}
     for name, frame in (
         ("study", study),
         ("final", final),
@@ -41,9 +35,9 @@ def write_study_outputs(
         ("endpoints", ends),
     ):
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
-    for x, name in PLOTS.items():
-        paths[name] = _plot(summary, x, out / name)
-    paths["report"] = out / "report.md"
+    for x, name in STUDY_PLOTS.items():
+        paths[name] = _plot(summary, x, layout.plot(x))
+    paths["report"] = layout.report
     write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command))
     return paths
 
@@ -150,7 +144,7 @@ def report_markdown(
             f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, '{:+.3f}')} | {row.per_seed} | "
             f"{row.tokens_charged:,.0f} | {row.wall_seconds:.1f} |"
         )
-    lines += ["", *(f"![{name}]({name})" for name in PLOTS.values()), ""]
+    lines += ["", *(f"![{name}]({name})" for name in STUDY_PLOTS.values()), ""]
     return "\n".join(lines)
 
 

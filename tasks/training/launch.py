@@ -52,7 +52,7 @@ def train_distributed(config, resume: bool = False) -> TrainResult:
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    request = out / "launch_config.json"  # what every rank reads; the run's own config.json is rank 0's to write
+    request = TrainRunLayout(out).launch_request
     write_text_atomic(request, config.model_dump_json(indent=2))
     arguments = ["--config", str(request), *(["--resume"] if resume else [])]
     if config.backend.launcher == "ray":

@@ -26,13 +26,13 @@ from typing import Literal
 import torch
 
 from rlep.data.fs import write_text_atomic
+from rlep.data.run_layout import TrainRunLayout
 
 Precision = Literal["fp32", "bf16"]
 CPUINFO = Path("/proc/cpuinfo")
 # x86: AVX512-BF16 (Cooper Lake, Zen 4 and later), AMX-BF16 (Sapphire Rapids and later); Arm: FEAT_BF16.
 CPU_BF16_FLAGS = {"flags": ("avx512_bf16", "amx_bf16"), "Features": ("bf16",)}
 # What the run writes beside train_config.json: how each start of the run resolved its `auto` settings.
-RESOLVED_FILE = "resolved_settings.json"
 
 log = logging.getLogger("rlep.train")
 
@@ -112,7 +112,7 @@ def record_precision(out: Path | str, choice: PrecisionChoice, step: int) -> Pat
     One entry per start of the run: a fresh run (step 0) starts the list again, a resumed one keeps the
     entries of the steps before its checkpoint, so a run resumed on another machine shows both choices."""
     log.info(choice.line() + (f" (resumed at step {step})" if step else ""))
-    path = Path(out) / RESOLVED_FILE
+    path = TrainRunLayout(out).resolved_settings
     starts = []
     if step and path.is_file():
         starts = [s for s in json.loads(path.read_text()).get("precision", []) if s.get("step", 0) < step]
@@ -128,5 +128,5 @@ def record_precision(out: Path | str, choice: PrecisionChoice, step: int) -> Pat
 
 def recorded_precision(out: Path | str) -> list[dict]:
     """Every start of the run in `out` with the precision it trained in (empty: none recorded)."""
-    path = Path(out) / RESOLVED_FILE
+    path = TrainRunLayout(out).resolved_settings
     return json.loads(path.read_text()).get("precision", []) if path.is_file() else []

@@ -105,3 +105,54 @@ def test_pipeline_and_study_directories(tmp_path):
     assert study.run("rlep", 2) == tmp_path / "runs" / "rlep" / "seed-2"
     assert study.explore(2) == tmp_path / "explore" / "seed-2"
     assert study.collect(2).pool == tmp_path / "collect" / "seed-2" / POOL_FILE
+
+
+def _layout_file_names() -> set[str]:
+    """The name of every file a layout object owns (properties and methods without arguments but a step/seed)."""
+    root = Path("R")
+    layouts = [
+        EvalRunLayout(root),
+        TrainRunLayout(root),
+        CollectRunLayout(root),
+        PoolVersionLayout(root),
+        PipelineLayout(root),
+        StudyLayout(root),
+    ]
+    names = set()
+    for layout in layouts:
+        for attr in dir(type(layout)):
+            if isinstance(getattr(type(layout), attr), property):
+                value = getattr(layout, attr)
+                if isinstance(value, Path):
+                    names.add(value.name)
+    study = StudyLayout(root)
+    names |= {study.table(n).name for n in ("study", "summary")} | {study.plot("step").name}
+    return {name for name in names if "." in name}  # files; bare directory words ("fresh") mean other things too
+
+
+def test_run_file_names_are_spelled_only_in_the_layouts():
+    """No module but data/run_layout.py spells a run file's name in code (docstrings and comments may name it)."""
+    import ast
+
+    names = _layout_file_names()
+    assert {"train_config.json", "launch_config.json", "resolved_settings.json", "collect_settings.json"} <= names
+    project = Path(__file__).resolve().parents[2]
+    found = []
+    for folder in ("flows", "tasks", "data", "verifiers"):
+        for path in (project / folder).rglob("*.py"):
+            if path.name == "run_layout.py":
+                continue
+            tree = ast.parse(path.read_text())
+            docstrings = {
+                id(node.body[0].value)
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                and node.body
+                and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    if node.value in names:
+                        found.append(f"{path.relative_to(project)}:{node.lineno} {node.value}")
+    assert not found, found
