@@ -76,9 +76,11 @@ def add_bench(sub) -> None:
         "MFU, parameter + optimizer and peak memory per rank; --nproc N with ddp | fsdp2 (docs/distributed.md).",
     )
     p.set_defaults(handler=cmd_bench_update)
-    from rlep.tasks.bench.update import arguments as add_update_bench_arguments
+    from rlep.tasks.bench.update import MODEL_CONFIG_HELP, UpdateBenchConfig
 
-    add_update_bench_arguments(p)
+    add_model_flags(p, UpdateBenchConfig)
+    # another spelling of --model, not a setting of its own
+    p.add_argument("--model-config", dest="cfg:model", default=argparse.SUPPRESS, help=MODEL_CONFIG_HELP)
     p = bench_sub.add_parser(
         "gpu",
         help="The GPU acceptance check in under 10 minutes: FSDP2 on NCCL with checkpoint and resume, the training "
@@ -162,9 +164,9 @@ def cmd_bench_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_update(args: argparse.Namespace) -> int:
-    from rlep.tasks.bench.update import bench_update, config_from, summary
+    from rlep.tasks.bench.update import UpdateBenchConfig, bench_update, summary
 
-    report = bench_update(config_from(args))
+    report = bench_update(build_from_flags(UpdateBenchConfig, args))
     print(summary(report))
     print(f"report: {report['config']['out']}")
     return 0

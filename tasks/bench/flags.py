@@ -42,7 +42,12 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
 
 def parse(model: type[M], parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> M:
     """The settings the command line gives (every field `add_flags` made), checked; a bad value exits with 2."""
-    values = vars(parser.parse_args(argv))
+    return settings(model, parser, parser.parse_args(argv))
+
+
+def settings(model: type[M], parser: argparse.ArgumentParser, args: argparse.Namespace) -> M:
+    """`model` from parsed flags (others than its fields' are left out), checked; a bad value exits with 2."""
+    values = vars(args)
     try:
         return model.model_validate({name: value for name, value in values.items() if name in model.model_fields})
     except ValidationError as err:

@@ -33,10 +33,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlep.tasks.bench.flags import add_flags, settings
 from rlep.tasks.bench.shapes import MODEL_CONFIGS, PEAK_TFLOPS, model_config, peak_tflops  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import torch
+
+
+# `--model-config`, the other spelling of `--model` (both entry points keep it)
+MODEL_CONFIG_HELP = "Alias of --model."
 
 
 class UpdateBenchConfig(BaseModel):
@@ -283,26 +288,6 @@ def summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def arguments(parser: argparse.ArgumentParser) -> None:
-    """The bench's flags (shared by `rlep bench update`)."""
-    for name, field in UpdateBenchConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        kind = field.annotation
-        if kind is bool:
-            parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=field.default, help=field.description
-            )
-        else:
-            choices = getattr(kind, "__args__", None) if str(kind).startswith("typing.Literal") else None
-            parser.add_argument(flag, default=field.default, choices=choices, help=field.description)
-    parser.add_argument("--model-config", dest="model", help="Alias of --model.")
-
-
-def config_from(args: argparse.Namespace) -> UpdateBenchConfig:
-    values = {name: getattr(args, name) for name in UpdateBenchConfig.model_fields}
-    return UpdateBenchConfig.model_validate({k: v for k, v in values.items() if v is not None})
-
-
 def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
     """Run the benchmark (launching `nproc` processes when more than one) and return rank 0's report."""
     if config.nproc > 1 and "RANK" not in os.environ:
@@ -324,12 +309,13 @@ def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlep.tasks.bench.update", description=__doc__.split("\n\n")[0])
-    arguments(parser)
+    add_flags(parser, UpdateBenchConfig)
+    parser.add_argument("--model-config", dest="model", default=argparse.SUPPRESS, help=MODEL_CONFIG_HELP)
     parser.add_argument("--request", type=Path, default=None, help=argparse.SUPPRESS)  # one rank of a launched run
     args = parser.parse_args(argv)
     if args.request is not None:
         return _rank(UpdateBenchConfig.model_validate_json(args.request.read_text()))
-    report = bench_update(config_from(args))
+    report = bench_update(settings(UpdateBenchConfig, parser, args))
     print(summary(report))
     print(f"report: {report['config']['out']}")
     return 0

@@ -21,19 +21,17 @@ from rlep.flows.commands.studies import STUDY_FLAGS
 from rlep.flows.deployments import SERVE_FLAGS
 from rlep.flows.options import add_model_flags, build_from_flags
 from rlep.flows.server import ServerConfig
-from rlep.tasks.bench import gpu, sync
+from rlep.tasks.bench import gpu, sync, update
 from rlep.tasks.bench.gpu import GpuCheckConfig
 from rlep.tasks.bench.sync import SyncBenchConfig
 from rlep.tasks.bench.train import TrainBenchOutput
+from rlep.tasks.bench.update import UpdateBenchConfig
 from rlep.tasks.real_model import RealModelRequest
 from rlep.verifiers import bench as verify_bench
 from rlep.verifiers.bench import VerifyBenchConfig
 
 # Hand-written flags that are not settings of an operation.
 NOT_SETTINGS = {"--config", "--prefect", "--resume", "command_name"}
-# Flags written from its model's fields by the bench's module (`python -m rlep.tasks.bench.update` runs without rlep's
-# command line; its ranks are launched through it).
-OWN_PARSERS = {"bench update"}
 
 # command -> (model, its flags' namespace, the settings that have a flag: all when None)
 COMMAND_MODELS = {
@@ -51,6 +49,7 @@ COMMAND_MODELS = {
     "bench sync": [(SyncBenchConfig, "cfg", None)],
     "bench gpu": [(GpuCheckConfig, "cfg", None)],
     "bench verify": [(VerifyBenchConfig, "cfg", None)],
+    "bench update": [(UpdateBenchConfig, "cfg", None)],
 }
 
 
@@ -80,8 +79,6 @@ def test_every_flag_of_every_command_comes_from_a_settings_field_or_is_not_a_set
     commands = dict(_commands(build_parser()))
     assert set(COMMAND_MODELS) <= set(commands)
     for name, parser in commands.items():
-        if name in OWN_PARSERS:
-            continue
         generated, others = _settings_and_others(parser)
         assert others <= NOT_SETTINGS, f"rlep {name}: hand-written flags {sorted(others - NOT_SETTINGS)}"
         for model, namespace, only in COMMAND_MODELS.get(name, []):
@@ -146,7 +143,7 @@ def test_a_required_setting_is_no_required_flag_where_the_config_file_may_give_i
     assert parser.parse_args([]).config is None
 
 
-@pytest.mark.parametrize("name, module", [("sync", sync), ("gpu", gpu), ("verify", verify_bench)])
+@pytest.mark.parametrize("name, module", [("sync", sync), ("gpu", gpu), ("verify", verify_bench), ("update", update)])
 def test_a_bench_takes_the_same_flags_from_rlep_and_from_its_module(name, module, monkeypatch):
     commands = dict(_commands(build_parser()))
     rlep_flags = {s for a in commands[f"bench {name}"]._actions for s in a.option_strings}
@@ -159,4 +156,5 @@ def test_a_bench_takes_the_same_flags_from_rlep_and_from_its_module(name, module
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
     with pytest.raises(SystemExit):
         module.main([])
-    assert {s for a in seen["parser"]._actions for s in a.option_strings} == rlep_flags
+    shown = {s for a in seen["parser"]._actions if a.help != argparse.SUPPRESS for s in a.option_strings}
+    assert shown == rlep_flags  # a hidden flag (update's --request: one rank of a launched run) is the module's
