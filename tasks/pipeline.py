@@ -9,12 +9,13 @@ GRPO run from `train.model` explores first, the collection samples its final che
 trains from `train.model` again. When that exploration run would be the baseline arm itself (same settings,
 same seed, same steps), the baseline run is reused as the exploration and nothing is trained twice.
 
-The runs are the study's planner's for one seed (`tasks.plan.plan_seed`), with the start evaluated first, and
-they execute through the study's executor (`tasks.execute.execute_run`): one place decides RLEP's order and
-what is evaluated, one carries runs out. The loop has no Prefect in it: `flows/pipeline.py` passes Prefect
-subflows as the stages; without stages (`rlep pipeline --no-prefect`, `rlep bench train`) each run is carried
-out by plain functions in a fresh process of its own. A finished run with the same settings is not run again,
-so a killed pipeline resumes.
+The pipeline is the one-seed preset of the study's planner (`PipelineConfig.experiment`, laid out by
+`tasks.plan.plan_experiment`): the start evaluated first, the pool collected even when no arm replays it, its
+own layout, the baseline arm optional. Its runs execute through the study's executor
+(`tasks.execute.execute_run`): one place decides RLEP's order and what is evaluated, one carries runs out. The
+loop has no Prefect in it: `flows/pipeline.py` passes Prefect subflows as the stages; without stages (`rlep
+pipeline --no-prefect`, `rlep bench train`) each run is carried out by plain functions in a fresh process of
+its own. A finished run with the same settings is not run again, so a killed pipeline resumes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.execute import Stages, execute_in_process, execute_plan
-from rlep.tasks.plan import Run, plan_seed
+from rlep.tasks.plan import Experiment, Run, SeedSettings, plan_experiment
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.training.config import TrainConfig
 
@@ -87,6 +88,22 @@ class PipelineConfig(BaseModel):
             )
         return arms
 
+    def experiment(self) -> Experiment:
+        """The pipeline as the planner's one-seed preset: `train.seed` with the arms above, `train` as the
+        exploration's start and `collect` as given, each evaluated with `evaluate`; the start evaluated first, the
+        pool collected even when no arm replays it (Phase I, reported on its own), in this pipeline's layout."""
+        layout = self.layout()
+        return Experiment(
+            seeds={self.train.seed: SeedSettings(self.arm_settings(), self.train, self.collect)},
+            evaluation=lambda train, name, out: self.evaluate.model_copy(update={"out": out}),
+            layout=_PlanLayout(layout),
+            baseline="baseline",
+            explore_steps=self.explore_steps,
+            pool_from=self.pool_from,
+            always_collect=True,
+            start=self.evaluate.model_copy(update={"model": self.train.model, "out": layout.evaluation("base").root}),
+        )
+
 
 @dataclass
 class PipelineResult:
@@ -121,29 +138,7 @@ class _PlanLayout:
 
 def plan(config: PipelineConfig) -> list[Run]:
     """The pipeline's runs: the start's evaluation, then one seed of the planner's runs."""
-    layout = config.layout()
-    start = Run(
-        "evaluate/base",
-        "evaluate",
-        config.train.seed,
-        None,
-        config.evaluate.model_copy(update={"model": config.train.model, "out": layout.evaluation("base").root}),
-    )
-    return [
-        start,
-        *plan_seed(
-            config.arm_settings(),
-            config.train.seed,
-            config.train,
-            config.collect,
-            lambda train, name, out: config.evaluate.model_copy(update={"out": out}),
-            _PlanLayout(layout),
-            "baseline",
-            config.explore_steps,
-            config.pool_from,
-            always_collect=True,
-        ),
-    ]
+    return plan_experiment(config.experiment())
 
 
 def run_pipeline(

@@ -1,14 +1,16 @@
-"""One planner for the pipeline and the study: arms' settings -> the runs of one seed, with what each waits for.
+"""One planner for the pipeline and the study: an experiment's settings -> its runs, with what each waits for.
 
-    [explore: plain GRPO from the start] -> collect (the pool) -> train each arm -> evaluate its last checkpoint
+    [evaluate the start] -> per seed: [explore: plain GRPO from the start] -> collect (the pool)
+                            -> train each arm -> evaluate its last checkpoint
 
-`plan_seed` decides, once for both callers: which arms replay a collected pool and which run explores
-(RLEP's order, `tasks.rlep_order`: the baseline arm's own run when it is the same run, else a separate
-exploration run), where the pool is sampled from, which arms follow a living pool of their own
-(`tasks.living_pool`), and what is evaluated (every arm's last checkpoint and a separate exploration's).
-`rlep pipeline` is one seed of it with the start evaluated first (`tasks.pipeline`); `rlep study` is every
-seed (`tasks.study`). Where each run writes is the caller's layout (`PlanLayout`); how a run executes,
-`tasks.execute`.
+`plan_experiment` lays out every run of an `Experiment` and decides, once for both callers: which arms replay
+a collected pool and which run explores (RLEP's order, `tasks.rlep_order`: the baseline arm's own run when it
+is the same run, else a separate exploration run), where the pool is sampled from, which arms follow a living
+pool of their own (`tasks.living_pool`), and what is evaluated (every arm's last checkpoint, a separate
+exploration's, and the start when asked). `rlep study` is an experiment of every seed (`tasks.study`); `rlep
+pipeline` its one-seed preset (`tasks.pipeline`): the start evaluated first, the pool collected even when no
+arm replays it, its own layout, the baseline arm optional. Where each run writes is the caller's layout
+(`PlanLayout`); how a run executes, `tasks.execute`.
 """
 
 from __future__ import annotations
@@ -68,24 +70,44 @@ class PlanLayout(Protocol):
 Evaluation = Callable[[TrainConfig, str, Path], EvalConfig]  # (trained run's settings, name, out) -> settings
 
 
-def plan_seed(
-    arms: dict[str, TrainConfig],
-    seed: int,
-    base: TrainConfig,
-    collect: CollectConfig,
-    evaluation: Evaluation,
-    layout: PlanLayout,
-    baseline: str | None,
-    explore_steps: int | None = None,
-    pool_from: Literal["explore", "collect-model"] = "explore",
-    always_collect: bool = False,
-) -> list[Run]:
-    """The runs of one seed for `arms` (settings with seed and out set, no collected pool filled in yet), in an
-    order that respects `needs`. `base` is what a separate exploration run starts from (as plain GRPO, for the
-    exploration's steps). `collect` is the collection's settings (its model is replaced by the
-    exploration's last checkpoint when one explores); `always_collect` collects even when no arm replays the
-    pool (the pipeline's Phase I, reported on its own)."""
-    order = rlep_order(arms, baseline, explore_steps, pool_from)
+@dataclass(frozen=True)
+class SeedSettings:
+    """One seed's settings as the planner takes them."""
+
+    arms: dict[str, TrainConfig]  # each arm's training settings, seed and out set, no collected pool filled in yet
+    base: TrainConfig  # what a separate exploration run starts from (as plain GRPO, for the exploration's steps)
+    collect: CollectConfig  # the collection's (its model is replaced by the exploration's last checkpoint)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What a plan is derived from: a study's settings (every seed) or the pipeline's (its one-seed preset)."""
+
+    seeds: dict[int, SeedSettings]
+    evaluation: Evaluation  # the final evaluation of a trained run
+    layout: PlanLayout
+    baseline: str | None  # the arm that may double as the exploration run (absent: none does)
+    explore_steps: int | None = None  # steps of the exploration run (None: the baseline's)
+    pool_from: Literal["explore", "collect-model"] = "explore"
+    always_collect: bool = False  # collect even when no arm replays the pool (the pipeline's Phase I, reported)
+    start: EvalConfig | None = None  # evaluate the starting model first (its `model` and `out` set): `evaluate/base`
+
+
+def plan_experiment(experiment: Experiment) -> list[Run]:
+    """Every run of `experiment` in an order that respects `needs`: the start's evaluation when asked, then each
+    seed's runs."""
+    runs = []
+    if experiment.start is not None:
+        runs.append(Run("evaluate/base", "evaluate", next(iter(experiment.seeds)), None, experiment.start))
+    for seed, settings in experiment.seeds.items():
+        runs += _plan_seed(experiment, seed, settings)
+    return runs
+
+
+def _plan_seed(experiment: Experiment, seed: int, settings: SeedSettings) -> list[Run]:
+    """The runs of one seed, in an order that respects `needs`."""
+    arms, collect, layout, evaluation = settings.arms, settings.collect, experiment.layout, experiment.evaluation
+    order = rlep_order(arms, experiment.baseline, experiment.explore_steps, experiment.pool_from)
     runs: list[Run] = []
     collect_key = f"collect/seed-{seed}"
     explore_key = None
@@ -94,10 +116,10 @@ def plan_seed(
             explore_key = f"{order.explore_arm}/seed-{seed}"
             runs.append(_train(explore_key, seed, order.explore_arm, arms[order.explore_arm], evaluation, layout))
         else:
-            explore = exploration(base, order.explore_steps, layout.explore(seed))
+            explore = exploration(settings.base, order.explore_steps, layout.explore(seed))
             explore_key = f"explore/seed-{seed}"
             runs.append(_train(explore_key, seed, None, explore, evaluation, layout, name="explore"))
-    collects = bool(order.pooled) or always_collect
+    collects = bool(order.pooled) or experiment.always_collect
     if collects:
         out = layout.collect(seed).root
         runs.append(

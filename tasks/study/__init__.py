@@ -1,7 +1,7 @@
 """`rlep study`: replay designs compared arm against arm over several seeds, paired, with claims fixed beforehand.
 
 - `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order
-  (each seed's from `tasks.plan.plan_seed`, the pipeline's planner too); runs execute in `tasks.execute`;
+  (every seed's from `tasks.plan.plan_experiment`, the pipeline's planner too); runs execute in `tasks.execute`;
 - `runs`: gather the finished runs' results as tables, with the cost each arm is charged;
 - `claims`: the claims recorded with their digest as the study starts (OUT/claims.json), refused if changed
   once runs exist;

@@ -31,7 +31,7 @@ from rlep.data.source_config import ProblemSourceConfig
 from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines import EngineConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.plan import PlanError, Run, plan_seed
+from rlep.tasks.plan import Experiment, PlanError, Run, SeedSettings, plan_experiment
 from rlep.tasks.runner import RunnerConfig
 from rlep.tasks.settings import merge_settings, refused_choices, validation_problems
 from rlep.tasks.training.config import TrainConfig
@@ -223,12 +223,12 @@ def _check_equal_updates(arms: dict[str, TrainConfig]) -> None:
 
 
 def plan(config: StudyConfig) -> list[Run]:
-    """Every run of the study in an order that respects `needs` (`tasks.plan.plan_seed` for each seed, the
+    """Every run of the study in an order that respects `needs` (`tasks.plan.plan_experiment` over every seed, the
     pipeline's planner too); all settings validated before anything runs, every arm making as many optimizer
     updates per step as the others (unless `equal_updates` is off)."""
     layout = StudyLayout(config.out)
     base_settings = config.train.model_dump(mode="json")
-    runs: list[Run] = []
+    seeds: dict[int, SeedSettings] = {}
     for seed in config.seeds:
         arms = {}
         for arm, override in config.arms.items():
@@ -242,18 +242,15 @@ def plan(config: StudyConfig) -> list[Run]:
         if config.equal_updates:
             _check_equal_updates(arms)
         base = config.train.model_copy(update={"seed": seed})
-        collect = config.collect.model_copy(update={"seed": seed})
-        try:
-            runs += plan_seed(
-                arms,
-                seed,
-                base,
-                collect,
-                lambda train, name, out: config.evaluate.for_run(train, out),
-                layout,
-                config.baseline_arm,
-                config.explore_steps,
-            )
-        except PlanError as err:
-            raise StudyError(str(err)) from None
-    return runs
+        seeds[seed] = SeedSettings(arms, base, config.collect.model_copy(update={"seed": seed}))
+    experiment = Experiment(
+        seeds=seeds,
+        evaluation=lambda train, name, out: config.evaluate.for_run(train, out),
+        layout=layout,
+        baseline=config.baseline_arm,
+        explore_steps=config.explore_steps,
+    )
+    try:
+        return plan_experiment(experiment)
+    except PlanError as err:
+        raise StudyError(str(err)) from None
