@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlep.tasks.model_errors import ModelNotFound  # noqa: F401  (raised here; callers import it from here)
+from rlep.tasks.model_names import REAL_MODEL_NAMES  # noqa: F401  (callers import it from here)
 
 TINY_MODEL = "tiny"
 TINY_WORKED_MODEL = "tiny-worked"
-# Real pretrained models fetched from a registry package and converted once (tasks/real_model.py).
-REAL_MODEL_NAMES = ("smollm2",)
 
 
 def resolve_model(model: str, progress: bool = True) -> str:

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.fs import atomic_dir, write_text_atomic
 from rlep.tasks.model_errors import ModelNotFound
-from rlep.tasks.models import REAL_MODEL_NAMES
+from rlep.tasks.model_names import REAL_MODEL_NAMES
 
 INFO_FILE = "rlep_real_model.json"
 # Bump when the conversion writes something different from the same GGUF file, so cached copies are redone.

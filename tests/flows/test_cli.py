@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from typing import get_args
 
 import pyarrow.parquet as pq
 import pytest
@@ -189,7 +190,12 @@ def test_help_shows_the_defaults_that_apply_for_every_command():
                 continue
             node, path = defaults, action.dest[len("cfg:") :].split(".")
             for part in path[:-1]:
-                node = getattr(node, part, None)
+                parent, node = node, getattr(node, part, None)
+                if node is None and parent is not None:  # an optional section the default leaves unset (`lora`)
+                    section = next(
+                        t for t in get_args(type(parent).model_fields[part].annotation) if t is not type(None)
+                    )
+                    node = section()  # its defaults are what applies once it is set
             if path[-1] not in type(node).model_fields:  # a variant the default does not choose
                 continue
             shown = action.help.replace("%%", "%").rsplit("[default: ", 1)[1][:-1]
