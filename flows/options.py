@@ -3,16 +3,18 @@
 `add_model_flags` turns every leaf field of a config model into a flag (`--temperature`, `--split`, ...):
 the leaf's own name when it is unique in the model, else `--parent-leaf`; a field may name its flag with
 `json_schema_extra={"cli_flag": ...}`, or have none with `False` (a problem source's `kind`: `--source` names
-it). Two settings of one name: a top-level one keeps the name, else the one problem source's (a union of
-variants) does, so a source's flags read the same in `rlep problems`, `collect` and `eval` (`--answer-format`;
-the verifier's is `--verifier-answer-format`). A spelling in RENAMED_FLAGS is still accepted, with a note on
-stderr. Help text is the field's description. A command's operands and switches come from fields too:
-`json_schema_extra` `cli_positional` (an operand, optional when the field has a default), `cli_switch` (a bool
-set by its flag alone: `--json`; on a field that defaults to true, the flag, e.g. `--no-schedule`, clears it),
-`cli_metavar`. A field without a default is a required flag unless `--config` YAML may give it. `build_config`
-merges defaults < YAML < flags (`tasks.settings.merge_settings`) and validates once, so a bad value, or a
-setting of another kind of section, gets one message naming its field, wherever it came from; `build_from_flags`
-is the same for the settings of a command without a file (`rlep inspect`), or a second model beside the file's.
+it); `cli_flat` on a section names its settings' flags as its parent's (a config's `sampling`: `--temperature`,
+`--collect-temperature` in a pipeline). Two settings of one name: a top-level one keeps the name, else the one
+problem source's (a union of variants) does, so a source's flags read the same in `rlep problems`, `collect`
+and `eval` (`--answer-format`; the verifier's is `--verifier-answer-format`). A spelling in RENAMED_FLAGS is
+still accepted, with a note on stderr. Help text is the field's description. A command's operands and switches
+come from fields too: `json_schema_extra` `cli_positional` (an operand, optional when the field has a default),
+`cli_switch` (a bool set by its flag alone: `--json`; on a field that defaults to true, the flag, e.g.
+`--no-schedule`, clears it), `cli_metavar`. A field without a default is a required flag unless `--config` YAML
+may give it. `build_config` merges defaults < YAML (read in today's layout: `tasks.settings_upgrade`) < flags
+(`tasks.settings.merge_settings`) and validates once, so a bad value, or a setting of another kind of section,
+gets one message naming its field, wherever it came from; `build_from_flags` is the same for the settings of a
+command without a file (`rlep inspect`), or a second model beside the file's.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from rlep.tasks.settings import (
     field_type,
     format_validation_error,
+    in_current_layout,
     merge_settings,
     refused_choices,
     section_migration,
@@ -48,12 +51,15 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and/or field."""
 
 
-# path, field, choices, the variants it is of (empty: all or not a union), whether it is a union's setting
-Leaf = tuple[tuple[str, ...], Any, "list | None", tuple[str, ...], bool]
+# path, the path its flag is named by, field, choices, the variants it is of (empty: all or not a union), whether it
+# is a union's setting
+Leaf = tuple[tuple[str, ...], tuple[str, ...], Any, "list | None", tuple[str, ...], bool]
 
 
-def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
-    """(path, field, choices, owners, in_union) for every leaf setting of `model` (a BaseModel class or a union).
+def _leaves(model: Any, prefix: tuple[str, ...] = (), named: tuple[str, ...] = ()) -> Iterator[Leaf]:
+    """(path, named, field, choices, owners, in_union) for every leaf setting of `model` (a BaseModel class or a
+    union). `named` is the path the flag is named by: `path` without the sections whose settings are named as
+    their parent's (`cli_flat`: a config's `sampling` section, so `sampling.temperature` is `--temperature`).
     The variants of a union (e.g. replay kinds, problem sources) share one set of flags: a field name seen in
     several variants is one flag, whose `Literal` choices are merged (none if one variant takes any value);
     `owners` names the variants a setting belongs to when not all have it (empty otherwise)."""
@@ -76,20 +82,24 @@ def _leaves(model: Any, prefix: tuple[str, ...] = ()) -> Iterator[Leaf]:
                         merged[leaf][1].extend(c for c in choices if c not in merged[leaf][1])
         for leaf, (leaf_field, choices) in merged.items():
             mine = tuple(owners[leaf]) if len(owners[leaf]) < len(variants) else ()
-            yield (*prefix, leaf), leaf_field, choices, mine, True
+            yield (*prefix, leaf), (*named, leaf), leaf_field, choices, mine, True
         return
     for name, field in variants[0].model_fields.items():
         if not _has_flag(field):
             continue
         if section_types(field.annotation):
-            yield from _leaves(field.annotation, (*prefix, name))
+            flat = _extra(field).get("cli_flat", False)
+            yield from _leaves(field.annotation, (*prefix, name), named if flat else (*named, name))
         else:
-            yield (*prefix, name), field, _literal_choices(field.annotation), (), False
+            yield (*prefix, name), (*named, name), field, _literal_choices(field.annotation), (), False
+
+
+def _extra(field: Any) -> dict[str, Any]:
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
 
 def _has_flag(field: Any) -> bool:
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    return extra.get("cli_flag") is not False
+    return _extra(field).get("cli_flag") is not False
 
 
 def _variant_name(variant: type[BaseModel]) -> str:
@@ -102,36 +112,37 @@ def _variant_name(variant: type[BaseModel]) -> str:
     return kind.default if kind is not None and isinstance(kind.default, str) else variant.__name__
 
 
-def _flag_names(model: Any) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...]]]:
+def _flag_names(
+    model: Any,
+) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...], tuple[str, ...]]]:
     """Flag per leaf: its `cli_flag` or own name when unique in `model`; when not, prefixed by its parents
     (`--eval-problems-limit`; a named flag keeps its name after the grandparent: `--collect-engine`), except
     that one of the leaves sharing a name keeps it: the top-level one, else the only one of a union (the
     problem source's `answer_format` beside the verifier's)."""
     leaves = list(_leaves(model))
 
-    def short(path: tuple[str, ...], field: Any) -> str:
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        return extra.get("cli_flag") or path[-1]
+    def short(named: tuple[str, ...], field: Any) -> str:
+        return _extra(field).get("cli_flag") or named[-1]
 
     sharing: dict[str, list[tuple[tuple[str, ...], bool]]] = {}
-    for path, field, _, _, in_union in leaves:
-        sharing.setdefault(short(path, field), []).append((path, in_union))
+    for _, named, field, _, _, in_union in leaves:
+        sharing.setdefault(short(named, field), []).append((named, in_union))
     keeps = {}  # name -> the one path that keeps it among several
     for name, holders in sharing.items():
-        top = [path for path, _ in holders if len(path) == 1]
-        of_union = [path for path, in_union in holders if in_union]
+        top = [named for named, _ in holders if len(named) == 1]
+        of_union = [named for named, in_union in holders if in_union]
         if len(holders) > 1 and not top and len(of_union) == 1:
             keeps[name] = of_union[0]
     names = {}
-    for path, field, choices, owners, _ in leaves:
-        name = short(path, field)
-        if len(sharing[name]) > 1 and keeps.get(name) != path:
-            name = "-".join([*path[:-2], name]) if name != path[-1] else "-".join(path)
-        names[path] = ("--" + name.replace("_", "-"), field, choices, owners)
+    for path, named, field, choices, owners, _ in leaves:
+        name = short(named, field)
+        if len(sharing[name]) > 1 and keeps.get(name) != named:
+            name = "-".join([*named[:-2], name]) if name != named[-1] else "-".join(named)
+        names[path] = ("--" + name.replace("_", "-"), field, choices, owners, named)
     if len({flag for flag, *_ in names.values()}) < len(names):  # still ambiguous: full paths
         names = {
-            path: ("--" + "-".join(path).replace("_", "-"), field, choices, owners)
-            for path, (_, field, choices, owners) in names.items()
+            path: ("--" + "-".join(path).replace("_", "-"), field, choices, owners, path)
+            for path, (_, field, choices, owners, _) in names.items()
         }
     return names
 
@@ -169,10 +180,10 @@ def add_model_flags(
         defaults = TypeAdapter(model).validate_python({})
     except ValidationError:  # required settings (a command's operands): the fields' own defaults
         defaults = None
-    for path, (flag, field, choices, owners) in _flag_names(model).items():
+    for path, (flag, field, choices, owners, named) in _flag_names(model).items():
         if flag in skip or (only is not None and ".".join(path) not in only):
             continue
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        extra = _extra(field)
         required = field.is_required() and not from_file
         default = _effective_default(defaults, path, field)
         applies = f" [only for: {', '.join(owners)}]" if owners else ""
@@ -216,7 +227,7 @@ def add_model_flags(
         group.add_argument(flag, **kwargs, **({"required": True} if required else {}))
         for renamed in (old for old, new in RENAMED_FLAGS.items() if new == flag):
             # the old spelling was this setting's full path; where that is still a flag (`train`'s), it stays one
-            if renamed != "--" + "-".join(path).replace("_", "-") or renamed in parser._option_string_actions:
+            if renamed != "--" + "-".join(named).replace("_", "-") or renamed in parser._option_string_actions:
                 continue
             if kwargs.get("action") is not None:
                 raise TypeError(f"{renamed}: only a flag that takes a value can keep an old spelling")
@@ -305,7 +316,8 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     validation cannot judge (`refused_choices`: a split for a file without a split column) is refused when an
     override gives it, or the YAML gives it a value other than a default (a saved run's dump holds every
     field)."""
-    user: dict[str, Any] = read_yaml(config_file) if config_file else {}
+    # in today's layout before the flags join it: a YAML's `temperature: 0.5` and `--temperature 0.6` are one setting
+    user: dict[str, Any] = in_current_layout(model, read_yaml(config_file)) if config_file else {}
     flags: dict[str, Any] = {}  # the overrides alone: choices even where they equal a default
     for path, value in (overrides or {}).items():
         _set_path(user, path, value)

@@ -73,7 +73,7 @@ def generate_shard(config: CollectConfig, model: str, shard: int, problems: list
     start = time.perf_counter()
     chat = chat_tokenizer(model, config.chat_template)
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
-    sampling = config.sampling(shard)
+    sampling = config.request(shard)
     completions = shared_engine(model, config.engine).generate(prompts, sampling)
     unverified = _Unverified()
     rows = []

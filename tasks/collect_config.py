@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
 from rlep.data.prompt_length import PromptLengthConfig
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.run_layout import checkpoint_step
 from rlep.data.source_config import ProblemSourceConfig, default_task
-from rlep.tasks.engines import EngineConfig, SamplingConfig
+from rlep.tasks.engines import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
+from rlep.tasks.settings_upgrade import SavedSettings
 from rlep.verifiers import RewardConfig, VerifierConfig
 
 
-class CollectConfig(BaseModel):
+class CollectConfig(SavedSettings):
     """Collect verified answers into an experience pool (RLEP Phase I)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -36,9 +37,9 @@ class CollectConfig(BaseModel):
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
     samples_per_prompt: int = Field(8, ge=1, le=4096, description="Answers sampled per problem (RLEP: 64).")
-    temperature: float = Field(0.7, gt=0, le=10, description="Sampling temperature (RLEP: 0.7).")
-    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass.")
-    max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per answer.")
+    sampling: RolloutSampling = sampling_field(
+        RolloutSampling, "How answers are drawn (RLEP: temperature 0.7).", temperature=0.7, top_p=0.95, max_tokens=24
+    )
     seed: int = Field(0, ge=0, description="Sampling seed (each shard derives its own from it).")
     min_correct: int = Field(
         2, ge=1, le=4096, description="A problem enters the pool with at least this many verified answers (RLEP: 2)."
@@ -87,11 +88,8 @@ class CollectConfig(BaseModel):
         step = checkpoint_step(self.model)
         return 0 if step is None else step
 
-    def sampling(self, shard: int) -> SamplingConfig:
+    def request(self, shard: int) -> SamplingConfig:
+        """The sampling request of shard number `shard`."""
         return SamplingConfig(
-            n=self.samples_per_prompt,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self.seed * 1_000_003 + shard,
+            **self.sampling.model_dump(), n=self.samples_per_prompt, seed=self.seed * 1_000_003 + shard
         )

@@ -54,7 +54,7 @@ def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
         prompts,
         chat or AutoTokenizer.from_pretrained(str(model)),
         max_model_len=config.engine.max_model_len,
-        max_new_tokens=config.max_tokens,
+        max_new_tokens=config.sampling.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
         model_limit=context_limit(model, config.engine),
     )

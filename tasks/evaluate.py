@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.metrics import ALL_SOURCES, majority_correct, pass_at_k
@@ -22,32 +22,53 @@ from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_token
 from rlep.data.run_layout import EvalRunLayout
 from rlep.data.source_config import ProblemSourceConfig, default_task
 from rlep.data.sources import load_problems
-from rlep.tasks.engines import EngineConfig, GenerationEngine, SamplingConfig, context_limit, make_engine
+from rlep.tasks.engines import (
+    EngineConfig,
+    EvalSampling,
+    GenerationEngine,
+    SamplingConfig,
+    context_limit,
+    make_engine,
+    sampling_field,
+)
 from rlep.tasks.models import resolve_model
+from rlep.tasks.settings_upgrade import SavedSettings
 from rlep.verifiers import VerifierConfig, verify_batch
 
 
-class EvalConfig(BaseModel):
-    """Evaluate one model on a problem split."""
+class EvalProtocol(SavedSettings):
+    """What an evaluation measures, whichever model it evaluates: on which problems, with which engine, how many
+    answers per problem and how they are drawn. EvalConfig adds the model, its seed, prompt and answer checking,
+    and where the results go; a study's final evaluation (`tasks.study.config.StudyEvalConfig`) states how its
+    settings differ from these and takes the others from each training run it evaluates."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(
-        "tiny",
-        min_length=1,
-        description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
-    )
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("test", tiny_math_size=500),
         description="Which problems to evaluate on.",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
     samples: int = Field(1, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
-    temperature: float | None = Field(
-        None, ge=0, le=10, description="Sampling temperature; default greedy (0) for K=1, 1.0 for K>1."
+    sampling: EvalSampling = sampling_field(
+        EvalSampling, "How answers are drawn.", temperature=None, top_p=1.0, max_tokens=32
     )
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_tokens: int = Field(32, ge=1, le=1_048_576, description="Most new tokens per answer.")
+
+    @model_validator(mode="after")
+    def _k_answers_differ(self) -> EvalProtocol:
+        if self.samples > 1 and self.sampling.temperature == 0:
+            raise ValueError("samples > 1 with temperature 0 gives K identical answers: raise temperature")
+        return self
+
+
+class EvalConfig(EvalProtocol):
+    """Evaluate one model on a problem split."""
+
+    model: str = Field(
+        "tiny",
+        min_length=1,
+        description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
+    )
     seed: int = Field(0, ge=0, description="Sampling seed.")
     prompt_template: str = Field(
         DEFAULT_PROMPT_TEMPLATE,
@@ -68,15 +89,14 @@ class EvalConfig(BaseModel):
     def _check(self) -> EvalConfig:
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain the `{problem}` placeholder")
-        if self.samples > 1 and self.temperature == 0:
-            raise ValueError("samples > 1 with temperature 0 gives K identical answers: raise temperature")
         return self
 
-    def sampling(self) -> SamplingConfig:
-        temperature = self.temperature if self.temperature is not None else (0.0 if self.samples == 1 else 1.0)
-        return SamplingConfig(
-            n=self.samples, temperature=temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=self.seed
-        )
+    def request(self) -> SamplingConfig:
+        """The evaluation's sampling request; no temperature set: greedy (0) for K=1, 1.0 for K>1."""
+        sampling = self.sampling.model_dump()
+        if sampling["temperature"] is None:
+            sampling["temperature"] = 0.0 if self.samples == 1 else 1.0
+        return SamplingConfig(**sampling, n=self.samples, seed=self.seed)
 
 
 @dataclass
@@ -167,7 +187,7 @@ def evaluate(config: EvalConfig, progress: bool = True) -> EvalResult:
     engine = make_engine(model, config.engine)
     try:
         result = evaluate_with_engine(
-            engine, problems, config.sampling(), config.verifier, config.prompt_template, progress=progress, chat=chat
+            engine, problems, config.request(), config.verifier, config.prompt_template, progress=progress, chat=chat
         )
     finally:
         engine.close()
@@ -187,7 +207,7 @@ def _fitting(problems: list[Problem], model: str, chat: Any, config: EvalConfig)
         prompts,
         tokenizer,
         max_model_len=config.engine.max_model_len,
-        max_new_tokens=config.max_tokens,
+        max_new_tokens=config.sampling.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
         model_limit=context_limit(model, config.engine),
     )

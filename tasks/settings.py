@@ -1,5 +1,6 @@
 """How settings are layered and how a bad one is reported: one rule for the CLI's `--config` + flags
-(`flows/options.py`) and for a study's arms over its base training settings (`tasks/study/config.py`)."""
+(`flows/options.py`) and for a study's arms over its base training settings (`tasks/study/config.py`). Settings
+of an earlier layout are upgraded (`tasks.settings_upgrade`) before they are layered."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
+
+from rlep.tasks.settings_upgrade import SavedSettings, upgrade_settings
 
 
 def section_types(annotation: Any) -> list[type[BaseModel]]:
@@ -44,6 +47,24 @@ def field_type(model: Any, name: str) -> Any:
     return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
+def in_current_layout(model: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` of `model` (a config class or union) with every section of it that an earlier version may have
+    written (a `SavedSettings`, at any depth: a study's `train`) upgraded to today's layout. A section that cannot
+    be upgraded (a setting given in both layouts) is left as it is, for validation to refuse with its path."""
+    if isinstance(model, type) and issubclass(model, SavedSettings):
+        try:
+            settings = upgrade_settings(settings)
+        except ValueError:
+            return settings
+    sections = section_types(model)
+    if len(sections) != 1:  # a union of variants upgrades itself where it is validated (a problem source)
+        return settings
+    return {
+        key: in_current_layout(field_type(sections[0], key), value) if isinstance(value, dict) else value
+        for key, value in settings.items()
+    }
+
+
 def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = None) -> dict[str, Any]:
     """`base` with `update` merged in (a new dict); `model` is the config class (or union of them) both are
     settings of. Nested sections merge key by key.
@@ -55,7 +76,11 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = No
     evaluation's `test` split and 200 problems hold for a file too). An update without `kind` is of the
     variant the section's migration names from the merged settings (a problem source's from its `source`),
     else of the base's; a problem source's section is then left without `kind`, which validation names again
-    (`upgrade_source_settings`, which also reads a saved dump of an earlier layout)."""
+    (`upgrade_source_settings`, which also reads a saved dump of an earlier layout).
+
+    Both are first read in today's layout (`in_current_layout`): an arm written the old way (`max_tokens: 8`)
+    over a base of today's (`sampling: {max_tokens: 24, ...}`) sets the base's `sampling.max_tokens`."""
+    base, update = in_current_layout(model, base), in_current_layout(model, update)
     variants = section_types(model)
     if len(variants) > 1:
         migrate = section_migration(model)

@@ -57,7 +57,7 @@ def train_config(model: Path, out: Path, steps: int):
             steps=steps,
             prompts_per_step=4,
             samples_per_prompt=8,
-            max_tokens=8,
+            sampling={"max_tokens": 8},
             eval_every=0,
             save_every=1,
             problems={"source": "tiny-math", "limit": 16},

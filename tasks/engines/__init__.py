@@ -8,17 +8,28 @@ import logging
 from pathlib import Path
 
 from rlep.tasks.engines.base import Completion, GenerationEngine
-from rlep.tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.engines.config import (
+    EngineConfig,
+    EvalSampling,
+    RolloutSampling,
+    Sampling,
+    SamplingConfig,
+    sampling_field,
+)
 
 __all__ = [
     "Completion",
     "EngineConfig",
     "EngineUnavailable",
+    "EvalSampling",
     "GenerationEngine",
+    "RolloutSampling",
+    "Sampling",
     "SamplingConfig",
     "context_limit",
     "make_engine",
     "resolve_backend",
+    "sampling_field",
 ]
 
 log = logging.getLogger(__name__)

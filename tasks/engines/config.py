@@ -1,10 +1,11 @@
-"""Settings of a generation engine and of one sampling request (pydantic: they are flow parameters too)."""
+"""Settings of a generation engine, of how answers are drawn, and of one sampling request (pydantic: they are flow
+parameters too)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 class EngineConfig(BaseModel):
@@ -66,15 +67,69 @@ class EngineConfig(BaseModel):
     )
 
 
-class SamplingConfig(BaseModel):
-    """One sampling request: how many answers per prompt and how they are drawn."""
+class Sampling(BaseModel):
+    """How answers are drawn: temperature, nucleus mass, answer length.
+
+    The one declaration of these settings. A sampling request (`SamplingConfig`) and the `sampling:` section of
+    collection, training and evaluation settings are of this type or of a subclass that states how it differs
+    (`RolloutSampling`, `EvalSampling`, the study's `StudyEvalSampling`); each config gives its own defaults where
+    it holds the section (`sampling_field`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(1, ge=1, le=4096, description="Answers sampled per prompt.")
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature; 0 means greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_tokens: int = Field(32, ge=1, le=1_048_576, description="Most new tokens per answer.")
+
+
+class RolloutSampling(Sampling):
+    """Sampling of answers that are compared with one another: a collection's answers to a problem (of which
+    min_correct must verify) and a training step's GRPO groups. The temperature is above 0: greedy decoding gives
+    one answer however many are drawn, and training takes its log-probs at logits / temperature."""
+
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (above 0: answers must differ).")
+
+
+class EvalSampling(Sampling):
+    """Sampling of an evaluation: greedy decoding (temperature 0) is allowed, and the default temperature follows
+    K, the answers per problem: greedy for K=1, 1.0 for K>1."""
+
+    temperature: float | None = Field(
+        None, ge=0, le=10, description="Sampling temperature; default greedy (0) for K=1, 1.0 for K>1."
+    )
+
+
+S = TypeVar("S", bound=Sampling)
+
+
+def sampling_field(kind: type[S], description: str, **defaults: Any) -> Any:
+    """A config's `sampling:` field, of type `kind` with this config's `defaults` (the others are `kind`'s).
+
+    The defaults hold for the default section and for one given in part, wherever it is validated (a flow's
+    parameters, Python, a YAML): a collection given `sampling: {top_p: 0.9}` keeps its temperature 0.7, not the
+    class's 1.0. A `kind` instance counts as the settings it was given (`RolloutSampling(max_tokens=12)`: only
+    max_tokens). `flows/options.py` names the section's flags as its config's own settings (`--temperature`;
+    `--collect-temperature` in a pipeline), as they were before the section existed."""
+    unknown = set(defaults) - set(kind.model_fields)
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no setting {sorted(unknown)}")
+
+    def with_defaults(given: Any) -> Any:
+        if isinstance(given, kind):
+            given = given.model_dump(include=given.model_fields_set)
+        return {**defaults, **given} if isinstance(given, dict) else given
+
+    field = Field(
+        default_factory=lambda: kind(**defaults), description=description, json_schema_extra={"cli_flat": True}
+    )
+    field.metadata.append(BeforeValidator(with_defaults))
+    return field
+
+
+class SamplingConfig(Sampling):
+    """One sampling request: how many answers per prompt and how they are drawn."""
+
+    n: int = Field(1, ge=1, le=4096, description="Answers sampled per prompt.")
     seed: int | None = Field(
         None, ge=0, description="Re-seeds the sampler before this request, so the same request gives the same answers."
     )

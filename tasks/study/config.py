@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rlep.data.run_layout import StudyLayout
 from rlep.data.source_config import ProblemSourceConfig
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.engines import EngineConfig
-from rlep.tasks.evaluate import EvalConfig
+from rlep.tasks.engines import EngineConfig, EvalSampling, sampling_field
+from rlep.tasks.evaluate import EvalConfig, EvalProtocol
 from rlep.tasks.plan import Experiment, PlanError, Run, SeedSettings, plan_experiment
 from rlep.tasks.runner import RunnerConfig
 from rlep.tasks.settings import merge_settings, refused_choices, validation_problems
@@ -70,31 +70,36 @@ class ClaimConfig(BaseModel):
         return self
 
 
-class StudyEvalConfig(BaseModel):
-    """The final evaluation of every training run: the run's own held-out problems, answer length, engine,
-    prompt and answer checking (so it measures what the run's evaluations measured), unless set here."""
+class StudyEvalSampling(EvalSampling):
+    """An evaluation's sampling whose answer length may be left to the run evaluated."""
 
-    model_config = ConfigDict(extra="forbid")
+    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="Most new tokens per answer; none: the run's.")
 
-    samples: int = Field(4, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
-    temperature: float | None = Field(
-        None, ge=0, le=10, description="Sampling temperature; default greedy (0) for K=1, 1.0 for K>1."
-    )
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+
+class StudyEvalConfig(EvalProtocol):
+    """The final evaluation of every training run: what an evaluation measures (`EvalProtocol`, EvalConfig's
+    base), as it differs here. K is 4, and the problems, engine and answer length are the run's unless set here;
+    the rest of its EvalConfig is the run's too (model, seed, prompt, answer checking), so it measures what the
+    run's own evaluations measured."""
+
     problems: ProblemSourceConfig | None = Field(None, description="Problems; none: the run's `eval_problems`.")
-    max_tokens: int | None = Field(None, ge=1, le=1_048_576, description="Most new tokens; none: the run's.")
     engine: EngineConfig | None = Field(None, description="Generation engine; none: the run's.")
+    samples: int = Field(4, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
+    sampling: StudyEvalSampling = sampling_field(
+        StudyEvalSampling, "How answers are drawn.", temperature=None, top_p=1.0, max_tokens=None
+    )
 
     def for_run(self, train: TrainConfig, out: Path) -> EvalConfig:
         """The evaluation of `train`'s last checkpoint (its model is set when the run has finished)."""
+        sampling = self.sampling.model_dump()
+        if sampling["max_tokens"] is None:
+            sampling["max_tokens"] = train.sampling.max_tokens
         return EvalConfig(
             model=train.model,
             problems=self.problems or train.eval_problems,
             engine=self.engine or train.engine,
             samples=self.samples,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens or train.max_tokens,
+            sampling=sampling,
             seed=train.seed,
             prompt_template=train.prompt_template,
             chat_template=train.chat_template,

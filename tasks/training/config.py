@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -12,8 +12,9 @@ from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
 from rlep.data.prompt_length import PromptLengthConfig
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.sources import ProblemSourceConfig, default_task
-from rlep.tasks.engines import EngineConfig
+from rlep.tasks.engines import EngineConfig, RolloutSampling, sampling_field
 from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
+from rlep.tasks.settings_upgrade import SavedSettings
 from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
 from rlep.verifiers import RewardConfig, VerifierConfig
 
@@ -52,12 +53,6 @@ class AsymREObjective(BaseModel):
 
 
 Objective = Annotated[PPOClipObjective | AsymREObjective, Field(discriminator="kind")]
-_EARLIER_OBJECTIVE_KEYS = {
-    "clip_low": "clip_low",
-    "clip_high": "clip_high",
-    "dual_clip": "dual_clip",
-    "asymre_delta_v": "delta_v",
-}
 
 
 class LossConfig(BaseModel):
@@ -103,32 +98,6 @@ class LossConfig(BaseModel):
         "steps on fresh data than the baseline at the same lr; `fresh` keeps the fresh step size equal.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _earlier_layout(cls, data: Any) -> Any:
-        """Settings in the layout of earlier versions (a saved run's train_config.json, an old YAML) still load:
-        `objective: asymre` names the kind, and clip_low / clip_high / dual_clip / asymre_delta_v beside it move
-        into the objective they belong to (the other objective's, which never acted, are dropped)."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        objective = data.get("objective", {})
-        if isinstance(objective, str):
-            objective = {"kind": objective}
-        flat = {key: data.pop(key) for key in list(data) if key in _EARLIER_OBJECTIVE_KEYS}
-        if isinstance(objective, dict):  # the kind defaults to ppo-clip, as the objective does
-            kind = objective.get("kind", "ppo-clip")
-            owner = AsymREObjective if kind == "asymre" else PPOClipObjective
-            moved = {
-                _EARLIER_OBJECTIVE_KEYS[k]: v
-                for k, v in flat.items()
-                if _EARLIER_OBJECTIVE_KEYS[k] in owner.model_fields
-            }
-            objective = {**objective, "kind": kind, **moved}
-        if "objective" in data or flat:
-            data["objective"] = objective
-        return data
-
 
 class OptimizerConfig(BaseModel):
     """AdamW with linear warm-up, then a constant rate."""
@@ -145,7 +114,7 @@ class OptimizerConfig(BaseModel):
     grad_clip: float = Field(1.0, gt=0, le=1000, description="Clip the global gradient norm to this value.")
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(SavedSettings):
     """Train a policy with GRPO and optional experience replay."""
 
     model_config = ConfigDict(extra="forbid")
@@ -187,9 +156,14 @@ class TrainConfig(BaseModel):
     )
     prompts_per_step: int = Field(32, ge=1, le=100_000, description="Prompts per step.")
     samples_per_prompt: int = Field(8, ge=2, le=4096, description="G: fresh answers per prompt (RLEP paper: 16).")
-    temperature: float = Field(1.0, gt=0, le=10, description="Rollout sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling mass.")
-    max_tokens: int = Field(24, ge=1, le=1_048_576, description="Most new tokens per rollout.")
+    sampling: RolloutSampling = sampling_field(
+        RolloutSampling,
+        "How rollouts are drawn; the held-out evaluations during training answer at its max_tokens too (greedy, or "
+        "at temperature 1.0 for eval_samples > 1).",
+        temperature=1.0,
+        top_p=1.0,
+        max_tokens=24,
+    )
     mode: Literal["sync", "async"] = Field(
         "sync",
         description="`sync`: each step generates its answers, then trains on them. `async`: a generator process "

@@ -207,7 +207,7 @@ class Trainer:
             prompt,
             answers,
             self.tokenizer.pad_token_id,
-            self.config.temperature,
+            self.config.sampling.temperature,
             self.config.micro_batch_size,
         )
 
@@ -217,11 +217,7 @@ class Trainer:
     def _sampling(self, step: int) -> SamplingConfig:
         config = self.config
         return SamplingConfig(
-            n=config.samples_per_prompt,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            seed=config.seed * 1_000_003 + step,
+            **config.sampling.model_dump(), n=config.samples_per_prompt, seed=config.seed * 1_000_003 + step
         )
 
     def _groups(self, arrival: Arrival) -> list[Group]:
@@ -289,7 +285,7 @@ class Trainer:
         """Held-out evaluation with the live engine; rows appended to OUT/eval.parquet."""
         k = self.config.eval_samples
         sampling = SamplingConfig(
-            n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.max_tokens, seed=self.config.seed
+            n=k, temperature=0.0 if k == 1 else 1.0, max_tokens=self.config.sampling.max_tokens, seed=self.config.seed
         )
         result = evaluate_with_engine(
             self.engine,

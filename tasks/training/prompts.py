@@ -13,16 +13,16 @@ from rlep.tasks.engines import context_limit
 
 def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None, model: Any = None) -> list[Problem]:
     """The problems whose prompts, rendered as the run renders them (`config`: a TrainConfig), leave
-    `config.max_tokens` of room in the engine's context; the others refused in one line, or left out and counted
-    (`config.prompt_length`), before any engine starts. With the `model` directory, a `max_model_len` above what
-    the engine takes of it is refused in one line too."""
+    `config.sampling.max_tokens` of room in the engine's context; the others refused in one line, or left out and
+    counted (`config.prompt_length`), before any engine starts. With the `model` directory, a `max_model_len` above
+    what the engine takes of it is refused in one line too."""
     prompts = [render_prompt(p, config.prompt_template, chat) for p in problems]
     return fitting_problems(
         problems,
         prompts,
         chat or tokenizer,
         max_model_len=config.engine.max_model_len,
-        max_new_tokens=config.max_tokens,
+        max_new_tokens=config.sampling.max_tokens,
         overlong=config.prompt_length.overlong_prompts,
         model_limit=context_limit(model, config.engine) if model is not None else None,
     )

@@ -20,7 +20,7 @@ def score_rollouts(rollouts: list[Rollout], config: TrainConfig) -> None:
     loss = config.loss
     if loss.overlong_buffer:
         lengths = torch.tensor([len(r.response_token_ids) for r in rollouts])
-        penalty = overlong_penalty(lengths, config.max_tokens, loss.overlong_buffer, loss.overlong_factor)
+        penalty = overlong_penalty(lengths, config.sampling.max_tokens, loss.overlong_buffer, loss.overlong_factor)
         values = (torch.tensor(values) + penalty).tolist()
     for r, verdict, value in zip(rollouts, verdicts, values):
         r.correct, r.extracted_answer, r.verdict_reason, r.reward = (

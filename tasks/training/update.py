@@ -45,8 +45,8 @@ class UpdateSettings:
             ppo_epochs=config.ppo_epochs,
             updates_per_epoch=config.updates_per_epoch(),
             micro_batch_size=config.micro_batch_size,
-            horizon=config.max_tokens,
-            temperature=config.temperature,
+            horizon=config.sampling.max_tokens,
+            temperature=config.sampling.temperature,
         )
 
 

@@ -24,7 +24,7 @@ def test_a_verl_gsm8k_file_is_collected_from_and_exported_back_into(fixture_mode
             "model": fixture_model,
             "problems": {"source": str(train)},
             "samples_per_prompt": 2,
-            "max_tokens": 8,
+            "sampling": {"max_tokens": 8},
             "min_correct": 1,
             "out": str(tmp_path / "run"),
             "engine": {"backend": "transformers", "max_model_len": 512},

@@ -131,6 +131,43 @@ def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
         assert flag_overrides(args) == {"verifier.answer_format": "boxed"}
 
 
+def test_the_sampling_flags_keep_their_names_in_every_command():
+    # The settings moved into one `sampling:` section (issue 36); their flags are named as before it.
+    from rlep.flows.cli import build_parser
+    from rlep.flows.options import flag_overrides
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    values = ["0.5", "0.9", "7"]
+    for command in ("collect", "train", "eval"):
+        args = parser.parse_args([command, *sum(zip(["--temperature", "--top-p", "--max-tokens"], values), ())])
+        assert flag_overrides(args) == {
+            "sampling.temperature": "0.5",
+            "sampling.top_p": "0.9",
+            "sampling.max_tokens": "7",
+        }
+    usage = commands["pipeline"].format_help()
+    for section in ("collect", "train", "evaluate"):
+        flags = [f"--{section}-temperature", f"--{section}-top-p", f"--{section}-max-tokens"]
+        assert all(flag in usage for flag in flags) and f"--{section}-sampling-" not in usage
+        args = parser.parse_args(["pipeline", *sum(zip(flags, values), ())])
+        assert flag_overrides(args) == {
+            f"{section}.sampling.{name}": value for name, value in zip(("temperature", "top_p", "max_tokens"), values)
+        }
+
+
+def test_a_flows_parameters_of_the_earlier_layout_validate_as_todays():
+    # What the Prefect UI or an older deployment sends: Prefect validates a flow's parameters with its model.
+    from rlep.flows.train import train_flow
+    from rlep.tasks.engines import RolloutSampling
+    from rlep.tasks.training.config import AsymREObjective
+
+    parameters = {"config": {"max_tokens": 12, "temperature": 0.5, "loss": {"objective": "asymre"}}}
+    config = train_flow.validate_parameters(parameters)["config"]
+    assert config.sampling == RolloutSampling(temperature=0.5, top_p=1.0, max_tokens=12)
+    assert config.loss.objective == AsymREObjective()
+
+
 def test_bench_async_refuses_bad_input_naming_itself_before_writing_anything(tmp_path, capsys):
     out = tmp_path / "OUT"
     assert main(["bench", "async", "--model", str(tmp_path / "no" / "such" / "dir"), "--out", str(out)]) == 2

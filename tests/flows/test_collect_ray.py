@@ -22,7 +22,7 @@ def _config(model, out):
             samples_per_prompt=4,
             min_correct=1,
             shard_size=4,
-            max_tokens=12,
+            sampling={"max_tokens": 12},
             problems={"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8},
             engine={
                 "backend": "transformers"

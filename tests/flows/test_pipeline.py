@@ -27,7 +27,7 @@ def _config(model, out, replay, **extra):
                 "samples_per_prompt": 3,
                 "min_correct": 2,
                 "shard_size": 4,
-                "max_tokens": 10,
+                "sampling": {"max_tokens": 10},
                 "engine": {"backend": "transformers"},
             },
             "train": {
@@ -37,13 +37,18 @@ def _config(model, out, replay, **extra):
                 "steps": 2,
                 "prompts_per_step": 2,
                 "samples_per_prompt": 3,
-                "max_tokens": 10,
+                "sampling": {"max_tokens": 10},
                 "eval_every": 1,
                 "replay": replay,
                 "loss": {"overlong_buffer": 6},
                 "engine": {"backend": "transformers"},
             },
-            "evaluate": {"samples": 2, "max_tokens": 10, "problems": HELD_OUT, "engine": {"backend": "transformers"}},
+            "evaluate": {
+                "samples": 2,
+                "sampling": {"max_tokens": 10},
+                "problems": HELD_OUT,
+                "engine": {"backend": "transformers"},
+            },
             **extra,
         }
     )

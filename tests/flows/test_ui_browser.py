@@ -96,7 +96,7 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(
             "samples_per_prompt": 2,
             "min_correct": 1,
             "shard_size": 4,
-            "max_tokens": 8,
+            "sampling": {"max_tokens": 8},
             "problems": {"source": "tiny-math", "split": "train", "limit": 8},
             "engine": {"backend": "transformers"},
         }
@@ -168,7 +168,7 @@ def _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, colle
         "steps": 2,
         "prompts_per_step": 2,
         "samples_per_prompt": 2,
-        "max_tokens": 8,
+        "sampling": {"max_tokens": 8},
         "eval_every": 0,
         "save_every": 1,
         "problems": collect["problems"],

@@ -47,7 +47,7 @@ def _config(model, out, **kw):
         samples_per_prompt=4,
         min_correct=1,
         shard_size=5,
-        max_tokens=12,
+        sampling={"max_tokens": 12},
         problems={"source": "tiny-math", "split": "train", "limit": 12},
         engine={"backend": "transformers"},
     )
@@ -360,7 +360,7 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
                     chat_model,
                     out,
                     samples_per_prompt=2,
-                    max_tokens=4,
+                    sampling={"max_tokens": 4},
                     problems={"source": "tiny-math", "limit": 3},
                     prompt_template=template,
                     chat_template=mode,

@@ -36,7 +36,7 @@ def _config(model, out, **kw) -> TrainConfig:
         steps=3,
         prompts_per_step=2,
         samples_per_prompt=3,
-        max_tokens=10,
+        sampling={"max_tokens": 10},
         eval_every=2,
         save_every=2,
         problems=PROBLEMS,

@@ -64,7 +64,7 @@ def test_the_bench_runs_both_modes_and_writes_what_it_measured(fixture_model, tm
             steps=4,
             prompts_per_step=3,
             samples_per_prompt=4,
-            max_tokens=12,
+            sampling={"max_tokens": 12},
             eval_every=0,
             save_every=0,
             problems={"source": "tiny-math", "split": "train", "limit": 6},

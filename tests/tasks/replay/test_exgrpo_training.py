@@ -56,7 +56,7 @@ def test_exgrpo_switches_on_and_replays_one_stored_answer_per_replayed_prompt(fi
             prompts_per_step=PROMPTS,
             samples_per_prompt=G,
             mini_batch_prompts=2,
-            max_tokens=12,
+            sampling={"max_tokens": 12},
             eval_every=0,
             save_every=0,
             problems={"source": "tiny-math", "split": "train", "limit": 4},

@@ -27,7 +27,7 @@ def _run(model, out, replay, **settings):
             prompts_per_step=4,
             samples_per_prompt=4,
             mini_batch_prompts=2,
-            max_tokens=12,
+            sampling={"max_tokens": 12},
             eval_every=0,
             save_every=0,
             problems=PROBLEMS,

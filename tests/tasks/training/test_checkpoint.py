@@ -106,7 +106,7 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
             steps=2,
             prompts_per_step=2,
             samples_per_prompt=2,
-            max_tokens=8,
+            sampling={"max_tokens": 8},
             eval_every=0,
             save_every=1,
             problems={"source": "tiny-math", "limit": 4},

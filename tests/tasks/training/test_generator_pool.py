@@ -114,7 +114,7 @@ def test_an_async_run_trains_on_two_engines_within_the_staleness_bound(fixture_m
             steps=3,
             prompts_per_step=3,
             samples_per_prompt=4,
-            max_tokens=12,
+            sampling={"max_tokens": 12},
             eval_every=3,
             save_every=0,
             problems={"source": "tiny-math", "split": "train", "limit": 6},

@@ -154,10 +154,9 @@ def test_the_objective_is_a_variant_with_its_own_settings(tmp_path):
         flags("--objective", "asymre", "--clip-low", "0.1")
     # A saved train_config.json or YAML of an earlier version: the kind by name, its settings beside it.
     earlier = {"objective": "asymre", "asymre_delta_v": -0.3, "clip_low": 0.2, "clip_high": 0.28, "dual_clip": 10.0}
-    assert LossConfig.model_validate(earlier).objective == AsymREObjective(delta_v=-0.3)
-    assert LossConfig.model_validate({"clip_high": 0.3, "asymre_delta_v": -0.1}).objective == PPOClipObjective(
-        clip_high=0.3
-    )
+    assert TrainConfig.model_validate({"loss": earlier}).loss.objective == AsymREObjective(delta_v=-0.3)
+    earlier_ppo = {"clip_high": 0.3, "asymre_delta_v": -0.1}
+    assert TrainConfig.model_validate({"loss": earlier_ppo}).loss.objective == PPOClipObjective(clip_high=0.3)
     path = tmp_path / "old.yaml"
     path.write_text("loss: {objective: asymre, asymre_delta_v: -0.25}\n")
     assert build_config(TrainConfig, path).loss.objective == AsymREObjective(delta_v=-0.25)

@@ -14,7 +14,7 @@ from rlep.tasks.training.prompts import fitting
 def test_training_prompts_must_leave_room_for_an_answer(fixture_model):
     tokenizer = AutoTokenizer.from_pretrained(fixture_model)
     config = TrainConfig.model_validate(
-        {"problems": {"source": "tiny-math", "split": "train", "limit": 12}, "max_tokens": 24}
+        {"problems": {"source": "tiny-math", "split": "train", "limit": 12}, "sampling": {"max_tokens": 24}}
     )
     problems = load_problems(config.problems)
     assert fitting(problems, config, tokenizer) == problems  # the defaults fit (256 tokens of context)

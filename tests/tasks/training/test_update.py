@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from rlep.data.rollout import Rollout
 from rlep.tasks.training.batch import build_batch
-from rlep.tasks.training.config import LossConfig
+from rlep.tasks.training.config import AsymREObjective, LossConfig
 from rlep.tasks.training.update import UpdateSettings, policy_update
 
 
@@ -108,7 +108,7 @@ def test_token_mean_over_fresh_tokens_scales_the_step_by_the_fresh_share(base_mo
 
 def test_asymre_objective_ignores_the_ratio(base_model):
     batch = _batch()
-    loss = LossConfig(objective="asymre")
+    loss = LossConfig(objective=AsymREObjective())
     model, metrics = _step(base_model, batch, loss, micro=3, updates=2, epochs=2)
     assert "clip_frac_low" not in metrics and 0 < metrics["positive_token_frac"] < 1
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base_model.parameters()))
