@@ -33,10 +33,10 @@ from rlep.data.prompting import chat_tokenizer
 from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
 from rlep.data.trajectory import rows_for_problem, to_table
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.collect_lock import release_lock
 from rlep.tasks.collect_preflight import preflight
 from rlep.tasks.engines.cache import shared_engine
 from rlep.tasks.progress import progress_bar
+from rlep.tasks.run_lock import release_lock
 from rlep.verifiers import rewards, verify_batch
 
 # The collection's API: its settings and preflight (rlep collect checks before it starts the run elsewhere) are

@@ -3,7 +3,7 @@
 `plan_shards` fixes the problems of each shard from the settings and the model's tokenizer alone (so a restart
 sees the same shards), refusing prompts too long for the engine's context or leaving them out and counting them
 (`overlong_prompts`). `preflight` adds the rest: the model present, the output writable and locked
-(tasks/collect_lock.py), its finished parts readable, and a directory with finished shards holding the same
+(tasks/run_lock.py), its finished parts readable, and a directory with finished shards holding the same
 collection (DIR/collect_settings.json records what they were sampled with), else its shards would be reused.
 """
 
@@ -24,9 +24,9 @@ from rlep.data.prompting import chat_tokenizer
 from rlep.data.sources import load_source
 from rlep.data.store import ExperienceStore, StoreError
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.collect_lock import release_lock, take_lock
 from rlep.tasks.engines import context_limit
 from rlep.tasks.models import resolve_model
+from rlep.tasks.run_lock import release_lock, take_lock
 
 OVERLONG = "prompt too long"  # the reason counted for a problem left out by `overlong_prompts: filter`
 

@@ -380,13 +380,19 @@ def train_in_process(
     """A whole run in this process (one process, or rank 0 of a distributed run): train (or resume) to
     `config.steps`, reporting every step (tracker, log line, `on_step`), then draw OUT/learning_curve.png."""
     from rlep.tasks.plots import plot_learning_curves
+    from rlep.tasks.run_lock import TRAIN_LOCK_FILE, release_lock, take_lock
     from rlep.tasks.tracking import step_report
 
-    trainer = Trainer(config, resume=resume, progress=progress)
-    try:  # every run writes its tracker (`tracker`) and a log line per step, whoever started it
-        with step_report(config, then=on_step) as report:
-            result = trainer.run(report)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    take_lock(config.out, TRAIN_LOCK_FILE, "trained into")  # one trainer per run directory
+    try:
+        trainer = Trainer(config, resume=resume, progress=progress)
+        try:  # every run writes its tracker (`tracker`) and a log line per step, whoever started it
+            with step_report(config, then=on_step) as report:
+                result = trainer.run(report)
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        release_lock(config.out, TRAIN_LOCK_FILE)
     plot_learning_curves({config.replay.kind: result.out}, TrainRunLayout(result.out).learning_curve)
     return result
