@@ -55,6 +55,7 @@ from rlep.tasks.evaluate import evaluate_with_engine
 from rlep.tasks.models import resolve_model
 from rlep.tasks.progress import progress_bar
 from rlep.tasks.replay import make_replay, pinned
+from rlep.tasks.run_lock import TRAIN_LOCK_FILE, release_lock, take_lock
 from rlep.tasks.training.advantages import fill_advantages
 from rlep.tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
 from rlep.tasks.training.backend import make_backend
@@ -334,6 +335,7 @@ class Trainer:
         """Fresh run: write the config and the precision it trains in. Resume: the same, and drop everything written
         after the checkpoint's step."""
         self.out.mkdir(parents=True, exist_ok=True)
+        take_lock(self.out, TRAIN_LOCK_FILE, "trained into")  # one trainer per run directory, before any write
         write_text_atomic(self.layout.config, self.config.model_dump_json(indent=2))
         record_precision(self.out, self.backend.precision, self.step)  # beside the settings: they keep `auto`
         rewind_run(self.out, self.step)
@@ -342,6 +344,7 @@ class Trainer:
         self.feed.close()
         self.backend.close()
         torch.set_num_threads(self.torch_threads)
+        release_lock(self.out, TRAIN_LOCK_FILE)
 
     # ------------------------------------------------------------------ the run
 
@@ -380,11 +383,8 @@ def train_in_process(
     """A whole run in this process (one process, or rank 0 of a distributed run): train (or resume) to
     `config.steps`, reporting every step (tracker, log line, `on_step`), then draw OUT/learning_curve.png."""
     from rlep.tasks.plots import plot_learning_curves
-    from rlep.tasks.run_lock import TRAIN_LOCK_FILE, release_lock, take_lock
     from rlep.tasks.tracking import step_report
 
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    take_lock(config.out, TRAIN_LOCK_FILE, "trained into")  # one trainer per run directory
     try:
         trainer = Trainer(config, resume=resume, progress=progress)
         try:  # every run writes its tracker (`tracker`) and a log line per step, whoever started it
@@ -392,7 +392,7 @@ def train_in_process(
                 result = trainer.run(report)
         finally:
             trainer.close()
-    finally:
+    finally:  # the run directory's lock, even when the trainer failed to start after taking it
         release_lock(config.out, TRAIN_LOCK_FILE)
     plot_learning_curves({config.replay.kind: result.out}, TrainRunLayout(result.out).learning_curve)
     return result
