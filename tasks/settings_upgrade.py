@@ -93,7 +93,7 @@ class SavedSettings(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _earlier_layout(cls, settings: Any) -> Any:
+    def _upgraded(cls, settings: Any) -> Any:
         return upgrade_settings(settings)
 
     def __setstate__(self, state: dict[Any, Any]) -> None:
