@@ -270,3 +270,12 @@ def _start_train(args: list[str]) -> subprocess.Popen:
 def train_cli():
     """Start `rlep train --no-prefect ARGS` in its own session, output piped, Ctrl-C as from a terminal."""
     return _start_train
+
+
+def process_running(pid: int) -> bool:
+    """Is `pid` a running process (a zombie, exited but not yet reaped, counts as gone)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -51,7 +51,25 @@ class GeneratorError(RuntimeError):
     """The generator process failed or died; the message carries its traceback or exit code."""
 
 
-class GeneratorProcess:
+class AnsweredLater:
+    """A generator that answers requests later (`submit` / `receive`) used as a blocking `GenerationEngine` too
+    (evaluation). Its weights arrive by `push_weights`, which names their policy version."""
+
+    _eval_count = 0
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
+    ) -> list[list[Completion]]:
+        self._eval_count += 1
+        tag = ("now", self._eval_count)
+        self.submit(tag, prompts, sampling)
+        return self.receive(tag)[0]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        raise TypeError(f"{type(self).__name__}.push_weights names the policy version the weights are")
+
+
+class GeneratorProcess(AnsweredLater):
     """Trainer-side handle of the generator process: a `GenerationEngine` (blocking `generate`, used by
     evaluation) plus `submit` / `receive` for requests answered later and `push_weights` (streamed in buckets)."""
 
@@ -95,7 +113,6 @@ class GeneratorProcess:
         self.sender = threading.Thread(target=self._send_loop, name="generator-sender", daemon=True)
         self.bucket_slots = threading.Semaphore(BUCKETS_IN_FLIGHT)
         self.sender.start()
-        self._eval_count = 0
         try:
             self.weight_dtype = getattr(torch, self._wait_for(lambda m: m[0] == "ready")[2])
         except BaseException:
@@ -182,17 +199,6 @@ class GeneratorProcess:
         self._send(("weights", version))
         send_weights(self._send_bucket, weights, self.bucket_bytes)
         self._send(("weights_end",))
-
-    def generate(
-        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
-    ) -> list[list[Completion]]:
-        self._eval_count += 1
-        tag = ("now", self._eval_count)
-        self.submit(tag, prompts, sampling)
-        return self.receive(tag)[0]
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        raise TypeError("GeneratorProcess.push_weights names the policy version the weights are")
 
     def close(self) -> None:
         """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running."""

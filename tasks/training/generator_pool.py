@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
-from rlep.tasks.training.async_gen import GeneratorProcess
+from rlep.tasks.training.async_gen import AnsweredLater, GeneratorProcess
 from rlep.tasks.training.weight_sync import send_weights
 
 SLICE_SEED_STRIDE = 1 << 40  # beyond generate_counts' per-count streams (2^31 apart) and any step's seed
@@ -57,7 +57,7 @@ def engine_shares(
     return list(zip(gpu_parts, core_parts))
 
 
-class GeneratorPool:
+class GeneratorPool(AnsweredLater):
     """Several generator processes behind one generator's interface (see the module's docstring)."""
 
     name = "generator-pool"
@@ -84,7 +84,6 @@ class GeneratorPool:
         self.bucket_bytes = self.members[0].bucket_bytes
         self.pids = [m.pid for m in self.members]
         self._sizes: dict[Any, list[int]] = {}  # tag -> prompts in each engine's slice
-        self._eval_count = 0
 
     def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
         parts = slices(len(prompts), len(self.members))
@@ -126,17 +125,6 @@ class GeneratorPool:
         send_weights(to_all, weights, self.bucket_bytes)
         for member in self.members:
             member._send(("weights_end",))
-
-    def generate(
-        self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
-    ) -> list[list[Completion]]:
-        self._eval_count += 1
-        tag = ("now", self._eval_count)
-        self.submit(tag, prompts, sampling)
-        return self.receive(tag)[0]
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        raise TypeError("GeneratorPool.push_weights names the policy version the weights are")
 
     def close(self) -> None:
         """Stop every engine's process (each: an orderly stop, then a kill); never leaves one running."""

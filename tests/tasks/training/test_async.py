@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import judged_row, write_rows
+from conftest import judged_row, process_running, write_rows
 from safetensors.torch import load_file
 
 from rlep.data.problem import Problem
@@ -66,15 +66,6 @@ def _config(model, out, replay=None, **kw):
     return TrainConfig.model_validate(settings)
 
 
-def _alive(pid: int) -> bool:
-    """Is `pid` a running process (a zombie, exited but not yet reaped, counts as gone)?"""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _run(config, spy=None):
     trainer = Trainer(config, progress=False)
     pid = trainer.engine.pid
@@ -84,7 +75,7 @@ def _run(config, spy=None):
         trainer.run()
     finally:
         trainer.close()
-    assert not _alive(pid), "the generator process outlived the run"
+    assert not process_running(pid), "the generator process outlived the run"
     return pq.read_table(config.out / "metrics.parquet").to_pandas()
 
 
@@ -300,7 +291,7 @@ def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_m
         assert len(generator.receive(("step", 2))[0][0]) == 2
     finally:
         generator.close()
-    assert not _alive(generator.pid)
+    assert not process_running(generator.pid)
 
 
 @pytest.mark.slow
@@ -324,7 +315,7 @@ def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch
             trainer.run()
         finally:
             trainer.close()
-    assert not _alive(pid)
+    assert not process_running(pid)
     monkeypatch.setattr(module, "policy_update", update)
 
     # The generator fails: weights it cannot load (a name the model does not have).
@@ -336,7 +327,7 @@ def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch
             trainer.run()
         finally:
             trainer.close()
-    assert not _alive(pid)
+    assert not process_running(pid)
 
 
 def _children(pid):
@@ -385,7 +376,7 @@ def test_ctrl_c_stops_trainer_and_generator(small_run_flags, train_cli, tmp_path
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
-    assert not _alive(workers[0])
+    assert not process_running(workers[0])
 
 
 @pytest.mark.slow
@@ -401,9 +392,9 @@ def test_kill_and_resume_reproduces_the_uninterrupted_async_run(small_run_flags,
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     end = time.time() + 30  # the generator notices its trainer is gone and exits by itself
-    while any(_alive(w) for w in workers) and time.time() < end:
+    while any(process_running(w) for w in workers) and time.time() < end:
         time.sleep(0.1)
-    assert workers and not any(_alive(w) for w in workers)
+    assert workers and not any(process_running(w) for w in workers)
     resumed = train_cli(["--resume", str(out)])
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output

@@ -3,6 +3,7 @@ count, and a real pool of two generator processes: answers in prompt order, ever
 
 import pytest
 import torch
+from conftest import process_running
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import GeneratorProcess
@@ -93,14 +94,6 @@ def test_every_engine_samples_from_the_streamed_weights(pool, fixture_model):
     assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.slow
 def test_an_async_run_trains_on_two_engines_within_the_staleness_bound(fixture_model, tmp_path):
     import pyarrow.parquet as pq
@@ -132,7 +125,7 @@ def test_an_async_run_trains_on_two_engines_within_the_staleness_bound(fixture_m
         trainer.run()
     finally:
         trainer.close()
-    assert not any(_alive(pid) for pid in pids), "a generator process outlived the run"
+    assert not any(process_running(pid) for pid in pids), "a generator process outlived the run"
     metrics = pq.read_table(config.out / "metrics.parquet").to_pandas()
     assert metrics.staleness_max.tolist() == [0, 1, 1] and (metrics.dropped_stale == 0).all()
     fresh = pq.read_table(config.out / "fresh").to_pandas()
