@@ -24,7 +24,7 @@ from rlep.tasks.replay.config import (
 from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
 from rlep.tasks.training.advantages import fill_advantages
 from rlep.tasks.training.batch import build_batch, group_ids, mini_batches
-from rlep.tasks.training.config import LossConfig, TrainConfig
+from rlep.tasks.training.config import LossConfig, PPOClipObjective, TrainConfig
 from rlep.tasks.training.logprobs import token_logprobs
 from rlep.tasks.training.losses import aggregate
 from rlep.tasks.training.update import UpdateSettings, off_policy_terms, policy_update
@@ -284,7 +284,9 @@ def test_the_configured_aggregation_reaches_the_update(fixture_model, aggregatio
         opt,
         torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0),
         batch,
-        UpdateSettings(LossConfig(aggregation=aggregation, dual_clip=None), grad_clip=1e9, horizon=12),
+        UpdateSettings(
+            LossConfig(aggregation=aggregation, objective=PPOClipObjective(dual_clip=None)), grad_clip=1e9, horizon=12
+        ),
     )
     for p0, p1, pm in zip(model.parameters(), updated.parameters(), manual.parameters()):
         torch.testing.assert_close((p0 - p1).detach(), pm.grad, rtol=1e-4, atol=1e-7)
