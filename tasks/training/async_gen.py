@@ -65,6 +65,24 @@ class AnsweredLater:
         self.submit(tag, prompts, sampling)
         return self.receive(tag)[0]
 
+    processes: list[GeneratorProcess]  # the generator processes behind it (one, or a pool's)
+    bucket_bytes: int
+
+    def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): read once, each bucket sent to every
+        process before the next is filled; a process loads them after the requests sent before, bucket by bucket
+        as they arrive."""
+        for process in self.processes:
+            process._send(("weights", version))
+
+        def to_all(message: tuple, payload: torch.Tensor) -> None:
+            for process in self.processes:
+                process._send_bucket(message, payload)
+
+        send_weights(to_all, weights, self.bucket_bytes)
+        for process in self.processes:
+            process._send(("weights_end",))
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise TypeError(f"{type(self).__name__}.push_weights names the policy version the weights are")
 
@@ -80,6 +98,7 @@ class GeneratorProcess(AnsweredLater):
     ) -> None:
         ours, theirs = socket.socketpair()
         self.bucket_bytes = config.sync_bucket_mb << 20
+        self.processes = [self]  # a pool of one, for the shared push_weights
         if config.sleep_during_update == "auto":  # on its own GPU (or the CPU): nothing to share with an update
             config = config.model_copy(update={"sleep_during_update": False})
         env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
@@ -192,13 +211,6 @@ class GeneratorProcess(AnsweredLater):
         message = self.arrived.pop(tag, None) or self._wait_for(lambda m: m[0] == "generated" and m[1] == tag)
         _, _, version, completions, busy, idle = message
         return completions, version, busy, idle
-
-    def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): the generator loads them after the
-        requests sent before, bucket by bucket as they arrive."""
-        self._send(("weights", version))
-        send_weights(self._send_bucket, weights, self.bucket_bytes)
-        self._send(("weights_end",))
 
     def close(self) -> None:
         """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running."""

@@ -14,15 +14,12 @@ answers depend on `generator_engines` (a resume keeps them only at the same coun
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import AnsweredLater, GeneratorProcess
-from rlep.tasks.training.weight_sync import send_weights
 
 SLICE_SEED_STRIDE = 1 << 40  # beyond generate_counts' per-count streams (2^31 apart) and any step's seed
 
@@ -73,22 +70,22 @@ class GeneratorPool(AnsweredLater):
     ) -> None:
         if engines < 1:
             raise ValueError(f"generator_engines {engines}: at least one")
-        self.members: list[GeneratorProcess] = []
+        self.processes: list[GeneratorProcess] = []
         try:
             for member_gpus, member_cores in engine_shares(engines, gpus, config.tensor_parallel_size, cores):
-                self.members.append(GeneratorProcess(model, config, version, cores=member_cores, gpus=member_gpus))
+                self.processes.append(GeneratorProcess(model, config, version, cores=member_cores, gpus=member_gpus))
         except BaseException:
             self.close()
             raise
-        self.weight_dtype = self.members[0].weight_dtype
-        self.bucket_bytes = self.members[0].bucket_bytes
-        self.pids = [m.pid for m in self.members]
+        self.weight_dtype = self.processes[0].weight_dtype
+        self.bucket_bytes = self.processes[0].bucket_bytes
+        self.pids = [m.pid for m in self.processes]
         self._sizes: dict[Any, list[int]] = {}  # tag -> prompts in each engine's slice
 
     def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
-        parts = slices(len(prompts), len(self.members))
+        parts = slices(len(prompts), len(self.processes))
         self._sizes[tag] = [len(part) for part in parts]
-        for i, (member, part) in enumerate(zip(self.members, parts)):
+        for i, (member, part) in enumerate(zip(self.processes, parts)):
             if part:
                 seed = None if sampling.seed is None else sampling.seed + SLICE_SEED_STRIDE * i
                 request = sampling if i == 0 else sampling.model_copy(update={"seed": seed})
@@ -99,7 +96,7 @@ class GeneratorPool(AnsweredLater):
         slowest engine, the idle seconds of the least idle one)."""
         completions: list[list[Completion]] = []
         versions, busy, idle = set(), [], []
-        for member, size in zip(self.members, self._sizes.pop(tag)):
+        for member, size in zip(self.processes, self._sizes.pop(tag)):
             if size:
                 part, version, member_busy, member_idle = member.receive(tag)
                 completions += part
@@ -111,25 +108,12 @@ class GeneratorPool(AnsweredLater):
         return completions, versions.pop(), max(busy), min(idle)
 
     def busy(self) -> bool:
-        return any([member.busy() for member in self.members])  # a list: every member reads what has arrived
-
-    def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Policy `version`'s weights to every engine: read once, each bucket sent to all before the next is filled."""
-        for member in self.members:
-            member._send(("weights", version))
-
-        def to_all(message: tuple, payload: torch.Tensor) -> None:
-            for member in self.members:
-                member._send_bucket(message, payload)
-
-        send_weights(to_all, weights, self.bucket_bytes)
-        for member in self.members:
-            member._send(("weights_end",))
+        return any([member.busy() for member in self.processes])  # a list: every member reads what has arrived
 
     def close(self) -> None:
         """Stop every engine's process (each: an orderly stop, then a kill); never leaves one running."""
         errors = []
-        for member in self.members:
+        for member in self.processes:
             try:
                 member.close()
             except BaseException as error:  # stop the others first
