@@ -30,6 +30,7 @@ from rlep.flows.subflows import Subflows, subflow_stages
 from rlep.tasks.runner import worker_threads
 from rlep.tasks.study import (
     StudyConfig,
+    accepted_answers,
     execute_in_process,
     execute_plan,
     execute_run,
@@ -72,7 +73,7 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     else:
         execute_plan(runs, lambda run, needs: execute_run(run, needs, subflow_stages(), progress=False))
     study, final = gather(runs)
-    paths = write_study_outputs(config, study, final, command)
+    paths = write_study_outputs(config, study, final, command, accepted_answers(runs))
     create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
     summary = pd.read_parquet(paths["summary"]).round(4)
     create_table_artifact(

@@ -6,7 +6,8 @@
 - `claims`: the claims recorded with their digest as the study starts (OUT/claims.json), refused if changed
   once runs exist;
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
-- `report`: study.parquet, summary.parquet, claims, plots, report.md.
+- `answer_check`: the reward-hack check of every run's pool, rollouts and final answers;
+- `report`: study.parquet, summary.parquet, claims, the answer check, plots, report.md.
 
 `run_study` runs a plan here, one run after another; `flows/study.py` runs it through Prefect, each run's
 stages subflows of the study's flow run, the runs one after another or, when `runner.kind` is `ray`, as
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from rlep.tasks.execute import execute_in_process, execute_plan, execute_run
 from rlep.tasks.plan import Run
+from rlep.tasks.study.answer_check import accepted_answers
 from rlep.tasks.study.claims import fix_claims
 from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
@@ -27,6 +29,7 @@ from rlep.tasks.study.runs import gather
 
 __all__ = [
     "Run",
+    "accepted_answers",
     "StudyConfig",
     "StudyError",
     "execute_in_process",
@@ -50,4 +53,4 @@ def run_study(config: StudyConfig, progress: bool = True, command: str | None = 
     execute = execute_in_process if config.runner.isolate else execute_run
     execute_plan(runs, lambda run, needs: execute(run, needs, progress=progress))
     study, final = gather(runs)
-    return write_study_outputs(config, study, final, command)
+    return write_study_outputs(config, study, final, command, accepted_answers(runs))

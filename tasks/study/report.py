@@ -1,5 +1,5 @@
-"""A study's outputs: study.parquet, final.parquet, summary.parquet, claims.parquet, endpoints.parquet, four plots with
-interval bands, report.md."""
+"""A study's outputs: study.parquet, final.parquet, summary.parquet, claims.parquet, endpoints.parquet,
+answer_check.parquet, four plots with interval bands, report.md."""
 
 from __future__ import annotations
 
@@ -10,15 +10,21 @@ import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from rlep.data.run_layout import STUDY_PLOTS, StudyLayout
+from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
 
 def write_study_outputs(
-    config: StudyConfig, study: pd.DataFrame, final: pd.DataFrame, command: str | None = None
+    config: StudyConfig,
+    study: pd.DataFrame,
+    final: pd.DataFrame,
+    command: str | None = None,
+    checks: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
-    """Write every output file of the study under `config.out`; returns their paths by name."""
+    """Write every output file of the study under `config.out`; returns their paths by name. `checks`: the
+    reward-hack check of the runs' answers (`answer_check.accepted_answers`)."""
     import pyarrow as pa
 
     layout = StudyLayout(config.out)
@@ -26,19 +32,22 @@ def write_study_outputs(
     summary = summarize(study, config.baseline_arm)
     table = evaluate_claims(study, config.claims, config.baseline_arm)
     ends = endpoints(study, final, config.baseline_arm)
-    paths = {name: layout.table(name) for name in ("study", "final", "summary", "claims", "endpoints")}
-    for name, frame in (
-        ("study", study),
-        ("final", final),
-        ("summary", summary),
-        ("claims", table),
-        ("endpoints", ends),
-    ):
+    checks = pd.DataFrame(columns=CHECK_COLUMNS) if checks is None else checks
+    frames = {
+        "study": study,
+        "final": final,
+        "summary": summary,
+        "claims": table,
+        "endpoints": ends,
+        "answer_check": checks,
+    }
+    paths = {name: layout.table(name) for name in frames}
+    for name, frame in frames.items():
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
     for x, name in STUDY_PLOTS.items():
         paths[name] = _plot(summary, x, layout.plot(x))
     paths["report"] = layout.report
-    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command))
+    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks))
     return paths
 
 
@@ -115,7 +124,12 @@ def endpoints_markdown(ends: pd.DataFrame) -> str:
 
 
 def report_markdown(
-    config: StudyConfig, summary: pd.DataFrame, table: pd.DataFrame, ends: pd.DataFrame, command: str | None = None
+    config: StudyConfig,
+    summary: pd.DataFrame,
+    table: pd.DataFrame,
+    ends: pd.DataFrame,
+    command: str | None = None,
+    checks: pd.DataFrame | None = None,
 ) -> str:
     lines = [
         "# rlep study",
@@ -133,6 +147,8 @@ def report_markdown(
     lines += ["## Claims (fixed in the configuration before the run)", "", provenance_markdown(config), ""]
     lines += [claims_markdown(table), ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
+    if checks is not None:
+        lines += ["## Reward-hack check: accepted answers that are not a number", "", answer_check_markdown(checks), ""]
     lines += ["## Held-out accuracy per evaluation step (mean [95% t interval]; paired difference to the baseline)", ""]
     lines += [
         "| arm | step | seeds | accuracy | diff vs baseline | per seed | tokens charged | training seconds |",

@@ -10,6 +10,7 @@ import pandas as pd
 from rlep.data.metrics import ALL_SOURCES
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.plan import Run
+from rlep.tasks.study.config import StudyError
 
 
 def run_cost(run: Run) -> dict[str, float]:
@@ -74,6 +75,14 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         ev = pd.read_parquet(layout.eval)
         ev = ev[ev.data_source == ALL_SOURCES][["step", "avg_at_k"]]
         metrics = pd.read_parquet(layout.metrics).sort_values("step")
+        for path, table in ((layout.eval, ev), (layout.metrics, metrics)):
+            if table.step.duplicated().any():  # a run directory written to by two runs, or edited by hand
+                twice = sorted(set(table.step[table.step.duplicated()].astype(int)))
+                raise StudyError(
+                    f"{path}: step {', '.join(map(str, twice))} recorded twice in run {run.key}; one run writes "
+                    "each step once (a resumed run rewinds to its checkpoint first): move the directory away and "
+                    "run it again"
+                )
         charged = dependency_cost(run, by_key)
         progress = pd.DataFrame(
             {

@@ -123,6 +123,23 @@ def test_dependencies_are_charged_in_full_once_each(monkeypatch):
     assert runs.dependency_cost(explore, by_key) == {"tokens_generated": 0.0, "seconds": 0.0}
 
 
+def test_a_step_recorded_twice_in_a_run_is_refused_naming_the_file_and_the_run(tmp_path):
+    from types import SimpleNamespace
+
+    from rlep.tasks.study.config import StudyError
+    from rlep.tasks.study.runs import gather
+
+    out = tmp_path / "rlep" / "seed-0"
+    out.mkdir(parents=True)
+    pd.DataFrame({"step": [0, 5, 5], "data_source": "all", "avg_at_k": [0.1, 0.2, 0.3]}).to_parquet(
+        out / "eval.parquet"
+    )
+    pd.DataFrame({"step": [1, 2, 3, 4, 5]}).to_parquet(out / "metrics.parquet")
+    run = Run("rlep/seed-0", "train", 0, "rlep", SimpleNamespace(out=str(out)))
+    with pytest.raises(StudyError, match=r"eval\.parquet: step 5 recorded twice in run rlep/seed-0"):
+        gather([run])
+
+
 def test_a_seed_that_never_reaches_the_target_counts_against_its_arm():
     # The arm reaches 0.4 at step 10 in 2 of 5 seeds and never in the other 3; the baseline at step 20 in all 5.
     # Over the 2 seeds where both reached it, the arm was 10 steps faster every time: "arm better" before. Censored

@@ -175,6 +175,18 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
     assert "Claims fixed at " in text and "before any run (claims.json" in text  # recorded as the study started
     assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
+    # The reward-hack check read every run's answers: each collection's pool, each arm run's rollouts and final answers.
+    checks = pd.read_parquet(paths["answer_check"])
+    assert sorted(set(zip(checks.run, checks.answers))) == sorted(
+        [(f"collect/seed-{s}", "pool") for s in (0, 1)]
+        + [
+            (f"{arm}/seed-{s}", what)
+            for arm in ARMS
+            for s in (0, 1)
+            for what in ("trained rollouts", "final evaluation")
+        ]
+    )
+    assert "## Reward-hack check: accepted answers that are not a number" in text
     for name in (
         "accuracy_vs_step.png",
         "accuracy_vs_tokens.png",
