@@ -120,14 +120,25 @@ def _identity(run: Run) -> dict:
     return {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
 
 
+def finished_record(run: Run, identity: dict | None = None) -> dict | None:
+    """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
+    else None. (A collection has no record: its manifest says it finished.)"""
+    done = EvalRunLayout(run.config.out).record
+    if not done.is_file():
+        return None
+    record = json.loads(done.read_text())
+    identity = _identity(run) if identity is None else identity
+    return record if all(record.get(name) == value for name, value in identity.items()) else None
+
+
 def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
     out = Path(run.config.out)
     identity = _identity(run)
     done = EvalRunLayout(out).record
+    if (finished := finished_record(run, identity)) is not None:
+        return finished
     if done.is_file():
         record = json.loads(done.read_text())
-        if all(record.get(name) == value for name, value in identity.items()):
-            return record
         final = record.get("final_checkpoint")
         if (
             evaluate_again

@@ -50,13 +50,19 @@ def add_study(sub) -> None:
         help="Run as a Prefect flow (needed for --runner ray); --no-prefect runs the runs one after another without "
         "Prefect, each in a fresh process.",
     )
+    p.add_argument(  # what this command does, not a setting of the study
+        "--report-only",
+        action="store_true",
+        help="Write the report of the training runs finished so far and run nothing: a look at a study that spans "
+        "sessions (its claims are tested only once every run has finished).",
+    )
     add_model_flags(p, StudyConfig, only=STUDY_FLAGS)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
     import shlex
 
-    from rlep.tasks.study import StudyConfig, StudyError, plan
+    from rlep.tasks.study import StudyConfig, StudyError, plan, report_study
 
     config = config_from_args(StudyConfig, args)
     try:
@@ -64,7 +70,12 @@ def cmd_study(args: argparse.Namespace) -> int:
     except StudyError as err:
         raise UserError(f"{args.config}: invalid configuration: {err}") from None
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
-    if args.prefect:
+    if args.report_only:
+        try:
+            report = report_study(config, command)["report"]
+        except StudyError as err:
+            raise UserError(f"{args.config}: {err}") from None
+    elif args.prefect:
         from rlep.flows.study import study_flow
 
         report = study_flow(config, command)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlep.tasks.execute import execute_in_process, execute_plan, execute_run
+from rlep.tasks.execute import execute_in_process, execute_plan, execute_run, finished_record
 from rlep.tasks.plan import Run
 from rlep.tasks.study.answer_check import accepted_answers
 from rlep.tasks.study.claims import fix_claims
@@ -38,6 +38,7 @@ __all__ = [
     "fix_claims",
     "gather",
     "plan",
+    "report_study",
     "run_study",
     "with_models_resolved",
     "write_study_outputs",
@@ -54,3 +55,19 @@ def run_study(config: StudyConfig, progress: bool = True, command: str | None = 
     execute_plan(runs, lambda run, needs: execute(run, needs, progress=progress))
     study, final = gather(runs)
     return write_study_outputs(config, study, final, command, accepted_answers(runs))
+
+
+def report_study(config: StudyConfig, command: str | None = None) -> dict[str, Path]:
+    """The outputs of the training runs finished so far (each with the settings and starting weights of the plan),
+    running nothing: a look at a study that spans sessions. Its claims are not tested until every training run has
+    finished (report.md says how many have); the descriptive tables and the answer check are."""
+    config = with_models_resolved(config, progress=False)
+    runs = plan(config)
+    trained = [run for run in runs if run.kind == "train" and not run.continues]
+    done = {run.key for run in trained if finished_record(run) is not None}
+    if not done:
+        raise StudyError(f"no training run of the study in {config.out} has finished yet: nothing to report")
+    finished = [run for run in runs if run.kind != "train" or run.key in done]
+    study, final = gather(finished)
+    interim = None if len(done) == len(trained) else ([run.key for run in trained if run.key in done], len(trained))
+    return write_study_outputs(config, study, final, command, accepted_answers(finished), interim)

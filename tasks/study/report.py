@@ -22,15 +22,18 @@ def write_study_outputs(
     final: pd.DataFrame,
     command: str | None = None,
     checks: pd.DataFrame | None = None,
+    interim: tuple[list[str], int] | None = None,
 ) -> dict[str, Path]:
     """Write every output file of the study under `config.out`; returns their paths by name. `checks`: the
-    reward-hack check of the runs' answers (`answer_check.accepted_answers`)."""
+    reward-hack check of the runs' answers (`answer_check.accepted_answers`). `interim`: (the training runs
+    finished, how many the plan has) when some are not: the claims are then not tested, and claims.parquet is
+    not written (a stale one is removed)."""
     import pyarrow as pa
 
     layout = StudyLayout(config.out)
     layout.root.mkdir(parents=True, exist_ok=True)
     summary = summarize(study, config.baseline_arm)
-    table = evaluate_claims(study, config.claims, config.baseline_arm)
+    table = evaluate_claims(study, config.claims, config.baseline_arm) if interim is None else None
     ends = endpoints(study, final, config.baseline_arm)
     checks = pd.DataFrame(columns=CHECK_COLUMNS) if checks is None else checks
     frames = {
@@ -41,13 +44,16 @@ def write_study_outputs(
         "endpoints": ends,
         "answer_check": checks,
     }
+    if table is None:  # an interim report: no claim is tested on part of the runs
+        layout.table("claims").unlink(missing_ok=True)
+        del frames["claims"]
     paths = {name: layout.table(name) for name in frames}
     for name, frame in frames.items():
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
     for x, name in STUDY_PLOTS.items():
         paths[name] = _plot(summary, x, layout.plot(x))
     paths["report"] = layout.report
-    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks))
+    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim))
     return paths
 
 
@@ -130,10 +136,20 @@ def report_markdown(
     ends: pd.DataFrame,
     command: str | None = None,
     checks: pd.DataFrame | None = None,
+    interim: tuple[list[str], int] | None = None,
 ) -> str:
     lines = [
-        "# rlep study",
+        "# rlep study" + (f" (interim: {len(interim[0])} of {interim[1]} training runs finished)" if interim else ""),
         "",
+    ]
+    if interim:
+        lines += [
+            f"Finished: {', '.join(interim[0])}. The others are not run by this report (`--report-only`); the "
+            "study resumes with the same command without it. The claims are tested once every run has finished, "
+            "never on part of the seeds; the tables below describe the finished runs only.",
+            "",
+        ]
+    lines += [
         f"Arms {', '.join(sorted(config.arms))}; seeds {config.seeds}; reference arm `{config.baseline_arm}`. "
         "Held-out accuracy is the training runs' evaluation (avg@k on the eval problems). Intervals: 95% Student t "
         f"over the {len(config.seeds)} seeds (n - 1 degrees of freedom); differences are paired by seed. Cost: "
@@ -145,7 +161,10 @@ def report_markdown(
     if command:
         lines += ["Regenerate with:", "", f"    {command}", ""]
     lines += ["## Claims (fixed in the configuration before the run)", "", provenance_markdown(config), ""]
-    lines += [claims_markdown(table), ""]
+    if table is not None:
+        lines += [claims_markdown(table), ""]
+    else:
+        lines += [f"Not tested yet: {len(interim[0])} of {interim[1]} training runs have finished.", ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     if checks is not None:
         lines += ["## Reward-hack check: accepted answers that are not a number", "", answer_check_markdown(checks), ""]

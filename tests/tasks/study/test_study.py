@@ -125,6 +125,15 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_report_of_a_study_with_no_run_finished_is_refused_naming_it(fixture_model, tmp_path, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(json.dumps(tiny_study_settings(fixture_model, tmp_path / "out", ARMS)))
+    assert main(["study", "--config", str(path), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: no training run of the study in {tmp_path / 'out'} has finished yet: nothing to report" in err
+    assert not (tmp_path / "out" / "report.md").exists()
+
+
 @pytest.mark.slow
 def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, half_right_collection, monkeypatch):
     claims = [{"name": "rlep-ahead-at-end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
@@ -215,6 +224,21 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     path.write_text(json.dumps(config.model_dump(mode="json")))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 0
     assert pd.read_parquet(paths["study"]).equals(study) and (tmp_path / "study" / "rlep.log").is_file()
+    # --report-only runs nothing: with every run finished it is the study's report; with one unfinished (its
+    # record gone) it describes the others and tests no claim.
+    assert main(["study", "--config", str(path), "--report-only"]) == 0
+    assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
+    done.unlink()
+    assert main(["study", "--config", str(path), "--report-only"]) == 0
+    text = paths["report"].read_text()
+    assert text.startswith("# rlep study (interim: 3 of 4 training runs finished)")
+    assert "Finished: baseline/seed-0, rlep/seed-0, baseline/seed-1." in text and "Not tested yet" in text
+    assert (
+        not paths["claims"].exists()
+        and not (tmp_path / "study" / "runs" / "rlep" / "seed-1" / "run_record.json").exists()
+    )
+    interim = pd.read_parquet(paths["study"])
+    assert interim.equals(study[(study.arm != "rlep") | (study.seed != 1)].reset_index(drop=True))
 
 
 @pytest.mark.slow
