@@ -6,7 +6,9 @@ command works, file descriptors 1 and 2 point at a log file: everything written 
 child process, lands there. Python's `sys.stdout` is a copy of the terminal, so our own prints and progress
 bars (rich, on stdout) still show; `sys.stderr` goes to the log, and of it only our own `warning:` lines
 are also shown on the terminal. The log lives in a temporary file until the run ends and is then added to
-RUN_DIR/rlep.log, so a run refused on bad input creates nothing. `rlep --verbose` skips all of this.
+RUN_DIR/rlep.log, so a run refused on bad input creates nothing; when RUN_DIR exists already (a resumed run,
+a long study's next session) the lines go straight to its rlep.log, so a run killed midway keeps them.
+`rlep --verbose` skips all of this.
 
 Our own progress lines (training steps, evaluations, shards) are records of the `rlep` loggers.
 `send_logs_to_prefect()` makes them reach the Prefect run they are logged in as well (its Logs tab in the
@@ -77,16 +79,20 @@ class _Tee(io.TextIOBase):
 @contextmanager
 def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
     """Send fd 1 and 2 to a log while the block runs, then append it to RUN_DIR/rlep.log if the run made
-    its directory. Yields that path; `run_dir=None`: a temporary log only, removed at the end."""
+    its directory (straight into it when the directory exists already). Yields that path; `run_dir=None`: a
+    temporary log only, removed at the end."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd, tmp = tempfile.mkstemp(prefix="rlep-", suffix=".log")
+    final = Path(run_dir) / LOG_FILE if run_dir is not None else None
+    if final is not None and final.parent.is_dir():
+        fd, tmp = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), None
+    else:
+        fd, tmp = tempfile.mkstemp(prefix="rlep-", suffix=".log")
     saved_out, saved_err = os.dup(1), os.dup(2)
     old_out, old_err = sys.stdout, sys.stderr
     terminal_out = os.fdopen(os.dup(saved_out), "w", buffering=1, encoding="utf-8", errors="replace")
     terminal_err = os.fdopen(os.dup(saved_err), "w", buffering=1, encoding="utf-8", errors="replace")
     log = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="replace")
-    final = Path(run_dir) / LOG_FILE if run_dir is not None else None
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     tee = _Tee(log, terminal_err)
@@ -107,7 +113,8 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
             os.close(handle)
         for stream in (terminal_out, terminal_err, log):
             stream.close()
-        _keep(Path(tmp), final)
+        if tmp is not None:
+            _keep(Path(tmp), final)
 
 
 def _keep(tmp: Path, final: Path | None) -> None:

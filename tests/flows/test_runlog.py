@@ -52,6 +52,20 @@ def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_a_run_killed_midway_in_a_directory_that_existed_keeps_its_log(tmp_path):
+    """A resumed run (a long study's next session) logs straight into its directory: killed, its lines stay."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "rlep.log").write_text("earlier session\n")
+    code = (
+        f"from rlep.flows.runlog import run_log\nimport os, signal\nwith run_log({str(run_dir)!r}):\n"
+        f"    os.write(2, b'vllm noise before the kill\\n')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9 and "noise" not in done.stderr
+    assert (run_dir / "rlep.log").read_text() == "earlier session\nvllm noise before the kill\n"
+
+
 def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
     code = (
