@@ -85,7 +85,8 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
     sys.stderr.flush()
     final = Path(run_dir) / LOG_FILE if run_dir is not None else None
     if final is not None and final.parent.is_dir():
-        fd, tmp = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), None
+        fd, tmp = os.open(final, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644), None
+        start = os.lseek(fd, 0, os.SEEK_END)
     else:
         fd, tmp = tempfile.mkstemp(prefix="rlep-", suffix=".log")
     saved_out, saved_err = os.dup(1), os.dup(2)
@@ -109,12 +110,27 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
         sys.stdout, sys.stderr = old_out, old_err
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)
+        if tmp is None:
+            _kept_if_replaced(fd, start, final)
         for handle in (saved_out, saved_err, fd):
             os.close(handle)
         for stream in (terminal_out, terminal_err, log):
             stream.close()
         if tmp is not None:
             _keep(Path(tmp), final)
+
+
+def _kept_if_replaced(fd: int, start: int, final: Path) -> None:
+    """A run that removed and made again its own directory wrote its lines into the removed log file: they are
+    added to the new directory's log."""
+    try:
+        if final.stat().st_ino == os.fstat(fd).st_ino:
+            return
+    except FileNotFoundError:
+        pass
+    if final.parent.is_dir():
+        with open(final, "ab") as dst:
+            dst.write(os.pread(fd, os.fstat(fd).st_size - start, start))
 
 
 def _keep(tmp: Path, final: Path | None) -> None:

@@ -66,6 +66,20 @@ def test_a_run_killed_midway_in_a_directory_that_existed_keeps_its_log(tmp_path)
     assert (run_dir / "rlep.log").read_text() == "earlier session\nvllm noise before the kill\n"
 
 
+def test_a_run_that_makes_its_existing_directory_again_keeps_its_log_there(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "rlep.log").write_text("earlier\n")
+    code = (
+        f"from rlep.flows.runlog import run_log\nimport os, shutil\nwith run_log({str(run_dir)!r}):\n"
+        f"    os.write(2, b'before\\n')\n    shutil.rmtree({str(run_dir)!r})\n    os.mkdir({str(run_dir)!r})\n"
+        f"    os.write(2, b'after\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "rlep.log").read_text() == "before\nafter\n"
+
+
 def test_quiet_runs_switch_off_the_hub_and_transformers_progress_bars():
     # Bars such as "Writing model shards" at every checkpoint; --verbose keeps them.
     code = (
