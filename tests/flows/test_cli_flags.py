@@ -31,7 +31,8 @@ from rlep.verifiers import bench as verify_bench
 from rlep.verifiers.bench import VerifyBenchConfig
 
 # Hand-written flags that are not settings of an operation.
-NOT_SETTINGS = {"--config", "--prefect", "--resume", "command_name"}
+# How a command runs, not a setting of what it runs (`rlep study --report-only`: report, run nothing).
+NOT_SETTINGS = {"--config", "--prefect", "--resume", "--report-only", "command_name"}
 
 # command -> (model, its flags' namespace, the settings that have a flag: all when None)
 COMMAND_MODELS = {
