@@ -152,7 +152,8 @@ def report_markdown(
     lines += [
         f"Arms {', '.join(sorted(config.arms))}; seeds {config.seeds}; reference arm `{config.baseline_arm}`. "
         "Held-out accuracy is the training runs' evaluation (avg@k on the eval problems). Intervals: 95% Student t "
-        f"over the {len(config.seeds)} seeds (n - 1 degrees of freedom); differences are paired by seed. Cost: "
+        f"over the {'finished' if interim else len(config.seeds)} seeds (n - 1 degrees of freedom); differences are "
+        "paired by seed. Cost: "
         "`tokens charged` and `seconds charged` add to an arm's own generated tokens and training seconds the full "
         "cost of the runs it depends on (RLEP: its exploration run and its collection), even when one exploration "
         "serves several arms or is the baseline's own run.",
