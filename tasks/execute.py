@@ -120,25 +120,30 @@ def _identity(run: Run) -> dict:
     return {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
 
 
-def finished_record(run: Run, identity: dict | None = None) -> dict | None:
+def finished_record(run: Run) -> dict | None:
     """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
     else None. (A collection has no record: its manifest says it finished.)"""
+    record = _record(run)
+    return record if record is not None and _matches(record, _identity(run)) else None
+
+
+def _record(run: Run) -> dict | None:
     done = EvalRunLayout(run.config.out).record
-    if not done.is_file():
-        return None
-    record = json.loads(done.read_text())
-    identity = _identity(run) if identity is None else identity
-    return record if all(record.get(name) == value for name, value in identity.items()) else None
+    return json.loads(done.read_text()) if done.is_file() else None
+
+
+def _matches(record: dict, identity: dict) -> bool:
+    return all(record.get(name) == value for name, value in identity.items())
 
 
 def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
     out = Path(run.config.out)
     identity = _identity(run)
     done = EvalRunLayout(out).record
-    if (finished := finished_record(run, identity)) is not None:
-        return finished
-    if done.is_file():
-        record = json.loads(done.read_text())
+    record = _record(run)
+    if record is not None and _matches(record, identity):
+        return record
+    if record is not None:
         final = record.get("final_checkpoint")
         if (
             evaluate_again
@@ -197,10 +202,9 @@ def _same_arm_or_start_over(run: Run) -> None:
     directory holds are this arm's, or the arm starts over, store included (its versions would otherwise pass
     for re-collections already done)."""
     out = Path(run.config.out)
-    done = EvalRunLayout(out).record
-    if done.is_file():
-        record = json.loads(done.read_text())
-        if any(record.get(name) != value for name, value in _identity(run).items()):
+    record = _record(run)
+    if record is not None:
+        if not _matches(record, _identity(run)):
             print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
             _start_over(run)
     elif not _same_training(out, run.config):
