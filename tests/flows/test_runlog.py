@@ -42,12 +42,16 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
     assert [n for n in NOISE if n not in log] == [] and "warning: ours, shown" in log
 
 
+def _in_run_log(run_dir, *body: str) -> subprocess.CompletedProcess:
+    """Run `body` (lines of Python, `os`, `shutil` and `signal` imported) in a fresh process inside
+    `run_log(run_dir)`."""
+    lines = "".join(f"    {line}\n" for line in body)
+    code = f"from rlep.flows.runlog import run_log\nimport os, shutil, signal\nwith run_log({str(run_dir)!r}):\n{lines}"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
 def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
-    code = (
-        f"from rlep.flows.runlog import run_log\nimport os\nwith run_log({str(tmp_path / 'none')!r}):\n    os.write(2, "
-        f"b'noise\\n')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = _in_run_log(tmp_path / "none", "os.write(2, b'noise\\n')")
     assert done.returncode == 0 and "noise" not in done.stderr
     assert not (tmp_path / "none").exists()
 
@@ -57,11 +61,7 @@ def test_a_run_killed_midway_in_a_directory_that_existed_keeps_its_log(tmp_path)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "rlep.log").write_text("earlier session\n")
-    code = (
-        f"from rlep.flows.runlog import run_log\nimport os, signal\nwith run_log({str(run_dir)!r}):\n"
-        f"    os.write(2, b'vllm noise before the kill\\n')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = _in_run_log(run_dir, "os.write(2, b'vllm noise before the kill\\n')", "os.kill(os.getpid(), signal.SIGKILL)")
     assert done.returncode == -9 and "noise" not in done.stderr
     assert (run_dir / "rlep.log").read_text() == "earlier session\nvllm noise before the kill\n"
 
@@ -70,12 +70,13 @@ def test_a_run_that_makes_its_existing_directory_again_keeps_its_log_there(tmp_p
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "rlep.log").write_text("earlier\n")
-    code = (
-        f"from rlep.flows.runlog import run_log\nimport os, shutil\nwith run_log({str(run_dir)!r}):\n"
-        f"    os.write(2, b'before\\n')\n    shutil.rmtree({str(run_dir)!r})\n    os.mkdir({str(run_dir)!r})\n"
-        f"    os.write(2, b'after\\n')\n"
+    done = _in_run_log(
+        run_dir,
+        "os.write(2, b'before\\n')",
+        f"shutil.rmtree({str(run_dir)!r})",
+        f"os.mkdir({str(run_dir)!r})",
+        "os.write(2, b'after\\n')",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "rlep.log").read_text() == "before\nafter\n"
 
