@@ -11,6 +11,7 @@ A run not finished yet has no final evaluation: that row is absent, not zero.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -56,8 +57,6 @@ def accepted_answers(runs: list[Run], examples: int = 3) -> pd.DataFrame:
     """One row per (run, set of answers): the correct answers to a plain-number gold (`correct`), those that are
     not a plain number (`not_literal`, `share` of `correct`) and the first `examples` of them (JSON text:
     problem_id, extracted_answer, gold_answer, response cut to 120 characters)."""
-    import json
-
     rows = []
     for run in runs:
         for what, table in _answer_files(run):
@@ -79,8 +78,6 @@ def accepted_answers(runs: list[Run], examples: int = 3) -> pd.DataFrame:
 
 def answer_check_markdown(checks: pd.DataFrame) -> str:
     """The check per run and set of answers, then the first answers it found, for a person to read."""
-    import json
-
     if checks.empty:
         return "No run has left answers yet.\n"
     lines = [
