@@ -27,12 +27,12 @@ def run_collect(args: argparse.Namespace) -> int:
     runner = build_from_flags(RunnerConfig, args, namespace="runner")
     if runner.kind == "ray" and not args.prefect:
         raise UserError("--runner ray runs shards through Prefect's Ray task runner: drop --no-prefect")
-    preflight(config)  # user errors surface here, before Prefect starts or anything is generated
     if args.prefect:
         from rlep.flows.collect import collect_flow
 
+        preflight(config)  # user errors surface here, before Prefect starts or anything is generated
         result = collect_flow(config, runner)
-    else:  # the executor's plain stage, which collects every collection of a plan too
+    else:  # the executor's plain stage (which collects every collection of a plan too) preflights first itself
         from rlep.tasks.execute import local_stages
 
         result = local_stages().collect(config)
