@@ -7,7 +7,8 @@ child process, lands there. Python's `sys.stdout` is a copy of the terminal, so 
 bars (rich, on stdout) still show; `sys.stderr` goes to the log, and of it only our own `warning:` lines
 are also shown on the terminal. The log lives in a temporary file until the run ends and is then added to
 RUN_DIR/rlep.log, so a run refused on bad input creates nothing; when RUN_DIR exists already (a resumed run,
-a long study's next session) the lines go straight to its rlep.log, so a run killed midway keeps them.
+a long study's next session) the lines go straight to its rlep.log, so a run killed midway keeps them (the
+temporary log of a run killed before it made its directory is removed by the next run).
 `rlep --verbose` skips all of this.
 
 Our own progress lines (training steps, evaluations, shards) are records of the `rlep` loggers.
@@ -27,7 +28,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlep.data.fs import process_alive
+
 LOG_FILE = "rlep.log"
+TMP_PREFIX = "rlep-run-"  # temporary log of a run without its directory yet: rlep-run-PID-XXXX.log
 RLEP_LOGGER = "rlep"  # parent of the loggers whose records are progress lines for the user (rlep.train, ...)
 OUR_LINES = ("warning:", "  warning:")  # stderr lines of ours that the terminal shows as well
 
@@ -88,7 +92,8 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
         fd, tmp = os.open(final, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644), None
         start = os.lseek(fd, 0, os.SEEK_END)
     else:
-        fd, tmp = tempfile.mkstemp(prefix="rlep-", suffix=".log")
+        _drop_orphan_logs()
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", suffix=".log")
     saved_out, saved_err = os.dup(1), os.dup(2)
     old_out, old_err = sys.stdout, sys.stderr
     terminal_out = os.fdopen(os.dup(saved_out), "w", buffering=1, encoding="utf-8", errors="replace")
@@ -131,6 +136,15 @@ def _kept_if_replaced(fd: int, start: int, final: Path) -> None:
     if final.parent.is_dir():
         with open(final, "ab") as dst:
             dst.write(os.pread(fd, os.fstat(fd).st_size - start, start))
+
+
+def _drop_orphan_logs() -> None:
+    """Temporary logs of runs killed before the end (SIGKILL, a lost machine) are never appended nor removed by
+    their process: each later run removes those whose process is gone (the pid is in the name)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*.log"):
+        pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            path.unlink(missing_ok=True)
 
 
 def _keep(tmp: Path, final: Path | None) -> None:

@@ -42,18 +42,42 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
     assert [n for n in NOISE if n not in log] == [] and "warning: ours, shown" in log
 
 
-def _in_run_log(run_dir, *body: str) -> subprocess.CompletedProcess:
+def _in_run_log(run_dir, *body: str, tmpdir=None) -> subprocess.CompletedProcess:
     """Run `body` (lines of Python, `os`, `shutil` and `signal` imported) in a fresh process inside
-    `run_log(run_dir)`."""
+    `run_log(run_dir)`, with TMPDIR=`tmpdir` when given."""
     lines = "".join(f"    {line}\n" for line in body)
     code = f"from rlep.flows.runlog import run_log\nimport os, shutil, signal\nwith run_log({str(run_dir)!r}):\n{lines}"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_a_run_that_made_no_directory_leaves_no_log(tmp_path):
     done = _in_run_log(tmp_path / "none", "os.write(2, b'noise\\n')")
     assert done.returncode == 0 and "noise" not in done.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_the_temporary_log_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    """A run killed before it made its directory cannot remove its temporary log; the next run removes the logs
+    of dead processes and keeps those of live ones."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    killed = _in_run_log(
+        tmp_path / "none", "os.write(2, b'noise\\n')", "os.kill(os.getpid(), signal.SIGKILL)", tmpdir=temp
+    )
+    assert killed.returncode == -9
+    (orphan,) = temp.glob("rlep-run-*.log")
+    assert orphan.read_text() == "noise\n"
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        try:
+            running = temp / f"rlep-run-{alive.pid}-abcd.log"
+            running.write_text("a run still going\n")
+            unrelated = temp / "rlep-notes.log"
+            unrelated.write_text("not ours\n")
+            assert _in_run_log(tmp_path / "none", "pass", tmpdir=temp).returncode == 0
+            assert sorted(p.name for p in temp.iterdir()) == sorted([running.name, unrelated.name])
+        finally:
+            alive.kill()
 
 
 def test_a_run_killed_midway_in_a_directory_that_existed_keeps_its_log(tmp_path):
