@@ -17,7 +17,7 @@ loading"):
    no weight file.
 
 Tied embeddings stay tied: the model is built tied, `to_empty` and the load keep one parameter under both
-names (checked in tests/tasks/training/test_distributed.py).
+names (checked in tests/tasks/training/test_distributed_checkpoint.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,147 @@
+"""Launching the torch.distributed backend: the launch module, `rlep train --nproc 2` end to end under torchrun
+and as Ray actors (then resumed at another world size), the ranks' environments and the settings they refuse."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlep.tasks.training.config import TrainConfig
+
+
+def test_several_processes_need_the_engine_in_its_own_process():
+    from rlep.tasks.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="needs mode async"):
+        TrainConfig(backend={"nproc": 2})
+    with pytest.raises(ValueError, match="ranks use GPUs 0..1"):
+        TrainConfig(backend={"nproc": 2}, mode="async", generator_gpus=[1])
+    TrainConfig(backend={"nproc": 2}, mode="async", max_staleness=0)
+
+
+def test_each_rank_starts_at_tasks_training_launch():
+    """The launch (torchrun command, Ray actors' entry point, each rank's main) lives in tasks/training/launch.py;
+    tasks/training/distributed.py keeps the backend and stays under 400 lines."""
+    import subprocess
+    import sys
+
+    import rlep.tasks.training.distributed as distributed
+    from rlep.tasks.training import launch
+
+    assert not hasattr(distributed, "main") and not hasattr(distributed, "train_distributed")
+    assert callable(launch.main) and callable(launch.train_distributed)
+    assert len(Path(distributed.__file__).read_text().splitlines()) < 400
+    done = subprocess.run(
+        [sys.executable, "-m", "rlep.tasks.training.launch", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "python -m rlep.tasks.training.launch" in done.stdout and "--config" in done.stdout
+
+
+def _small_distributed_run(model: str) -> list[str]:
+    return [
+        "train",
+        "--no-prefect",
+        "--model",
+        model,
+        "--strategy",
+        "ddp",
+        "--mode",
+        "async",
+        "--max-staleness",
+        "0",
+        "--prompts-per-step",
+        "2",
+        "--mini-batch-prompts",
+        "1",
+        "--samples-per-prompt",
+        "4",
+        "--max-tokens",
+        "8",
+        "--eval-every",
+        "0",
+        "--eval-problems-limit",
+        "4",
+        "--save-every",
+        "1",
+        "--overlong-buffer",
+        "6",
+        "--lr",
+        "1e-3",
+    ]
+
+
+def _rlep(*args: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rlep.flows.cli", *args],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
+    """`rlep train --nproc 2` end to end: torchrun, rank 0's generator process, DDP update, checkpoints a plain HF
+    model loads, then --resume at the same world size."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "run"
+    _rlep(*_small_distributed_run(fixture_model), "--nproc", "2", "--steps", "2", "--out", str(out))
+    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "3")
+    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
+
+
+@pytest.mark.slow
+def test_ranks_as_ray_actors_then_resumed_at_another_world_size(fixture_model, tmp_path):
+    """`--launcher ray`: 2 ranks as actors of a local Ray form the process group and train; the run then resumes
+    under torchrun on 3 ranks (DCP reshards the checkpoint's shards), its weights going on from the
+    checkpoint's."""
+    import json
+
+    import pyarrow.parquet as pq
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    _rlep(
+        *_small_distributed_run(fixture_model), "--nproc", "2", "--launcher", "ray", "--steps", "2", "--out", str(out)
+    )
+    saved = json.loads((out / "train_config.json").read_text())
+    assert saved["backend"]["launcher"] == "ray" and saved["backend"]["nproc"] == 2
+    before = load_file(out / "checkpoints" / "step-2" / "model.safetensors")
+    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "3", "--nproc", "3", "--launcher", "torchrun")
+    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)
+    states = {s: torch.load(out / "checkpoints" / f"step-{s}" / "trainer_state.pt", weights_only=False) for s in (2, 3)}
+    assert (states[2]["world_size"], states[3]["world_size"]) == (2, 3)
+    after = load_file(out / "checkpoints" / "step-3" / "model.safetensors")
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+    assert max((before[k] - after[k]).abs().max().item() for k in before) < 0.05  # one small step on, not a restart
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
+
+
+def test_rank_environments_number_ranks_per_node():
+    from rlep.tasks.training.ray_launch import rank_environments
+
+    envs = rank_environments([("a", "10.0.0.1"), ("a", "10.0.0.1"), ("b", "10.0.0.2")], 29500, one_gpu_each=False)
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in envs] == [
+        ("0", "0", "2"),
+        ("1", "1", "2"),
+        ("2", "0", "1"),
+    ]
+    assert {e["MASTER_ADDR"] for e in envs} == {"10.0.0.1"} and {e["WORLD_SIZE"] for e in envs} == {"3"}
+    on_gpus = rank_environments([("a", "h"), ("a", "h")], 1, one_gpu_each=True)
+    assert [e["LOCAL_RANK"] for e in on_gpus] == ["0", "0"]  # Ray shows each actor only its own GPU
+
+
+def test_launcher_ray_refuses_generator_gpus():
+    with pytest.raises(ValueError, match="not supported with backend.launcher ray"):
+        TrainConfig(backend={"nproc": 2, "launcher": "ray"}, mode="async", generator_gpus=[2])
