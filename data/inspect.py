@@ -57,7 +57,7 @@ class InspectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(
-        description="Run directory, trajectories directory, or .parquet file.",
+        description="Run directory, trajectories directory, .parquet file, or pool store (lists its versions).",
         json_schema_extra={"cli_positional": True},
     )
     as_json: bool = Field(

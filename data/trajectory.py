@@ -19,7 +19,7 @@ reason it is stored rather than re-derived):
 | `extracted_answer` | string | yes | Final answer the verifier found in `response`; null when none was found (or not re-verified). |
 | `gold_answer` | string | no | Reference answer of the problem. |
 | `correct` | bool | no | Verifier verdict: `extracted_answer` is equivalent to `gold_answer`. |
-| `verdict_reason` | string | no | Why: `equal`, `not-equal`, `no-answer`, `timeout`, `too-long`, `parse-error`, `memory`, `crash`; `imported` for rows read from another format without re-verification. |
+| `verdict_reason` | string | no | Why: `equal`, `not-equal`, `no-answer`, `timeout`, `too-long`, `parse-error`, `memory`, `crash`, `unevaluated`; `imported` for rows read from another format without re-verification. |
 | `reward` | float32 | no | Scalar reward given to this answer (scheme chosen at collection, e.g. binary 1/0). |
 | `policy_version` | int32 | no | Training step of the weights that generated the row; 0 for a base model. |
 | `model` | string | no | Model id or path the answer was sampled from. |

@@ -53,7 +53,9 @@ def add_inspect(sub) -> None:
     from rlep.data.inspect import InspectConfig
 
     p = sub.add_parser(
-        "inspect", help="Summarise a collection run dir, a trajectories dir, or a pool/trajectory Parquet file."
+        "inspect",
+        help="Summarise a collection run dir, a trajectories dir, a pool/trajectory Parquet file, or a pool store "
+        "(its versions, then the latest pool).",
     )
     p.set_defaults(handler=cmd_inspect)
     add_model_flags(p, InspectConfig)

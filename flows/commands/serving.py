@@ -13,7 +13,8 @@ def add_serve(sub) -> None:
     from rlep.flows.deployments import SERVE_FLAGS, ServeConfig
 
     p = sub.add_parser(
-        "serve", help="Register the deployments (collect, train, evaluate, pipeline, scheduled recollect) and run them."
+        "serve",
+        help="Register the deployments (collect, train, evaluate, pipeline, study, scheduled recollect) and run them.",
     )
     p.set_defaults(handler=cmd_serve)
     add_model_flags(p, ServeConfig, only=SERVE_FLAGS)
