@@ -117,17 +117,17 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
         os.dup2(saved_err, 2)
         if tmp is None:
             _kept_if_replaced(fd, start, final)
+        else:
+            _keep(fd, Path(tmp), final)
         for handle in (saved_out, saved_err, fd):
             os.close(handle)
         for stream in (terminal_out, terminal_err, log):
             stream.close()
-        if tmp is not None:
-            _keep(Path(tmp), final)
 
 
 def _kept_if_replaced(fd: int, start: int, final: Path) -> None:
     """A run that removed and made again its own directory wrote its lines into the removed log file: they are
-    added to the new directory's log."""
+    added to the new directory's log, at the end of the run (one killed after remaking its directory loses them)."""
     try:
         if final.stat().st_ino == os.fstat(fd).st_ino:
             return
@@ -143,16 +143,20 @@ def _drop_orphan_logs() -> None:
     their process: each later run removes those whose process is gone (the pid is in the name)."""
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*.log"):
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            path.unlink(missing_ok=True)
+        try:  # only this user's (a shared /tmp holds others', which are theirs to remove)
+            if pid.isdigit() and path.stat().st_uid == os.getuid() and not process_alive(int(pid)):
+                path.unlink()
+        except OSError:
+            pass
 
 
-def _keep(tmp: Path, final: Path | None) -> None:
-    """Append the temporary log to `final` if its directory exists (the run got far enough to make it)."""
+def _keep(fd: int, tmp: Path, final: Path | None) -> None:
+    """Append the temporary log (read from its open descriptor `fd`, so a /tmp cleaner cannot take it first) to
+    `final` if its directory exists (the run got far enough to make it), then remove it."""
     try:
         if final is not None and final.parent.is_dir():
-            with open(tmp, "rb") as src, open(final, "ab") as dst:
-                dst.write(src.read())
+            with open(final, "ab") as dst:
+                dst.write(os.pread(fd, os.fstat(fd).st_size, 0))
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -115,16 +115,22 @@ def settings_digest(run: Run) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _identity(run: Run) -> dict:
-    """What a run's record must hold for the run to count as finished: its starting weights and settings."""
-    return {"start_weights": _start_weights(run.config.model), "settings": settings_digest(run)}
+def _identity(run: Run, hashes: dict[str, str | None] | None = None) -> dict:
+    """What a run's record must hold for the run to count as finished: its starting weights and settings.
+    `hashes` (model -> hash), when given, keeps the hashes already taken (several runs start from one model)."""
+    model = run.config.model
+    weights = hashes[model] if hashes is not None and model in hashes else _start_weights(model)
+    if hashes is not None:
+        hashes[model] = weights
+    return {"start_weights": weights, "settings": settings_digest(run)}
 
 
-def finished_record(run: Run) -> dict | None:
+def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> dict | None:
     """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
-    else None. (A collection has no record: its manifest says it finished.)"""
+    else None. (A collection has no record: its manifest says it finished.) `hashes`: as `_identity`'s, for a
+    caller checking many runs at once."""
     record = _record(run)
-    return record if record is not None and _matches(record, _identity(run)) else None
+    return record if record is not None and _matches(record, _identity(run, hashes)) else None
 
 
 def _record(run: Run) -> dict | None:

@@ -70,20 +70,20 @@ def cmd_study(args: argparse.Namespace) -> int:
     except StudyError as err:
         raise UserError(f"{args.config}: invalid configuration: {err}") from None
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
-    if args.report_only:
-        try:
-            report = report_study(config, command)["report"]
-        except StudyError as err:
-            raise UserError(f"{args.config}: {err}") from None
-    elif args.prefect:
-        from rlep.flows.study import study_flow
-
-        report = study_flow(config, command)
-    elif config.runner.kind == "ray":
+    if config.runner.kind == "ray" and not args.prefect and not args.report_only:
         raise UserError("--runner ray runs through Prefect's Ray task runner: drop --no-prefect")
-    else:
-        from rlep.tasks.study import run_study
+    try:  # a study's own errors (a run directory written twice, an unreadable evaluation) name the file
+        if args.report_only:
+            report = report_study(config, command)["report"]
+        elif args.prefect:
+            from rlep.flows.study import study_flow
 
-        report = run_study(config, command=command)["report"]
+            report = study_flow(config, command)
+        else:
+            from rlep.tasks.study import run_study
+
+            report = run_study(config, command=command)["report"]
+    except StudyError as err:
+        raise UserError(f"{args.config}: {err}") from None
     print(Path(report).read_text())
     return 0

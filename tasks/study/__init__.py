@@ -63,11 +63,14 @@ def report_study(config: StudyConfig, command: str | None = None) -> dict[str, P
     finished (report.md says how many have); the descriptive tables and the answer check are."""
     config = with_models_resolved(config, progress=False)
     runs = plan(config)
-    trained = [run for run in runs if run.kind == "train" and not run.continues]
-    done = {run.key for run in trained if finished_record(run) is not None}
+    arms = [run for run in runs if run.kind == "train" and run.arm is not None and not run.continues]
+    hashes: dict[str, str | None] = {}  # the arms start from the same weights: each model is read once
+    done = {run.key for run in arms if finished_record(run, hashes) is not None}
     if not done:
-        raise StudyError(f"no training run of the study in {config.out} has finished yet: nothing to report")
-    finished = [run for run in runs if run.kind != "train" or run.key in done]
-    study, final = gather(finished)
-    interim = None if len(done) == len(trained) else ([run.key for run in trained if run.key in done], len(trained))
-    return write_study_outputs(config, study, final, command, accepted_answers(finished), interim)
+        raise StudyError(f"no arm's training run of the study in {config.out} has finished yet: nothing to report")
+    reported = [run for run in runs if run.arm is None or run.key in done]  # their own runs and what they need
+    study, final = gather(runs, only=done)
+    interim = None if len(done) == len(arms) else ([run.key for run in arms if run.key in done], len(arms))
+    if interim is None:  # the claims about to be tested: the recorded ones (changed claims refused, as run_study does)
+        fix_claims(config, runs)
+    return write_study_outputs(config, study, final, command, accepted_answers(reported), interim)

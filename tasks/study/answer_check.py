@@ -22,6 +22,7 @@ from rlep.data.inspect import accepted_not_literal
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.data.store import read_trajectory_files
 from rlep.tasks.plan import Run
+from rlep.tasks.study.config import StudyError
 
 _COLUMNS = ["problem_id", "extracted_answer", "gold_answer", "response", "correct"]
 CHECK_COLUMNS = ["run", "arm", "seed", "answers", "correct", "not_literal", "share", "examples"]
@@ -49,7 +50,7 @@ def _read_samples(path: Path) -> pa.Table:
     present = pq.read_schema(path).names
     missing = [name for name in _COLUMNS if name not in present]
     if missing:
-        raise ValueError(f"{path}: no column {', '.join(missing)}; an evaluation's answers need {_COLUMNS}")
+        raise StudyError(f"{path}: no column {', '.join(missing)}; an evaluation's answers need {_COLUMNS}")
     return pq.read_table(path, columns=_COLUMNS)
 
 

@@ -49,15 +49,19 @@ def dependency_cost(run: Run, by_key: dict[str, Run]) -> dict[str, float]:
         if key in seen:
             continue
         seen.add(key)
-        cost = run_cost(by_key[key])
+        try:
+            cost = run_cost(by_key[key])
+        except FileNotFoundError as err:
+            raise StudyError(f"{run.key} depends on {key}, which has not finished: {err}") from None
         for name in total:
             total[name] += cost[name]
         todo.extend(by_key[key].needs)
     return total
 
 
-def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per evaluation step, final evaluation) tables over every finished arm run.
+def gather(runs: list[Run], only: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per evaluation step, final evaluation) tables over every arm run of the plan `runs` (`only`: those keys;
+    the runs they depend on are looked up in the whole plan).
 
     Per step: arm, seed, step, accuracy (held-out avg@k of the training run's evaluation), tokens_generated
     (generated so far by the run), wall_seconds (its training seconds so far, evaluation excluded),
@@ -69,6 +73,8 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     steps, finals = [], []
     for run in runs:
         if run.kind != "train" or run.arm is None or run.continues:  # a living-pool arm: its first part stands for it
+            continue
+        if only is not None and run.key not in only:
             continue
         out = Path(run.config.out)
         layout = TrainRunLayout(out)
@@ -120,6 +126,8 @@ def gather(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         "optimizer_updates",
         "tokens_trained",
     ]
+    if not steps:
+        raise StudyError("no arm's training run to gather: the study has none finished")
     study = pd.concat(steps, ignore_index=True)[columns]
     final = (
         pd.concat(finals, ignore_index=True)

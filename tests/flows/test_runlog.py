@@ -74,10 +74,31 @@ def test_the_temporary_log_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
             running.write_text("a run still going\n")
             unrelated = temp / "rlep-notes.log"
             unrelated.write_text("not ours\n")
+            kept = [running.name, unrelated.name]
+            if os.getuid() == 0:  # another user's log of a dead run is theirs to remove (a shared /tmp)
+                others = temp / orphan.name.replace("rlep-run-", "rlep-run-1").replace(".log", "-other.log")
+                others.write_text("someone else's\n")
+                os.chown(others, 12345, 12345)
+                kept.append(others.name)
             assert _in_run_log(tmp_path / "none", "pass", tmpdir=temp).returncode == 0
-            assert sorted(p.name for p in temp.iterdir()) == sorted([running.name, unrelated.name])
+            assert sorted(p.name for p in temp.iterdir()) == sorted(kept)
         finally:
             alive.kill()
+
+
+def test_a_run_keeps_its_lines_when_a_tmp_cleaner_removed_its_temporary_log(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    run_dir = tmp_path / "run"
+    done = _in_run_log(
+        run_dir,
+        "os.write(2, b'written before the clean-up\\n')",
+        f"[p.unlink() for p in __import__('pathlib').Path({str(temp)!r}).glob('rlep-run-*.log')]",
+        f"os.mkdir({str(run_dir)!r})",
+        tmpdir=temp,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "rlep.log").read_text() == "written before the clean-up\n"
 
 
 def test_a_run_killed_midway_in_a_directory_that_existed_keeps_its_log(tmp_path):

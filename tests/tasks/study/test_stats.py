@@ -140,6 +140,39 @@ def test_a_step_recorded_twice_in_a_run_is_refused_naming_the_file_and_the_run(t
         gather([run])
 
 
+def _finished_train_run(out, steps=(1, 2)):
+    """A training run's evaluation and metrics files as a finished run leaves them (2 steps, 10 tokens each)."""
+    out.mkdir(parents=True)
+    pd.DataFrame({"step": [0, *steps], "data_source": "all", "avg_at_k": [0.1, 0.2, 0.3]}).to_parquet(
+        out / "eval.parquet"
+    )
+    pd.DataFrame({"step": list(steps), "tokens_generated_total": [10, 20], "time_step": [1.0, 1.0]}).to_parquet(
+        out / "metrics.parquet"
+    )
+
+
+def test_gather_reports_the_runs_asked_for_and_charges_their_dependencies_from_the_whole_plan(tmp_path):
+    """`--report-only` gathers the finished arms only, yet an arm's dependency (an exploration, a baseline whose
+    record no longer counts) is still charged; one that never ran is named, not a KeyError."""
+    from types import SimpleNamespace
+
+    from rlep.tasks.study.config import StudyError
+    from rlep.tasks.study.runs import gather
+
+    for name in ("explore", "rlep", "baseline"):
+        _finished_train_run(tmp_path / name)
+    explore = Run("explore/seed-0", "train", 0, None, SimpleNamespace(out=str(tmp_path / "explore")))
+    rlep = Run("rlep/seed-0", "train", 0, "rlep", SimpleNamespace(out=str(tmp_path / "rlep")), needs=[explore.key])
+    baseline = Run("baseline/seed-0", "train", 0, "baseline", SimpleNamespace(out=str(tmp_path / "baseline")))
+    study, _ = gather([explore, rlep, baseline], only={rlep.key})
+    assert set(study.arm) == {"rlep"} and study.tokens_charged.tolist() == [20.0, 30.0, 40.0]
+    with pytest.raises(StudyError, match="no arm's training run to gather"):
+        gather([explore, rlep, baseline], only=set())
+    never = Run("explore/seed-0", "train", 0, None, SimpleNamespace(out=str(tmp_path / "never")))
+    with pytest.raises(StudyError, match=r"rlep/seed-0 depends on explore/seed-0, which has not finished: .*never"):
+        gather([never, rlep], only={rlep.key})
+
+
 def test_a_seed_that_never_reaches_the_target_counts_against_its_arm():
     # The arm reaches 0.4 at step 10 in 2 of 5 seeds and never in the other 3; the baseline at step 20 in all 5.
     # Over the 2 seeds where both reached it, the arm was 10 steps faster every time: "arm better" before. Censored

@@ -130,8 +130,21 @@ def test_a_report_of_a_study_with_no_run_finished_is_refused_naming_it(fixture_m
     path.write_text(json.dumps(tiny_study_settings(fixture_model, tmp_path / "out", ARMS)))
     assert main(["study", "--config", str(path), "--report-only"]) == 2
     err = capsys.readouterr().err
-    assert f"{path}: no training run of the study in {tmp_path / 'out'} has finished yet: nothing to report" in err
+    assert (
+        f"{path}: no arm's training run of the study in {tmp_path / 'out'} has finished yet: nothing to report" in err
+    )
     assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_a_report_with_only_the_exploration_finished_is_refused_the_same_way(fixture_model, tmp_path, monkeypatch):
+    """A separate exploration run (explore_steps) is not an arm: finished alone, there is still nothing to report."""
+    import rlep.tasks.study as study
+
+    monkeypatch.setattr(study, "finished_record", lambda run, hashes=None: {} if run.arm is None else None)
+    config = StudyConfig.model_validate(tiny_study_settings(fixture_model, tmp_path / "out", ARMS, explore_steps=1))
+    assert plan(config)[0].key == "explore/seed-0"
+    with pytest.raises(StudyError, match="no arm's training run of the study .* has finished yet"):
+        study.report_study(config)
 
 
 @pytest.mark.slow
