@@ -118,11 +118,10 @@ def settings_digest(run: Run) -> str:
 def _identity(run: Run, hashes: dict[str, str | None] | None = None) -> dict:
     """What a run's record must hold for the run to count as finished: its starting weights and settings.
     `hashes` (model -> hash), when given, keeps the hashes already taken (several runs start from one model)."""
-    model = run.config.model
-    weights = hashes[model] if hashes is not None and model in hashes else _start_weights(model)
-    if hashes is not None:
-        hashes[model] = weights
-    return {"start_weights": weights, "settings": settings_digest(run)}
+    hashes = {} if hashes is None else hashes
+    if run.config.model not in hashes:
+        hashes[run.config.model] = _start_weights(run.config.model)
+    return {"start_weights": hashes[run.config.model], "settings": settings_digest(run)}
 
 
 def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> dict | None:
