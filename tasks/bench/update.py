@@ -7,9 +7,10 @@ It imports torch, transformers, pydantic, numpy and the project's training modul
 machine with torch and transformers.
 
 Reports, after `warmup` untimed steps: step time (median), update tokens/s (prompt + completion tokens through
-forward and backward per second, summed over ranks), MFU = 6 N tokens / time / peak FLOPs (N: parameters
-without the input embedding, whose lookup costs no FLOPs; the no-grad old-log-prob pass, run when a step makes
-several updates, is not counted, so MFU is a lower bound), and per rank the bytes of parameters, gradients,
+forward and backward per second, summed over ranks), MFU = 6 N tokens / time / peak FLOPs (4 N with LoRA,
+whose frozen weights get no gradient; N: parameters without the input embedding, whose lookup costs no FLOPs;
+the no-grad old-log-prob pass, run when a step makes several updates, is not counted, so MFU is a lower
+bound), and per rank the bytes of parameters, gradients,
 optimizer state and KL reference (`--kl`) it holds (the figures FSDP2 divides by the number of ranks) and its
 peak memory (VmHWM on the CPU, CUDA's peak allocation on a GPU: tasks/training/memory.py) twice: while the
 model is built and loaded, and during the steps (old-log-prob pass, reference forward and update included:
@@ -210,6 +211,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     tokens_per_step = int(statistics.median(tokens))  # every step has the same shape
     n_flop = flop_parameters(hf)
     peak = peak_flops(config)
+    flops_per_token = model_flops_per_token(n_flop, lora=bool(config.lora_rank))
     report = {
         "bench": "update",
         "config": config.model_dump(mode="json"),
@@ -222,7 +224,8 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         "step_seconds": times,
         "step_seconds_median": seconds,
         "tokens_per_second": tokens_per_step / seconds,
-        "mfu": 6 * n_flop * tokens_per_step / seconds / (peak * config.nproc) if peak else None,
+        "flops_per_token": flops_per_token,
+        "mfu": flops_per_token * tokens_per_step / seconds / (peak * config.nproc) if peak else None,
         "peak_flops_per_device": peak,
         "ranks": [
             {**m, **{f"build_{k}": v for k, v in b.items() if k.startswith("peak")}} for m, b in zip(memory, built)
@@ -305,6 +308,14 @@ def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(report, indent=2))
     return report
+
+
+def model_flops_per_token(n_flop: int, *, lora: bool) -> int:
+    """The model FLOPs an update spends per token: forward 2N, backward 2N for the activations' gradients and 2N
+    for the weights' (6N). With LoRA the frozen weights get no gradient (4N); the adapters' own FLOPs, a fraction
+    of a percent at the ranks used, are left out. Activation checkpointing's recomputed forward is not model
+    FLOPs and is never counted."""
+    return (4 if lora else 6) * n_flop
 
 
 def main(argv: list[str] | None = None) -> int:

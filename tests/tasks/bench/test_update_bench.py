@@ -87,3 +87,17 @@ def test_update_bench_reports_the_kl_reference_and_the_peaks_of_building_and_of_
     for sharded in ranks:
         assert sharded["reference_bytes"] < 0.7 * rank["reference_bytes"]  # the root's embedding counts whole
         assert sharded["build_peak_rss_bytes"] > 0 and sharded["peak_rss_bytes"] > 0
+
+
+def test_mfu_counts_4n_a_token_with_lora_and_6n_otherwise(tmp_path):
+    """A LoRA update computes no gradient for its frozen weights: its model FLOPs are 4N a token, not 6N (an H100
+    run of the 7B shape with LoRA read 31% MFU by 6N; it spends two thirds of that)."""
+    small = dict(prompts=2, group_size=2, prompt_tokens=4, response_tokens=6, micro_batch_size=2, warmup=0, steps=1)
+    full = bench_update(UpdateBenchConfig(**small, peak_tflops=1.0, out=tmp_path / "full.json"))
+    lora = bench_update(UpdateBenchConfig(**small, peak_tflops=1.0, lora_rank=4, out=tmp_path / "lora.json"))
+    n = full["flop_parameters"]
+    assert lora["flop_parameters"] == n
+    assert (full["flops_per_token"], lora["flops_per_token"]) == (6 * n, 4 * n)
+    for report in (full, lora):
+        expected = report["flops_per_token"] * report["tokens_per_step"] / report["step_seconds_median"] / 1e12
+        assert abs(report["mfu"] - expected) <= 1e-12 * expected
