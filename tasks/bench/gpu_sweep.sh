@@ -20,6 +20,6 @@ run() { name=$1; lim=$2; shift 2; echo "== $name: $*"; s=$(date +%s)
 run u05-mb16 90 --model $M05 --micro-batch-size 16
 run u15-mb8 90 --model $M15 --micro-batch-size 8
 run u15-ac-mb16 90 --model $M15 --micro-batch-size 16 --activation-checkpointing
-run u15-kl-2upd 100 --model $M15 --micro-batch-size 4 --kl --updates-per-epoch 2
+run u15-kl-2upd 200 --model $M15 --micro-batch-size 4 --kl --updates-per-epoch 2
 run u7-lora16-ac 180 --model $M7 --micro-batch-size 8 --lora-rank 16 --activation-checkpointing
 rm -rf "$SITE"
