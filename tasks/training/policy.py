@@ -52,8 +52,9 @@ def load_policy(
     weights: Any, device: torch.device, config: BackendConfig, init_seed: int = 0, lora: LoraConfig | None = None
 ) -> torch.nn.Module:
     """The policy in float32 on `device` (master weights even under bf16), in eval mode, with LoRA adapters when
-    `lora` is set. `weights`: a directory or hub name, or an HF config (random weights drawn on the CPU from
-    `init_seed`: identical on every rank, nothing read from disk; benchmarks and tests)."""
+    `lora` is set (under bf16 their frozen base layers are held in bf16: `lora.frozen_base_in_bf16`). `weights`: a
+    directory or hub name, or an HF config (random weights drawn on the CPU from `init_seed`: identical on every
+    rank, nothing read from disk; benchmarks and tests)."""
     from transformers import AutoModelForCausalLM
 
     if isinstance(weights, str):
@@ -64,9 +65,11 @@ def load_policy(
             model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
     model = checkpoint_activations(model.to(device), config)
     if lora is not None:
-        from rlep.tasks.training.lora import with_lora
+        from rlep.tasks.training.lora import frozen_base_in_bf16, with_lora
 
         model = with_lora(model, lora)
+        if config.precision == "bf16":
+            model = frozen_base_in_bf16(model)
     return model.eval()
 
 
