@@ -16,10 +16,13 @@ if [ -n "${DRY:-}" ]; then COMMON="--device cpu --precision fp32 --prompts 2 --g
 else COMMON="--device cuda --precision bf16 --prompt-tokens 256 --response-tokens 768"; M05=qwen2.5-0.5b; M15=qwen2.5-1.5b; M7=qwen2.5-7b; fi
 run() { name=$1; lim=$2; shift 2; echo "== $name: $*"; s=$(date +%s)
   timeout --kill-after=5 "$lim" "$PYTHON" -m rlep.tasks.bench.update $COMMON --out "$OUT_DIR/$name.json" "$@" 2>&1 | grep -v "it/s\]" | tail -6
-  echo "== $name rc=${PIPESTATUS[0]} in $(( $(date +%s) - s )) s"; }
+  rc=${PIPESTATUS[0]}; echo "== $name rc=$rc in $(( $(date +%s) - s )) s"; [ "$rc" = 0 ] || failed=$((failed + 1)); }
+failed=0
 run u05-mb16 90 --model $M05 --micro-batch-size 16
 run u15-mb8 90 --model $M15 --micro-batch-size 8
 run u15-ac-mb16 90 --model $M15 --micro-batch-size 16 --activation-checkpointing
 run u15-kl-2upd 200 --model $M15 --micro-batch-size 4 --kl --updates-per-epoch 2
 run u7-lora16-ac 180 --model $M7 --micro-batch-size 8 --lora-rank 16 --activation-checkpointing
 rm -rf "$SITE"
+echo "sweep: $failed line(s) failed"
+exit $((failed > 0))

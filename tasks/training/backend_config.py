@@ -36,7 +36,8 @@ class BackendConfig(BaseModel):
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
         description="`bf16`: forward and backward under bfloat16 autocast over float32 master weights, with float32 "
-        "gradient reductions and optimizer state: one mechanism for one process, DDP and FSDP2. Log-probs of the "
+        "gradient reductions and optimizer state: one mechanism for one process, DDP and FSDP2 (LoRA's frozen base "
+        "layers are held in bf16). Log-probs of the "
         "ratio move by up to ~6e-3 (docs/distributed.md). "
         "`auto`: bf16 where the update's device computes it natively (a GPU with native bf16; a CPU with AVX512-BF16 "
         "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "

@@ -39,19 +39,24 @@ def with_lora(model: torch.nn.Module, settings: LoraConfig) -> torch.nn.Module:
 
 
 def frozen_base_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
-    """`model` (with adapters) with each adapted layer's frozen weight and bias held in bf16: under bf16 autocast a
-    linear layer rounds them to bf16 at every product anyway, so the products, log-probs and gradients are the same
-    (tested) at half the memory; no float32 master is needed for a weight no optimizer moves. The adapters, the
-    embedding, the head and the norms stay float32. Only for `precision: bf16` (autocast on)."""
+    """`model` (with adapters) with each adapted linear layer's frozen weight and bias held in bf16: under bf16
+    autocast a linear layer rounds them to bf16 at every product anyway, so the products, log-probs and gradients
+    are the same (tested) at half the memory; no float32 master is needed for a weight no optimizer moves. Only
+    for `precision: bf16` (autocast on). Left float32: the adapters, the norms, any adapted layer that is not a
+    linear one (an embedding's lookup is not autocast: a bf16 table would make the residual stream bf16) and any
+    weight another module shares (a head tied to the embedding)."""
     from peft.tuners.lora import LoraLayer
 
+    owners: dict[int, int] = {}
+    for _, tensor in model.named_parameters(remove_duplicate=False):
+        owners[id(tensor)] = owners.get(id(tensor), 0) + 1
     for module in model.modules():
-        if isinstance(module, LoraLayer):
-            base = module.get_base_layer()
-            for name in ("weight", "bias"):
-                tensor = getattr(base, name, None)
-                if tensor is not None:
-                    tensor.data = tensor.data.to(torch.bfloat16)
+        base = module.get_base_layer() if isinstance(module, LoraLayer) else None
+        if not isinstance(base, torch.nn.Linear):
+            continue
+        for tensor in (base.weight, base.bias):
+            if tensor is not None and owners[id(tensor)] == 1:
+                tensor.data = tensor.data.to(torch.bfloat16)
     return model
 
 

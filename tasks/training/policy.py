@@ -63,14 +63,14 @@ def load_policy(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
-    model = checkpoint_activations(model.to(device), config)
+    model = checkpoint_activations(model, config)
     if lora is not None:
         from rlep.tasks.training.lora import frozen_base_in_bf16, with_lora
 
         model = with_lora(model, lora)
         if config.precision == "bf16":
-            model = frozen_base_in_bf16(model)
-    return model.eval()
+            model = frozen_base_in_bf16(model)  # before the move: the device never holds the float32 base
+    return model.to(device).eval()
 
 
 def checkpoint_activations(model: torch.nn.Module, config: BackendConfig) -> torch.nn.Module:
