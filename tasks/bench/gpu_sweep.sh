@@ -7,11 +7,8 @@
 #   bash tasks/bench/gpu_sweep.sh          (DRY=1 PYTHON=.venv/bin/python GPU_WHEELS=build/gpu-wheels-py311 on the CPU)
 set -uo pipefail
 PYTHON=${PYTHON:-python3}; WHEELS=${GPU_WHEELS:-build/gpu-wheels}; OUT_DIR=${OUT:-bench/results}
+source "$(dirname "$0")/gpu_site.sh"
 mkdir -p "$OUT_DIR"
-SITE=$(mktemp -d /tmp/rlep-sweep.XXXXXX)
-"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check --target "$SITE/lib" "$WHEELS"/*.whl || exit 3
-mkdir -p "$SITE/shim/rlep"; for p in flows tasks verifiers data; do ln -s "$PWD/$p" "$SITE/shim/rlep/$p"; done
-export PYTHONPATH="$SITE/lib:$SITE/shim" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 if [ -n "${DRY:-}" ]; then COMMON="--device cpu --precision fp32 --prompts 2 --group-size 2 --prompt-tokens 8 --response-tokens 8"; M05=tiny; M15=tiny; M7=tiny
 else COMMON="--device cuda --precision bf16 --prompt-tokens 256 --response-tokens 768"; M05=qwen2.5-0.5b; M15=qwen2.5-1.5b; M7=qwen2.5-7b; fi
 run() { name=$1; lim=$2; shift 2; echo "== $name: $*"; s=$(date +%s)
