@@ -10,6 +10,7 @@ the engine resumes from, so generation continues exactly.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -47,9 +48,7 @@ def frozen_base_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
     weight another module shares (a head tied to the embedding)."""
     from peft.tuners.lora import LoraLayer
 
-    owners: dict[int, int] = {}
-    for _, tensor in model.named_parameters(remove_duplicate=False):
-        owners[id(tensor)] = owners.get(id(tensor), 0) + 1
+    owners = Counter(id(tensor) for _, tensor in model.named_parameters(remove_duplicate=False))
     for module in model.modules():
         base = module.get_base_layer() if isinstance(module, LoraLayer) else None
         if not isinstance(base, torch.nn.Linear):
