@@ -27,7 +27,7 @@ from rlep.tasks.training.checkpoint import CheckpointError
 from rlep.tasks.training.collectives import named_out_of_memory
 from rlep.tasks.training.distributed import DistributedBackend
 from rlep.tasks.training.fsdp import autocast_bf16
-from rlep.tasks.training.lora import adapter_state, is_lora, load_adapter_state, merged_weights
+from rlep.tasks.training.lora import AdaptersOff, adapter_state, is_lora, load_adapter_state, merged_weights
 from rlep.tasks.training.policy import PolicySpec, build_optimizer, load_policy, load_reference
 from rlep.tasks.training.precision import PrecisionChoice
 from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
@@ -81,7 +81,10 @@ class LocalBackend:
         self.model = load_policy(spec.weights, self.device, spec.backend, spec.init_seed, spec.lora)
         if spec.backend.precision == "bf16":
             autocast_bf16(self.model, self.device)
-        self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
+        if spec.lora is not None and spec.reference is not None:
+            self.reference = AdaptersOff(self.model)  # the frozen base is the starting policy: no second copy
+        else:
+            self.reference = load_reference(spec.reference, self.device, spec.backend.precision)
         trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
         self.optimizer, self.scheduler = build_optimizer(trained, spec.optimizer)
 

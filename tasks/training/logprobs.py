@@ -48,7 +48,8 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32),
     under the model's logits divided by `temperature`. Computed on the model's device."""
-    device = next(model.parameters()).device
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else model.device  # lora.AdaptersOff holds no parameters
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
     return logprobs_from_logits(logits, input_ids[:, 1:], temperature)

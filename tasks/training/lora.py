@@ -5,7 +5,9 @@ parameter. Everything outside the trainer wants a plain model: the engine's weig
 model get W + (alpha / rank) B A under the HF names (`merged_weights`, one layer at a time, nothing held whole), so
 vLLM, evaluation and collection never learn that adapters exist. A resume rebuilds the base from the run's starting
 model and loads the adapters saved in the trainer state (`adapter_state`): the checkpoint's merged model is what
-the engine resumes from, so generation continues exactly.
+the engine resumes from, so generation continues exactly. KL to the starting policy needs no second model: the
+frozen base *is* the starting policy, so the reference is the policy with its adapters switched off
+(`AdaptersOff`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,28 @@ def frozen_base_in_bf16(model: torch.nn.Module) -> torch.nn.Module:
 
 def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
+
+
+class AdaptersOff(torch.nn.Module):
+    """The KL reference of a LoRA policy: its own frozen base, run with the adapters switched off and no grad. It
+    holds no weights of its own (its `parameters()` are empty, so memory reports charge it nothing): a 7B policy
+    with KL keeps one copy of the model, not two. Under bf16 it computes as the policy does (bf16 base linear
+    weights, float32 embeddings and norms, autocast), not as a separate all-bf16 reference would."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        if not is_lora(policy):
+            raise TypeError(f"AdaptersOff needs a peft LoRA model, not {type(policy).__name__}")
+        self._policy = [policy]  # in a list: not a submodule, so not counted or moved as this module's
+
+    @property
+    def device(self) -> torch.device:
+        return next(self._policy[0].parameters()).device
+
+    def forward(self, *args, **kwargs):
+        policy = self._policy[0]
+        with torch.no_grad(), policy.disable_adapter():
+            return policy(*args, **kwargs)
 
 
 def merged_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:

@@ -24,7 +24,8 @@ class PolicySpec:
     weights: Any  # HF-format directory (or hub name) of the starting policy, or an HF config: random weights
     optimizer: OptimizerConfig
     backend: BackendConfig = field(default_factory=BackendConfig)
-    reference: Any = None  # frozen reference for the KL term (like `weights`); None = no KL
+    reference: Any = None  # frozen reference for the KL term (like `weights`); None = no KL. Under LoRA any value
+    # means KL to the base the adapters sit on (lora.AdaptersOff: no second copy), which `of_run` makes the start
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
     init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
     lora: LoraConfig | None = None  # adapters on a frozen base (tasks/training/lora.py); None: every weight trains
@@ -33,8 +34,8 @@ class PolicySpec:
     def of_run(cls, config, weights: str, base_model: str) -> PolicySpec:
         """A training run's policy (`config`: a TrainConfig): its weights, optimizer and backend, the starting model
         as KL reference when KL is on, on the CPU or the first GPU the generator does not use. With LoRA the base
-        is always the starting model: a resume's adapters come from its trainer state, not from `weights` (the
-        checkpoint's merged model)."""
+        is always the starting model (and so the KL reference, with the adapters off): a resume's adapters come
+        from its trainer state, not from `weights` (the checkpoint's merged model)."""
         from rlep.tasks.training.async_gen import update_device
 
         device = update_device(config.generator_gpus, torch.cuda.device_count())

@@ -163,3 +163,30 @@ def _backend_for_missing_module():
         vocab_size=32,
     )
     with_lora(AutoModelForCausalLM.from_config(config), LoraConfig(target_modules=["nope"]))
+
+
+def test_kl_under_lora_is_to_the_base_with_the_adapters_off_and_holds_no_second_copy(fixture_model):
+    """The reference's log-probs are the starting model's exactly (float32), after the adapters have moved; the
+    policy's own log-probs (adapters on) differ and still carry gradients after the reference's forward; and the
+    reference holds no weights of its own."""
+    from rlep.tasks.training.lora import AdaptersOff
+    from rlep.tasks.training.memory import rank_memory
+
+    spec = PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32"), fixture_model, lora=LORA)
+    backend = LocalBackend(spec)
+    assert isinstance(backend.reference, AdaptersOff) and not list(backend.reference.parameters())
+    assert rank_memory(backend.model, backend.optimizer, backend.device, backend.reference)["reference_bytes"] == 0
+    _train_adapters(backend)
+    tok = AutoTokenizer.from_pretrained(fixture_model)
+    ids, mask, completion = pad_sequences([tok(p).input_ids for p in PROMPTS], [[5, 6, 7], [8, 9]], tok.pad_token_id)
+    base = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected, _ = token_logprobs(base, ids, mask, temperature=0.9)
+    reference, _ = token_logprobs(backend.reference, ids, mask, temperature=0.9)
+    assert torch.equal(reference, expected) and not reference.requires_grad
+    policy, _ = token_logprobs(backend.model, ids, mask, temperature=0.9)
+    assert not torch.allclose(policy, expected, atol=1e-3)  # the adapters are back on
+    policy[completion.bool()].sum().backward()
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0 for n, p in backend.model.named_parameters() if "lora_" in n
+    )
