@@ -67,7 +67,9 @@ class UpdateBenchConfig(BaseModel):
         description="Optimizer updates (mini-batches) per step; above 1 the no-grad old-log-prob pass runs.",
     )
     kl: bool = Field(
-        False, description="A KL term against a frozen reference of the same shape (sharded like the policy)."
+        False,
+        description="A KL term against a frozen reference of the same shape (sharded like the policy; under LoRA the "
+        "policy's base with its adapters off).",
     )
     micro_batch_size: int = Field(8, ge=1, le=100_000, description="Sequences per forward/backward on a rank.")
     lora_rank: int = Field(
@@ -173,7 +175,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         precision=config.precision,
         activation_checkpointing=config.activation_checkpointing,
     )
-    reference = hf if config.kl else None  # random weights of the same shape
+    reference = hf if config.kl else None  # random weights of the same shape (LoRA: the base, adapters off)
     lora = LoraConfig(rank=config.lora_rank, alpha=2.0 * config.lora_rank) if config.lora_rank else None
     spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, reference, device=config.device, lora=lora)
     backend = make_backend(spec)
