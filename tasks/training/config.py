@@ -69,7 +69,11 @@ class LossConfig(BaseModel):
         "token-mean", description="How token losses become one number (RLEP/DAPO: token-mean)."
     )
     kl_coef: float = Field(
-        0.0, ge=0, le=100, description="Weight of KL to the frozen initial policy; 0 loads no reference model."
+        0.0,
+        ge=0,
+        le=100,
+        description="Weight of KL to the frozen initial policy; 0 loads no reference model (with LoRA none is "
+        "loaded: the reference is the base with its adapters off).",
     )
     kl_estimator: Literal["k1", "k3"] = Field("k3", description="KL estimator (Schulman 2020).")
     is_correction: Literal["none", "truncate", "behaviour"] = Field(
