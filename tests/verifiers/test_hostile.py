@@ -82,6 +82,25 @@ def _injections(canary: Path) -> list[str]:
     ]
 
 
+def _has_digit(text: str) -> bool:
+    return re.search(r"\d", text) is not None
+
+
+def _digitless_folder(bases: list[str]) -> str | None:
+    """The first of `bases` with no digit in its path that this process can write in, or None."""
+    return next((b for b in bases if not _has_digit(b) and os.access(b, os.W_OK | os.X_OK)), None)
+
+
+def test_digit_guard_refuses_a_path_with_a_digit(tmp_path, canary):
+    """The canary's guard sees digits: a folder with one (pytest's own, `.../pytest-N/...`) is refused, and a
+    writable folder without digits (the canary's) is taken."""
+    numbered = tmp_path / "run-7"
+    numbered.mkdir()
+    assert _has_digit(str(numbered)) and not _has_digit("/tmp/rlep-canary-abc")
+    assert _digitless_folder([str(numbered)]) is None
+    assert _digitless_folder([str(numbered), str(canary.parent)]) == str(canary.parent)
+
+
 @pytest.fixture
 def canary() -> Iterator[Path]:
     """A path for the canary file with no digit in it, in a fresh folder of its own.
@@ -90,7 +109,7 @@ def canary() -> Iterator[Path]:
     names), and a digit in the attack strings gives the verifier something to read as an answer, so the
     test would judge that number instead of the attack (issue 34)."""
     bases = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
-    base = next((b for b in bases if not re.search(r"\\d", b) and os.access(b, os.W_OK | os.X_OK)), None)
+    base = _digitless_folder(bases)
     if base is None:
         pytest.fail(f"no writable temporary folder without digits among {bases}")
     folder = Path(base) / ("rlep-canary-" + "".join(random.choices(string.ascii_lowercase, k=16)))
@@ -101,7 +120,7 @@ def canary() -> Iterator[Path]:
 
 def test_injection_strings_never_execute(canary):
     attacks = _injections(canary)
-    assert not re.search(r"\\d", "".join(attacks))  # nothing in an attack that could pass for a number
+    assert not _has_digit("".join(attacks))  # nothing in an attack that could pass for a number
     # As responses, and as golds too: gold answers come from data files that could be tampered with.
     verdicts = verify_batch(attacks + ["\\boxed{1}"] * len(attacks), ["1"] * len(attacks) + attacks)
     assert not canary.exists()
