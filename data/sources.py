@@ -8,7 +8,9 @@ file has verl's columns; its raw rows come from data/source_rows.py. Gold answer
 conventions of the projects that wrote the files (data/gold_answers.py). Every failure a user can cause
 (unknown source, missing column, a list where text belongs, empty or unreadable file, a split the file
 does not have) raises `ProblemSourceError` with one message naming the file, the row and the column; the
-CLI turns it into exit code 2 before anything is written.
+CLI turns it into exit code 2 before anything is written. Rows are counted from 1 among the file's rows, as a user
+counts them (`row 1` is the first object of a JSON list or Parquet table, the first record of a JSONL file, the
+first row under a CSV's header), and over the whole file when a split column chooses some of them.
 
 Rows without a usable answer (empty, NuminaMath's `proof` / `notfound`, a solution with no final box) stop
 the load by default, naming the row; `invalid_rows: skip` leaves them out and reports how many, per reason.
@@ -217,13 +219,13 @@ def _to_problems(
         if isinstance(problem, _Unusable):
             if config.invalid_rows == "error":
                 raise ProblemSourceError(
-                    f"{origin}: row {index}: {problem.reason} in column {problem.column!r}; "
+                    f"{origin}: row {index + 1}: {problem.reason} in column {problem.column!r}; "
                     "set invalid_rows to skip (--invalid-rows skip) to leave such rows out"
                 )
             skipped[problem.reason] += 1
             continue
         if problem.id in seen:
-            raise ProblemSourceError(f"{origin}: row {index}: duplicate id {problem.id!r} in column {columns.id!r}")
+            raise ProblemSourceError(f"{origin}: row {index + 1}: duplicate id {problem.id!r} in column {columns.id!r}")
         seen.add(problem.id)
         problems.append(problem)
     if not problems:
@@ -252,8 +254,8 @@ def _problem(
     """The row's Problem, or why the row has no usable problem or answer. A cell of the wrong kind (a list
     or dict where text belongs) raises `CellError`: that is a wrong column, not a bad row."""
 
-    def where(column: str) -> str:
-        return f"{origin}: row {index}, column {column!r}"
+    def where(column: str) -> str:  # rows counted from 1 (the module docstring); `index` from 0, as in the id below
+        return f"{origin}: row {index + 1}, column {column!r}"
 
     value = cell(row, columns.problem)
     if isinstance(value, (list, tuple)) and value:

@@ -139,16 +139,16 @@ def test_nested_columns_read_verl_rows_as_columns(tmp_path):
     [
         (
             {"problem_column": "extra_info.question", "answer_column": "reward_model"},
-            r"train\.parquet: row 0, column 'reward_model': expected text, got a dict with keys \['ground_truth', "
+            r"train\.parquet: row 1, column 'reward_model': expected text, got a dict with keys \['ground_truth', "
             r"'style'\]",
         ),
         (
             {"problem_column": "extra_info", "answer_column": "reward_model.ground_truth"},
-            r"row 0, column 'extra_info': expected text, got a dict",
+            r"row 1, column 'extra_info': expected text, got a dict",
         ),
         (
             {"problem_column": "extra_info.question", "answer_column": "prompt"},
-            r"row 0, column 'prompt': expected text, got a list of 1 items",
+            r"row 1, column 'prompt': expected text, got a list of 1 items",
         ),
         (
             {
@@ -156,7 +156,7 @@ def test_nested_columns_read_verl_rows_as_columns(tmp_path):
                 "answer_column": "reward_model.ground_truth",
                 "id_column": "prompt",
             },
-            r"row 0, column 'prompt': expected text, got a list",
+            r"row 1, column 'prompt': expected text, got a list",
         ),
     ],
 )
@@ -203,7 +203,7 @@ def test_numina_no_answer_values_stop_or_are_skipped_and_counted(tmp_path):
     path = write_numina_1_5(tmp_path / "numina.parquet")
     with pytest.raises(
         ProblemSourceError,
-        match=r"numina\.parquet: row 1: no-answer value 'proof' in column 'answer'; "
+        match=r"numina\.parquet: row 2: no-answer value 'proof' in column 'answer'; "
         r"set invalid_rows to skip \(--invalid-rows skip\)",
     ):
         load_problems(_config(path))
@@ -218,7 +218,7 @@ def test_numina_no_answer_values_stop_or_are_skipped_and_counted(tmp_path):
 
 def test_deepscaler_empty_answers(tmp_path, caplog):
     path = write_deepscaler(tmp_path / "deepscaler.json")
-    with pytest.raises(ProblemSourceError, match=r"row 1: empty answer in column 'answer'"):
+    with pytest.raises(ProblemSourceError, match=r"row 2: empty answer in column 'answer'"):
         load_problems(_config(path))
     with caplog.at_level("WARNING", logger="rlep.data.sources"):
         loaded = load_source(_config(path, invalid_rows="skip", limit=2))

@@ -187,8 +187,23 @@ def test_a_solution_without_its_answer_names_the_row(tmp_path, answer_format, ex
         + json.dumps({"problem": "2+2?", "answer": "it is four"})
         + "\n"
     )
-    with pytest.raises(ProblemSourceError, match=f"row 0: {expected} in column 'answer'"):
+    with pytest.raises(ProblemSourceError, match=f"row 1: {expected} in column 'answer'"):
         _load(path, answer_format=answer_format)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("p.jsonl", '{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": ""}\n'),
+        ("p.csv", "problem,answer\n1+1,2\n2+2,\n"),  # the header is not a row
+    ],
+)
+def test_the_row_named_is_counted_from_one_as_the_user_counts_it(tmp_path, name, text):
+    """The second record of the file is `row 2` (the first is row 1), whatever the format."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ProblemSourceError, match=rf"{name}: row 2: empty answer in column 'answer'"):
+        _load(path)
 
 
 def test_numbers_are_text_but_other_objects_are_not(tmp_path):
@@ -197,7 +212,7 @@ def test_numbers_are_text_but_other_objects_are_not(tmp_path):
     assert [(p.id, p.answer) for p in _load(path)] == [("10", "2"), ("11", "5")]
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"problem": "1+1", "answer": True}) + "\n")
-    with pytest.raises(ProblemSourceError, match="row 0, column 'answer': expected text, got a boolean"):
+    with pytest.raises(ProblemSourceError, match="row 1, column 'answer': expected text, got a boolean"):
         _load(path)
 
 
