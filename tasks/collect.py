@@ -59,6 +59,14 @@ def _staging_path(store: ExperienceStore, shard: int) -> Path:
     return store.root / ".staging" / store.shard_path(shard).name
 
 
+def _remove_empty_staging(store: ExperienceStore) -> None:
+    """A finished collection leaves no `.staging/`: each shard's file there is removed once it is verified."""
+    try:
+        (store.root / ".staging").rmdir()
+    except OSError:  # not there, or it holds a shard not verified yet (kept for a resume)
+        pass
+
+
 def _log_timing(store: ExperienceStore, shard: int, phase: str, seconds: float, **extra: Any) -> None:
     with open(store.root / TIMINGS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps({"shard": shard, "phase": phase, "seconds": seconds, "pid": os.getpid(), **extra}) + "\n")
@@ -163,6 +171,7 @@ def finalize(
     store = ExperienceStore(config.out, run_id=config.resolved_run_id())
     start = time.perf_counter()
     stats = build_pool(store, config.min_correct, config.dedupe)
+    _remove_empty_staging(store)
     timings = {"engine_start": engine_start, **_timing_totals(store)}
     timings["pool"] = time.perf_counter() - start
     # A resumed run: this invocation's wall time, but never less than the work on disk it stands for.
