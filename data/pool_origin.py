@@ -56,5 +56,6 @@ def pool_origin(pool_file: Path | str) -> PoolOrigin:
     if source.startswith(HF_PREFIX):
         return PoolOrigin(None, f"its problems came from the Hugging Face dataset {source[len(HF_PREFIX) :]}")
     if not Path(source).is_file():
-        return PoolOrigin(None, f"its problem file {source} is not there (a relative path is read from here)")
+        where = "" if Path(source).is_absolute() else f" (a relative path, read from here: {Path.cwd()})"
+        return PoolOrigin(None, f"its problem file {source} is not there{where}")
     return PoolOrigin(Path(source))

@@ -1,13 +1,18 @@
 """A pool keeps where its problems came from: a standalone export of a pool collected from a verl file (DAPO-Math-17k)
 writes that file's own rows, UUID index, ability and style included, so it appends to the training file (issue 34)."""
 
+import json
+from pathlib import Path
+
 import datasets
 import pyarrow.parquet as pq
 from conftest import judged_row
 from source_replicas import DAPO_ROWS, write_dapo_math_17k
 
 from rlep.data.pool import PoolStore, build_pool
+from rlep.data.pool_origin import pool_origin
 from rlep.data.rlep_format import export_pool
+from rlep.data.run_layout import POOL_FILE, CollectRunLayout
 from rlep.data.sources import load_problems
 from rlep.data.store import ExperienceStore
 from rlep.flows.cli import main
@@ -65,5 +70,23 @@ def test_without_its_source_file_a_pool_exports_in_rleps_layout_saying_why(tmp_p
     source.rename(tmp_path / "moved.parquet")
     out = tmp_path / "export.parquet"
     assert main(["pool", "export", str(store.root), "--out", str(out)]) == 0
-    assert f"its problem file {source} is not there" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"its problem file {source} is not there)" in err and "relative path" not in err  # an absolute path
     assert pq.read_table(out).to_pylist()[0]["extra_info"]["index"] == 0
+
+
+def test_a_missing_relative_source_is_said_to_be_read_from_the_working_directory(tmp_path, monkeypatch):
+    source = write_dapo_math_17k(tmp_path / "dapo-math-17k.parquet", ROWS)
+    store = _collected(tmp_path, source, solved=[0])
+    manifest = CollectRunLayout(store.root).manifest
+    saved = json.loads(manifest.read_text(encoding="utf-8"))
+    saved["parameters"]["problems"]["source"] = source.name  # as a run started in tmp_path records it
+    manifest.write_text(json.dumps(saved), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert pool_origin(store.root / POOL_FILE).note == (
+        f"its problem file {source.name} is not there (a relative path, read from here: {elsewhere})"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert pool_origin(store.root / POOL_FILE).file == Path(source.name)
