@@ -146,9 +146,9 @@ class PrioritizedReplayConfig(_GroupedBatch):
 
 
 class ReuseReplayConfig(_GroupedBatch):
-    """Response reuse (AR3PO, arXiv 2509.25808; POPO, arXiv 2606.01281): a per-prompt bank of this run's own
-    verified successes, filled from each step's fresh answers; a group is given up to M banked answers of its
-    prompt from earlier steps, with advantages over G + M as RLEP computes them (tasks/replay/self_replay.py)."""
+    """Response reuse (AR3PO, arXiv 2509.25808): a per-prompt bank of this run's own verified successes, filled
+    from each step's fresh answers; a group is given up to M banked answers of its prompt from earlier steps, with
+    advantages over G + M as RLEP computes them (tasks/replay/self_replay.py)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["reuse"] = Field("reuse", description="Replay strategy.", json_schema_extra=_KIND)

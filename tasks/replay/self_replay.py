@@ -46,12 +46,11 @@ class Banked:
 
 
 class ReuseReplay(FreshPrompts):
-    """Response reuse (AR3PO, arXiv 2509.25808; POPO, arXiv 2606.01281).
+    """Response reuse (AR3PO, arXiv 2509.25808).
 
-    Papers: a prompt whose fresh answers all fail gives GRPO no signal; AR3PO reuses a correct answer the
+    Paper: a prompt whose fresh answers all fail gives GRPO no signal; AR3PO reuses a correct answer the
     policy produced for that prompt earlier in training (stored per prompt) as a member of the group, so the
-    failures get negative and the reused answer positive advantages; POPO keeps such successes of the run
-    itself as its replay source.
+    failures get negative and the reused answer positive advantages.
     Here: a bank per (data_source, problem_id) of this run's verified successes, filled in `mix` from each
     step's fresh answers (correct ones only), optionally seeded from a pool file (`pool`). In `join`, a group
     whose fresh answers are all wrong (`when: all-wrong`), or every group (`when: always`, RLEP's rule), gets up
@@ -167,18 +166,28 @@ class RefillReplay(FreshPrompts):
     TRL: groups whose rewards have zero standard deviation carry no GRPO signal; a buffer of
     `replay_buffer_size` past groups, scored by their reward std and kept highest first, supplies groups that
     replace them, sampled with probability proportional to the score, so the batch keeps its size and every
-    slot carries gradient.
-    Here: the same. In `join` (after the fresh answers are verified), each flat fresh group (all rewards equal)
-    is replaced by a whole group drawn from the buffer, without replacement within a step, with probability
-    proportional to its reward std; the step keeps its prompt count (a flat group stays when the buffer has
-    too few groups stored at earlier steps). In `mix`, the step's non-flat fresh groups enter the buffer; over
-    `buffer_groups`, the lowest std leaves first (ties: the oldest); `max_age` evicts old groups first.
+    slot carries gradient. TRL adds the step's non-flat groups to the buffer before it draws, and a new group
+    whose score only ties the lowest stored one is not added.
+    Here: in `join` (after the fresh answers are verified), each flat fresh group (all rewards equal) is replaced
+    by a whole group drawn from the buffer, without replacement within a step, with probability proportional to
+    its reward std; the step keeps its prompt count (a flat group stays when the buffer has too few groups stored
+    at earlier steps). In `mix`, the step's non-flat fresh groups enter the buffer; over `buffer_groups`, the
+    lowest std leaves first (ties: the oldest); `max_age` evicts old groups first.
     Replayed rows carry origin="replay" and their policy version (so their age).
-    Departures: TRL stores the group's advantages and old log-probs and replays them as stored; here
-    advantages are recomputed over the replayed group's own rewards under the step's rule (GRPO's, or
-    AsymRE's r - V: the same values while the rule is unchanged) and log-probs are recomputed by the current
-    policy, like every replayed row (`loss.is_correction` can weight them against their stored behaviour
-    log-probs); TRL's score mixes std and advantages, here it is the std alone; `max_age` is not TRL's.
+    Related, not implemented: POPO (arXiv 2606.01281) also replaces zero-variance groups with stored off-policy
+    groups, but chooses them by recency and quality and corrects them with decoupled importance sampling.
+    Departures:
+    - TRL stores the group's advantages and old log-probs and replays them as stored; here advantages are
+      recomputed over the replayed group's own rewards under the step's rule (GRPO's, or AsymRE's r - V: the same
+      values while the rule is unchanged) and log-probs are recomputed by the current policy, like every replayed
+      row (`loss.is_correction` can weight them against their stored behaviour log-probs);
+    - TRL's score mixes std and advantages, here it is the std alone; `max_age` is not TRL's;
+    - a step's groups are stored after its draw (TRL: before), so a flat slot is never refilled with a group of
+      the same step, which would train that group twice in one batch;
+    - on a std tie at capacity the older group leaves (TRL keeps it and drops the new one): the newer group is
+      nearer the current policy;
+    - a flat group stays when the buffer holds fewer groups than there are flat slots (TRL then draws with
+      replacement, so a stored group can fill several slots).
     """
 
     name: ClassVar[str] = "refill"

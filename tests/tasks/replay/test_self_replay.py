@@ -98,6 +98,25 @@ def test_max_age_evicts_answers_too_long_in_the_bank():
     assert replay.stats()["age_mean"] == replay.stats()["age_max"] == 2.0
 
 
+def test_replayed_answers_are_not_banked_again():
+    # A replayed answer keeps its reward (correct), but `mix` banks fresh answers only: banking it again would
+    # add a copy whose age starts over (banked_at = the replaying step).
+    replay = reuse(replay_per_group=1)
+    replay.mix([group("p", 1, [1.0, 0.0])], 1)  # p@1#0 banked at step 1
+    replay.mix(replay.join([group("p", 3, [0.0, 0.0])], 3), 3)  # replayed at step 3, correct
+    assert [(e.rollout.response, e.banked_at) for e in replay.bank[("d", "p")]] == [("p@1#0", 1)]
+    replay.join([group("p", 5, [0.0, 0.0])], 5)
+    assert replay.stats()["age_max"] == 4.0  # 5 - 1: its age counts from step 1, not from step 3
+
+
+def test_a_seeded_bank_keeps_max_per_prompt_answers_the_last_ones():
+    pool = {("d", "p"): [rollout("p", 0, 1.0, f"s{i}") for i in range(5)]}
+    replay = ReuseReplay(ReuseReplayConfig(pool="x", max_per_prompt=2, replay_per_group=8), pool, seed=0)
+    assert [e.rollout.response for e in replay.bank[("d", "p")]] == ["s3", "s4"]
+    assert replay.stats()["buffer_size"] == 2
+    assert {r.response for r in replayed(replay.join([group("p", 1, [0.0, 0.0])], 1))} == {"s3", "s4"}
+
+
 def test_a_pool_seeds_the_bank_and_its_answers_are_rescored(tmp_path):
     pooled = rollout("p", 31, 1.0, "pooled")  # another run's answer, policy version 30
     replay = ReuseReplay(ReuseReplayConfig(pool="x", replay_per_group=2), {("d", "p"): [pooled]}, seed=0)
@@ -151,6 +170,14 @@ def test_refill_capacity_keeps_the_highest_variance_then_the_newest():
     replay.mix([group("high", 2, [1.0, 1.0, 0.0, 0.0])], 2)  # std 0.577
     replay.mix([group("low2", 3, [0.0, 0.0, 0.0, 1.0]), group("flat", 3, [1.0] * 4)], 3)  # std 0.5; flat: not stored
     assert [g.rollouts[0].problem_id for g in replay.buffer] == ["high", "low2"]  # the older of the tied 0.5 left
+
+
+def test_refill_never_stores_a_flat_group():
+    # With room for all three, only the non-flat group enters: a flat one (std 0) has no signal to replay.
+    replay = RefillReplay(RefillReplayConfig(buffer_groups=8), seed=0)
+    replay.mix([group("wrong", 1, [0.0] * 4), group("right", 1, [1.0] * 4), group("a", 1, [1.0, 0.0, 0.0, 0.0])], 1)
+    assert [g.rollouts[0].problem_id for g in replay.buffer] == ["a"] and replay.stats()["buffer_size"] == 1
+    assert replay.buffer[0].std == pytest.approx(0.5)  # [1, 0, 0, 0]: unbiased std 1/2
 
 
 def test_refill_max_age_evicts_old_groups():
