@@ -15,6 +15,7 @@ from rlep.tasks.replay import ExGRPOReplayConfig, make_replay
 from rlep.tasks.replay.exgrpo import ExGRPOReplay, bucket_weights, sample_from_buckets
 from rlep.tasks.training.advantages import fill_advantages
 from rlep.tasks.training.async_gen import generate_counts
+from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import LossConfig, TrainConfig
 from rlep.tasks.training.logprobs import mean_completion_entropy, token_logprobs
 from rlep.tasks.training.losses import PolicyShaping, clipped_policy_loss
@@ -123,6 +124,18 @@ def test_replayed_prompts_take_the_place_of_drawn_ones_with_k_minus_1_fresh_answ
     # The advantage's baseline is the group mean including the replayed member: rewards [0, 0, 0, 1] -> 1/4.
     fill_advantages(groups, LossConfig(scale_advantages_by_std=False))
     assert [r.advantage for r in groups[3].rollouts] == pytest.approx([-0.25, -0.25, -0.25, 0.75])
+
+
+def test_only_the_stored_member_of_a_replayed_group_trains_with_shaping():
+    # o* trains with policy shaping; the K - 1 fresh answers of its group keep the run's objective, in the group
+    # and in the batch the update reads (`shaping` per row: beta for o*, 0 for the rest).
+    replay = exgrpo(replay_ratio=1.0)
+    step_through(replay, 1, {"a": [1, 0, 0, 0]})
+    planned = replay.plan([problem("a")], 2, K)
+    (joined,) = replay.join([group(p.id, 2, [0] * n) for p, n in planned], 2)
+    assert [(r.origin, r.shaping) for r in joined.rollouts] == [("fresh", None)] * (K - 1) + [("replay", 0.1)]
+    fill_advantages([joined], LossConfig())
+    assert build_batch(joined.rollouts, 0, 2).shaping.tolist() == pytest.approx([0.0, 0.0, 0.0, 0.1])
 
 
 def test_the_replayed_count_is_bounded_by_the_buffer_and_rho():
@@ -272,6 +285,15 @@ def test_replay_switches_on_after_the_first_batch_over_the_threshold():
     planned, _ = step_through(replay, 4, {"a": [0, 0, 0, 0], "b": [0, 0, 0]})
     assert [n for _, n in planned] == [K, K - 1]  # now it replays
     assert exgrpo(start_accuracy=0).active(1)  # 0: on from step 1
+
+
+def test_a_batch_pass_at_1_equal_to_the_threshold_does_not_switch_replay_on():
+    # The start needs Pass@1 *above* the threshold (the paper's "exceeds"): 1/4 = 0.25 exactly stays off.
+    replay = exgrpo(start_accuracy=0.25)
+    step_through(replay, 1, {"a": [1, 0, 0, 0]})
+    assert replay.active_from is None
+    step_through(replay, 2, {"a": [1, 1, 0, 0]})  # 1/2 > 1/4: on from step 3
+    assert replay.active_from == 3
 
 
 # ---------------------------------------------------------------- bound, resume, config

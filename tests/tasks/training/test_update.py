@@ -2,6 +2,7 @@
 updates per step make the clip act; the fresh-token denominator; the AsymRE objective."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from rlep.data.rollout import Rollout
 from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import AsymREObjective, LossConfig
+from rlep.tasks.training.logprobs import token_logprobs
 from rlep.tasks.training.update import UpdateSettings, policy_update
 
 
@@ -119,3 +121,29 @@ def test_a_batch_moves_whole_to_the_model_device():
     # (no GPU here: the meta device stands in for one).
     batch = _batch().to(torch.device("meta"))
     assert {getattr(batch, name).device.type for name in batch.__dataclass_fields__} == {"meta"}
+
+
+def test_policy_shaping_weighs_against_the_stored_behaviour_log_probs(base_model):
+    # ExGRPO's w = pi / mu, mu the log-probs stored with the replayed trajectory. With mu = pi / 2 on the shaped row,
+    # w = 2 on each of its tokens, on the first update too; w against the trainer's pi_old (= pi in a single pass)
+    # would be 1.
+    batch = _batch(3)
+    logp, _ = token_logprobs(base_model, batch.input_ids, batch.attention_mask)
+    batch.behaviour_logp = (logp.detach() - math.log(2)) * batch.mask
+    batch.shaping = torch.tensor([0.1, 0.0, 0.0])
+    _, metrics = _step(base_model, batch, LossConfig(), micro=None, lr=0.0)
+    assert metrics["shaped_ratio_mean"] == pytest.approx(2.0, rel=1e-4)
+    assert metrics["shaped_token_frac"] == pytest.approx((batch.mask[0].sum() / batch.mask.sum()).item())
+
+
+def test_is_capped_frac_averages_over_the_updates_with_stale_tokens_only(base_model):
+    # Two updates: a mini-batch of two replayed rows whose behaviour log-probs (-30 a token) are far below the
+    # policy's, so every weight pi_old / mu is over the cap (share 1), and one of two fresh rows (no stale token:
+    # NaN). The step reports 1, the mean over the update that measured it; counting the NaN update as 0 gives 0.5.
+    batch = _batch(4)
+    batch.is_replay = torch.tensor([True, True, False, False])
+    batch.group = torch.tensor([0, 0, 1, 1])
+    batch.behaviour_logp = torch.where(batch.is_replay.unsqueeze(-1), -30.0 * batch.mask, batch.behaviour_logp)
+    truncate = LossConfig(is_correction="truncate", is_cap=1.5)
+    _, metrics = _step(base_model, batch, truncate, micro=None, updates=2, lr=0.0)
+    assert metrics["optimizer_updates"] == 2 and metrics["is_capped_frac"] == 1.0
