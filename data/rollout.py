@@ -25,7 +25,9 @@ class Rollout:
     replayed answers are re-scored by the current verifier). `behaviour_logprobs` are the log-probs of the
     policy that generated the answer (None when unknown, e.g. an imported pool). `shaping`: the beta of the policy
     shaping its tokens train with instead of the run's objective (ExGRPO's replayed trajectory,
-    tasks/training/losses.PolicyShaping); None for every other row. It is not written to the row form.
+    tasks/training/losses.PolicyShaping); None for every other row. `zero_variance`: +1 (-1) when the rollout's
+    group was flat and all correct (all wrong) and it trains with RL-ZVP's entropy-shaped token advantages
+    (`loss.zero_variance: rl-zvp`), 0 otherwise. Neither is written to the row form.
     """
 
     problem_id: str
@@ -47,6 +49,7 @@ class Rollout:
     sample_index: int = 0
     sampling: dict[str, Any] | None = None  # the request that generated it (n, temperature, top_p, max_tokens, seed)
     shaping: float | None = None
+    zero_variance: int = 0
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Rollout:

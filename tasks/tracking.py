@@ -97,9 +97,10 @@ def _known(row: dict, key: str) -> bool:
 
 
 def _replay_parts(row: dict) -> list[str]:
-    """`age 1.5 (max 3)  buffer 120 (35% replayed)  flat groups 0.50->0.00`, each only when it has a value: the
-    replayed rows' age when some were replayed, the strategy's buffer, and the share of flat groups before and
-    after replay when replay changed it."""
+    """`age 1.5 (max 3)  buffer 120 (35% replayed)  flat groups 0.50->0.00  rl-zvp 0.25 of groups  m2po masked
+    0.06% (M2 0.012)`, each only when it has a value: the replayed rows' age when some were replayed, the
+    strategy's buffer, the share of flat groups before and after replay when replay changed it, the groups RL-ZVP
+    trained on, M2PO's masked tokens and the second moment before masking."""
     parts = []
     if _known(row, "replay_age_mean") and row.get("replay_rows"):
         parts.append(f"age {row['replay_age_mean']:.1f} (max {row['replay_age_max']:.0f})")
@@ -109,6 +110,10 @@ def _replay_parts(row: dict) -> list[str]:
     before, after = row.get("zero_std_group_frac_fresh"), row.get("zero_std_group_frac")
     if _known(row, "zero_std_group_frac_fresh") and _known(row, "zero_std_group_frac") and before != after:
         parts.append(f"flat groups {before:.2f}->{after:.2f}")
+    if row.get("zvp_group_frac"):
+        parts.append(f"rl-zvp {row['zvp_group_frac']:.2f} of groups")
+    if _known(row, "m2po_masked_frac"):
+        parts.append(f"m2po masked {row['m2po_masked_frac']:.2%} (M2 {row['m2po_m2']:.3g})")
     return parts
 
 

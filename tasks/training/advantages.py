@@ -57,9 +57,32 @@ def asymre_advantages(
     return advantages
 
 
+def zero_variance_advantages(
+    advantages: torch.Tensor, sign: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, alpha: float
+) -> torch.Tensor:
+    """RL-ZVP's token advantages [B, T] (Le et al. 2025, arXiv 2509.21880, Eq. 5): rows of a flat group get
+    entropy-shaped advantages, every other row its own advantage on each token.
+
+    advantages, sign: [B] (`sign` +1: a row of an all-correct flat group, -1: of an all-wrong one, 0: any other);
+    entropy, mask: [B, T], `entropy` the policy's token entropy H_t over the vocabulary (no gradient flows through
+    it). All correct: A_t = alpha * H_t, so confident tokens are reinforced least. All wrong:
+    A_t = -alpha * (max_k H_k - H_t), the max over the row's own real tokens, so the most confident wrong token is
+    pushed down most and the least confident not at all.
+    """
+    h = entropy.detach().float() * mask
+    peak = h.masked_fill(~mask.bool(), float("-inf")).amax(-1, keepdim=True).clamp(min=0)
+    out = advantages.float().unsqueeze(-1).expand_as(h).clone()
+    s = sign.unsqueeze(-1).expand_as(h)
+    out = torch.where(s > 0, alpha * h, out)
+    out = torch.where(s < 0, -alpha * (peak - h), out)
+    return out * mask
+
+
 def fill_advantages(groups: list[Group], loss: LossConfig) -> float:
     """Advantages for every rollout without one, over its group's members (GRPO's, or AsymRE's r - V);
-    returns the share of such groups whose rewards are all equal (no GRPO signal)."""
+    returns the share of such groups whose rewards are all equal (no GRPO signal). With `loss.zero_variance`
+    rl-zvp a flat group's rollouts are marked +1 (all correct) or -1 (not) for RL-ZVP's token advantages, which
+    need the policy's entropies and so are made in the update (`zero_variance_advantages`)."""
     pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
     if not pending:
         return 0.0
@@ -68,8 +91,9 @@ def fill_advantages(groups: list[Group], loss: LossConfig) -> float:
     advantages, zero_var = group_advantages(rewards_t, group_ids, scale_by_std=loss.scale_advantages_by_std)
     if loss.objective.kind == "asymre":
         advantages = asymre_advantages(rewards_t, group_ids, loss.objective.delta_v)
-    for (_, r), a in zip(pending, advantages.tolist()):
-        r.advantage = a
+    for (_, r), a, flat in zip(pending, advantages.tolist(), zero_var.tolist()):
+        r.advantage = a  # a stored answer replayed into a new group loses its old group's mark
+        r.zero_variance = (1 if r.correct else -1) if loss.zero_variance == "rl-zvp" and flat else 0
     by_group: dict[int, bool] = {}
     for (gi, _), z in zip(pending, zero_var.tolist()):
         by_group[gi] = z

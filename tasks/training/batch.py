@@ -19,7 +19,9 @@ class TrainingBatch:
     `behaviour_logp` (the generating policy's log-probs, 0 where unknown). Per sequence ([B]): `advantages`,
     `is_replay`, `has_behaviour` (behaviour log-probs known), `age` (policy updates since generation),
     `group` (the index of the prompt group a row trains with, -1 for a row drawn on its own from a buffer),
-    `shaping` (float: the beta of ExGRPO's policy shaping the row trains with, 0 = the run's objective).
+    `shaping` (float: the beta of ExGRPO's policy shaping the row trains with, 0 = the run's objective),
+    `zero_variance` (+1 / -1: a row of an all-correct / all-wrong flat group that trains with RL-ZVP's token
+    advantages, 0 = its own advantage).
     """
 
     input_ids: torch.Tensor
@@ -32,6 +34,7 @@ class TrainingBatch:
     age: torch.Tensor
     group: torch.Tensor
     shaping: torch.Tensor
+    zero_variance: torch.Tensor
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -54,6 +57,7 @@ class TrainingBatch:
             age=self.age[index],
             group=self.group[index],
             shaping=self.shaping[index],
+            zero_variance=self.zero_variance[index],
         )
 
 
@@ -83,6 +87,7 @@ def build_batch(
         age=torch.tensor([r.age(step) for r in rollouts], dtype=torch.float32),
         group=torch.tensor(list(groups) if groups is not None else [-1] * len(rollouts), dtype=torch.long),
         shaping=torch.tensor([r.shaping or 0.0 for r in rollouts], dtype=torch.float32),
+        zero_variance=torch.tensor([r.zero_variance for r in rollouts], dtype=torch.float32),
     )
 
 

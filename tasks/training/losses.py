@@ -21,6 +21,12 @@ completion tokens. The two objectives return the value and a dict of float metri
 - Policy shaping of a replayed trajectory (ExGRPO, arXiv 2510.02245, Sec. 4.2): on the rows a `PolicyShaping`
   names, either objective's token loss is replaced by -A f(w), w = pi / mu the ratio to the policy that generated
   the row, f(w) = w / (w + beta), unclipped.
+- Second-moment trust (M2PO, Zheng et al. 2025, arXiv 2510.01161): instead of clipping each ratio, mask the
+  tokens with the largest squared log-ratio log(pi / mu)^2 until the second moment of what is left is within a
+  bound (`m2po_mask`), then the unclipped -A r on the rest (`m2po_loss`).
+
+Advantages are [B] (one per sequence, broadcast over its tokens) or [B, T] (token-level: RL-ZVP's entropy-shaped
+advantages of a flat group, `advantages.zero_variance_advantages`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,11 @@ from typing import Literal
 import torch
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Advantages [B] or [B, T] as [B, 1] or [B, T] in `like`'s dtype: either broadcasts over [B, T]."""
+    return (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages).to(like.dtype)
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: Aggregation, horizon: int | None = None) -> torch.Tensor:
@@ -74,7 +85,7 @@ def shaped_token_loss(
     """
     w = torch.exp(logp - behaviour_logp)
     b = beta.unsqueeze(-1).to(logp.dtype).clamp(min=torch.finfo(logp.dtype).tiny)  # rows with beta 0 are not used
-    return -advantages.unsqueeze(-1).to(logp.dtype) * w / (w + b)
+    return -per_token(advantages, logp) * w / (w + b)
 
 
 def clipped_policy_loss(
@@ -92,13 +103,13 @@ def clipped_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss (to minimise).
 
-    logp, old_logp, mask, token_weights: [B, T]; advantages: [B] (one per sequence, broadcast over tokens).
+    logp, old_logp, mask, token_weights: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
     ratio = exp(logp - old_logp); loss_t = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), then for A < 0
     min(loss_t, -A * dual_clip). `token_weights` (e.g. truncated IS weights, no gradient) scale each token.
     Metrics: clip_frac_low / clip_frac_high (share of tokens where the lower / upper bound is binding),
     dual_clip_frac, ratio_mean.
     """
-    adv = advantages.unsqueeze(-1).to(logp.dtype)
+    adv = per_token(advantages, logp)
     ratio = torch.exp(logp - old_logp)
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -158,11 +169,79 @@ def asymre_loss(
     asymmetry controls. `shaping` replaces the loss of the rows it names, as in `clipped_policy_loss`.
     Metrics: the share of tokens with a positive advantage (`positive_token_frac`), and shaping's.
     """
-    adv = advantages.unsqueeze(-1).to(logp.dtype)
+    adv = per_token(advantages, logp)
     loss = -adv * logp
     value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
     with torch.no_grad():
         metrics = {**shaped, "positive_token_frac": ((adv > 0) & real).sum().item() / n}
+    return value, metrics
+
+
+def m2po_mask(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """M2PO's token mask (arXiv 2510.01161, Algorithm 1 as finally published): a bool [B, T], False on the masked
+    tokens, and its metrics.
+
+    log_ratio = log(pi / mu) [B, T] (mu: the policy that generated the token); advantages [B] or [B, T]; mask [B, T].
+    The second moment M2 = mean (log r)^2 is taken over the trust-region tokens, those where PPO's clip could bind
+    (A > 0 and r > 1, or A < 0 and r < 1). If it exceeds `threshold` (tau_M2, 0.04 in the paper), the tokens with the
+    largest (log r)^2 are masked, one at a time from the largest, until the mean over those left is <= tau_M2: so
+    the kept set is the longest prefix of the ascending order whose running mean stays within the bound. Masked
+    tokens leave the loss but still count in its denominator (the paper's footnote 2). Without gradient.
+    Metrics: `m2po_m2` (M2 before masking, over the trust-region tokens; 0 when there are none), `m2po_m2_kept`
+    (after), `m2po_masked_frac` (masked tokens / real tokens).
+    """
+    with torch.no_grad():
+        real = mask.bool()
+        adv = per_token(advantages, log_ratio).expand_as(log_ratio)
+        trust = real & (((adv > 0) & (log_ratio > 0)) | ((adv < 0) & (log_ratio < 0)))
+        squared = log_ratio.float().square()
+        values = squared[trust]
+        m2 = values.mean().item() if values.numel() else 0.0
+        keep = real.clone()
+        m2_kept = m2
+        if values.numel() and m2 > threshold:
+            ordered, order = torch.sort(values)
+            running = torch.cumsum(ordered, 0) / torch.arange(1, len(ordered) + 1, dtype=ordered.dtype)
+            kept = int((running <= threshold).sum().item())  # running means only grow: the prefix is contiguous
+            where = trust.nonzero()[order[kept:]]
+            keep[where[:, 0], where[:, 1]] = False
+            m2_kept = running[kept - 1].item() if kept else 0.0
+        n_real = max(int(real.sum().item()), 1)
+        metrics = {
+            "m2po_m2": m2,
+            "m2po_m2_kept": m2_kept,
+            "m2po_masked_frac": int((real & ~keep).sum().item()) / n_real,
+        }
+    return keep, metrics
+
+
+def m2po_loss(
+    logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    threshold: float = 0.04,
+    aggregation: Aggregation = "token-mean",
+    token_weights: torch.Tensor | None = None,
+    horizon: int | None = None,
+    shaping: PolicyShaping | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """M2PO's objective (to minimise): -A r on the tokens `m2po_mask` keeps, r = exp(logp - behaviour_logp), no clip.
+
+    logp, behaviour_logp, mask: [B, T]; advantages: [B] or [B, T]. `behaviour_logp` is the ratio's denominator mu
+    (the generating policy's log-probs where known, else pi_old: `update.off_policy_terms`). Masked tokens keep
+    their place in the denominator (aggregation over `mask`). `shaping` replaces the rows it names, as elsewhere.
+    Metrics: those of `m2po_mask` and `ratio_mean`.
+    """
+    log_ratio = logp - behaviour_logp
+    keep, m2_metrics = m2po_mask(log_ratio.detach(), advantages, mask, threshold)
+    ratio = torch.exp(log_ratio.clamp(max=20.0))  # exp overflows past ~88; a token that far out is masked anyway
+    loss = torch.where(keep, -per_token(advantages, logp) * ratio, torch.zeros_like(ratio))
+    value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
+    with torch.no_grad():
+        metrics = {**shaped, **m2_metrics, "ratio_mean": (ratio * mask).sum().item() / n}
     return value, metrics
 
 

@@ -77,6 +77,8 @@ def step_row(
         "accuracy": float(np.mean([bool(r.correct) for r in fresh_rollouts])),
         "zero_std_group_frac": zero_std_frac,  # after replay: over the groups whose advantages the step computed
         "zero_std_group_frac_fresh": flat_share(fresh),  # before replay: the fresh groups alone
+        # RL-ZVP: the share of the step's groups that are flat and train with its entropy-shaped advantages
+        "zvp_group_frac": float(np.mean([any(r.zero_variance for r in g.rollouts) for g in groups])) if groups else 0.0,
         "replay_share": len(replayed) / len(rollouts),
         "replay_rows": len(replayed),
         "replay_age_mean": age_mean,
