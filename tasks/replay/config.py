@@ -143,6 +143,13 @@ class PrioritizedReplayConfig(_GroupedBatch):
     replay_warmup_steps: int = Field(
         0, ge=0, le=1_000_000, description="Steps with no replay at the start (the buffer still fills)."
     )
+    freshness_tau: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Freshness-aware priorities (FreshPER, arXiv 2604.16918): each priority multiplied by "
+        "exp(-age / tau), age in policy updates since the rollout was generated; null = off (the prioritized paper).",
+    )
 
 
 class ReuseReplayConfig(_GroupedBatch):

@@ -257,6 +257,16 @@ class PrioritizedReplay(FreshPrompts):
     a rollout is replayed; no PER-style importance weights for the non-uniform draw (`loss.is_correction`
     corrects staleness only); eviction by age comes first, then, over capacity, the lowest priorities leave;
     replay draws come from earlier steps only (this step's rollouts are in the batch already).
+
+    `freshness_tau` makes it freshness-aware prioritized replay (FreshPER, arXiv 2604.16918):
+    paper and released code multiply each priority by exp(-age / tau), so that of two equally informative rollouts
+    the fresher is drawn more, and report that plain prioritized replay hurt LLM RL while the aged version helped.
+    Here: P(i) ~ (|A_i| + eps)^alpha * exp(-age_i / tau), age in policy updates at the draw; over capacity the
+    lowest decayed priorities leave. Departures: the released buffer's priority is |reward| + eps (an outcome
+    reward; this design's is |advantage|, the prioritized paper's), and its `reward_fresh` puts the decay inside
+    the exponent, ((|r| + eps) exp(-age / tau))^alpha, the same as this with tau / alpha; its max-priority
+    insertion and priority updates after training are not used (priorities stay those of generation); its tau
+    (500-1000) is in its own long runs' steps, so rlep's runs of tens of steps need a tau of a few steps.
     """
 
     name: ClassVar[str] = "prioritized"
@@ -268,9 +278,14 @@ class PrioritizedReplay(FreshPrompts):
         self.drawn: list[bool] = []  # beside buffer: ever replayed
         self.rng = np.random.default_rng(seed)
 
-    def priorities(self) -> np.ndarray:
+    def priorities(self, step: int) -> np.ndarray:
+        """Each stored rollout's priority at `step`: (|A| + eps)^alpha, times exp(-age / tau) when freshness-aware."""
         adv = np.array([abs(r.advantage or 0.0) for r in self.buffer], dtype=np.float64)
-        return (adv + self.config.priority_eps) ** self.config.priority_alpha
+        priority = (adv + self.config.priority_eps) ** self.config.priority_alpha
+        if self.config.freshness_tau is not None:
+            age = np.array([r.age(step) for r in self.buffer], dtype=np.float64)
+            priority = priority * np.exp(-age / self.config.freshness_tau)
+        return priority
 
     def evict(self, step: int) -> None:
         """Drop rollouts older than tau_max at `step`."""
@@ -296,7 +311,7 @@ class PrioritizedReplay(FreshPrompts):
         wanted = min(round(self.config.replay_fraction * n_fresh), len(self.buffer))
         if wanted == 0:
             return []
-        p = self.priorities()
+        p = self.priorities(step)
         picks = sorted(self.rng.choice(len(self.buffer), size=wanted, replace=False, p=p / p.sum()).tolist())
         for i in picks:
             self.drawn[i] = True
@@ -310,7 +325,7 @@ class PrioritizedReplay(FreshPrompts):
                 self.drawn.extend([False] * len(rollouts))
         self.evict(step + 1)  # what expires before the next draw goes first, not fresh low-|A| rollouts
         if len(self.buffer) > self.config.buffer_size:
-            keep = np.argsort(-self.priorities(), kind="stable")[: self.config.buffer_size]
+            keep = np.argsort(-self.priorities(step + 1), kind="stable")[: self.config.buffer_size]
             self._keep(sorted(keep.tolist()))
 
     def stats(self) -> dict[str, float]:
