@@ -34,7 +34,7 @@ from rlep.tasks.study import (
     execute_in_process,
     execute_plan,
     execute_run,
-    fix_claims,
+    fix_record,
     gather,
     plan,
     with_models_resolved,
@@ -64,7 +64,7 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
     send_logs_to_prefect()
     config = with_models_resolved(config)
     runs = plan(config)
-    fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
+    fix_record(config, runs)  # before the first run: the plan and claims the report will test, with their digest
     if config.runner.kind == "ray":
         _submit_on_ray(config, runs)
     elif config.runner.isolate:  # each run in a process of its own, its subflow a child of this run

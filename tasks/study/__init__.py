@@ -3,8 +3,8 @@
 - `config`: `StudyConfig` (base settings, arms as overrides, seeds, runner) and `plan()`, the runs and their order
   (every seed's from `tasks.plan.plan_experiment`, the pipeline's planner too); runs execute in `tasks.execute`;
 - `runs`: gather the finished runs' results as tables, with the cost each arm is charged;
-- `claims`: the claims recorded with their digest as the study starts (OUT/claims.json), refused if changed
-  once runs exist;
+- `claims`: the study's record (its whole plan, claims and code version, with their digest) written as it starts
+  (OUT/claims.json), a change refused once runs exist unless amended;
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `answer_check`: the reward-hack check of every run's pool, rollouts and final answers;
 - `report`: study.parquet, summary.parquet, claims, the answer check, plots, report.md.
@@ -22,7 +22,7 @@ from pathlib import Path
 from rlep.tasks.execute import execute_in_process, execute_plan, execute_run, finished_record
 from rlep.tasks.plan import Run
 from rlep.tasks.study.answer_check import accepted_answers
-from rlep.tasks.study.claims import fix_claims
+from rlep.tasks.study.claims import fix_record
 from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
 from rlep.tasks.study.runs import gather
@@ -35,7 +35,7 @@ __all__ = [
     "execute_in_process",
     "execute_plan",
     "execute_run",
-    "fix_claims",
+    "fix_record",
     "gather",
     "plan",
     "report_study",
@@ -46,11 +46,11 @@ __all__ = [
 
 
 def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
-    """Record the claims (`fix_claims`), run every run of the study one after another (each in a fresh process
+    """Record the plan (`fix_record`), run every run of the study one after another (each in a fresh process
     unless `runner.isolate` is off; finished runs are skipped), then write the outputs."""
     config = with_models_resolved(config, progress)
     runs = plan(config)
-    fix_claims(config, runs)  # before the first run: the claims the report will test, with their digest
+    fix_record(config, runs)  # before the first run: the plan and claims the report will test, with their digest
     execute = execute_in_process if config.runner.isolate else execute_run
     execute_plan(runs, lambda run, needs: execute(run, needs, progress=progress))
     study, final = gather(runs)
@@ -71,6 +71,8 @@ def report_study(config: StudyConfig, command: str | None = None) -> dict[str, P
     reported = [run for run in runs if run.arm is None or run.key in done]  # their own runs and what they need
     study, final = gather(runs, only=done)
     interim = None if len(done) == len(arms) else ([run.key for run in arms if run.key in done], len(arms))
-    if interim is None:  # the claims about to be tested: the recorded ones (changed claims refused, as run_study does)
-        fix_claims(config, runs)
+    if (
+        interim is None
+    ):  # the claims about to be tested: the recorded plan's (a changed plan refused, as run_study does)
+        fix_record(config, runs, running=False)
     return write_study_outputs(config, study, final, command, accepted_answers(reported), interim)

@@ -70,6 +70,21 @@ class ClaimConfig(BaseModel):
         return self
 
 
+class Amendment(BaseModel):
+    """A change of a study's plan once its runs exist, made on purpose: it applies once, to the record whose digest
+    it names, and the record and the report keep it with what it changed (`tasks.study.claims.fix_record`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: str = Field(
+        ...,
+        min_length=8,
+        pattern="^[0-9a-f]+$",
+        description="The recorded digest this amends (its first 8 or more hex characters, as the refusal prints it).",
+    )
+    reason: str = Field(..., min_length=1, description="Why the plan changed after runs existed; the report prints it.")
+
+
 class StudyEvalSampling(EvalSampling):
     """An evaluation's sampling whose answer length may be left to the run evaluated."""
 
@@ -154,6 +169,12 @@ class StudyConfig(BaseModel):
         "count itself.",
     )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the runs execute.")
+    amendments: list[Amendment] = Field(
+        default_factory=list,
+        description="Changes of the recorded plan (seeds, arms' settings, evaluation, claims, code version) made "
+        "after runs exist, each naming the digest it amends; without one such a change is refused. Not part of "
+        "the plan's digest.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:

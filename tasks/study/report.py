@@ -10,10 +10,12 @@ import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from rlep.data.run_layout import STUDY_PLOTS, StudyLayout
+from rlep.tasks.settings import merge_settings
 from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
+from rlep.tasks.training.config import TrainConfig
 
 
 def write_study_outputs(
@@ -32,6 +34,9 @@ def write_study_outputs(
 
     layout = StudyLayout(config.out)
     layout.root.mkdir(parents=True, exist_ok=True)
+    if interim is None:  # claims are tested on every run of the plan or not at all
+        finished, total = finished_runs(config, study)
+        interim = None if len(finished) == total else (finished, total)
     summary = summarize(study, config.baseline_arm)
     table = evaluate_claims(study, config.claims, config.baseline_arm) if interim is None else None
     ends = endpoints(study, final, config.baseline_arm)
@@ -55,6 +60,18 @@ def write_study_outputs(
     paths["report"] = layout.report
     write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim))
     return paths
+
+
+def finished_runs(config: StudyConfig, study: pd.DataFrame) -> tuple[list[str], int]:
+    """(the keys of the plan's arm runs, arm x seed, whose evaluations in `study` reach the arm's last step, how
+    many arm runs the plan has)."""
+    base = config.train.model_dump(mode="json")
+    last = study.groupby(["arm", "seed"]).step.max()
+    finished = []
+    for arm, override in config.arms.items():
+        steps = int(merge_settings(base, override, TrainConfig)["steps"])
+        finished += [f"{arm}/seed-{seed}" for seed in config.seeds if last.get((arm, seed), -1) >= steps]
+    return finished, len(config.arms) * len(config.seeds)
 
 
 def _interval(value: float, low: float, high: float, fmt: str = "{:.3f}") -> str:
@@ -161,11 +178,16 @@ def report_markdown(
     ]
     if command:
         lines += ["Regenerate with:", "", f"    {command}", ""]
-    lines += ["## Claims (fixed in the configuration before the run)", "", provenance_markdown(config), ""]
+    lines += ["## Claims (fixed with the plan before the run)", "", provenance_markdown(config), ""]
     if table is not None:
         lines += [claims_markdown(table), ""]
     else:
-        lines += [f"Not tested yet: {len(interim[0])} of {interim[1]} training runs have finished.", ""]
+        missing = interim[1] - len(interim[0])
+        lines += [
+            f"Not tested yet: {len(interim[0])} of {interim[1]} training runs have finished ({missing} missing); "
+            "the claims are tested only when every run of the plan has.",
+            "",
+        ]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     if checks is not None:
         lines += ["## Reward-hack check: accepted answers that are not a number", "", answer_check_markdown(checks), ""]

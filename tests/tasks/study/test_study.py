@@ -76,24 +76,148 @@ def test_a_claim_at_a_step_an_arm_does_not_evaluate_is_refused_at_load(tmp_path)
         StudyConfig.model_validate({**shorter, "claims": [{**claim, "name": "end", "step": 30}]})
 
 
+CODE = {"commit": "a" * 40, "dirty": False}
+
+
+def _started(out):
+    """Make the study's baseline seed-0 run look started (it has written a file)."""
+    (out / "runs" / "baseline" / "seed-0").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / "baseline" / "seed-0" / "metrics.parquet").write_text("")
+
+
 def test_the_claims_are_recorded_when_the_study_starts_and_refused_when_changed_after_runs(tmp_path):
-    from rlep.tasks.study.claims import fix_claims
+    from rlep.tasks.study.claims import fix_record
 
     claims = [{"name": "end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
     config = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=claims))
     runs = plan(config)
-    record = fix_claims(config, runs)
+    record = fix_record(config, runs, code=CODE)
     saved = json.loads((tmp_path / "claims.json").read_text())
-    assert saved["digest"] == record.digest and saved["claims"][0]["against"] == "baseline"
+    assert saved["digest"] == record.digest and saved["plan"]["claims"][0]["against"] == "baseline"
     assert not saved["fixed_after_runs"]
     moved = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
-    assert fix_claims(moved, runs).digest != record.digest  # nothing ran yet: the claims may still change
-    fix_claims(config, runs)
-    (tmp_path / "runs" / "baseline" / "seed-0").mkdir(parents=True)
-    (tmp_path / "runs" / "baseline" / "seed-0" / "metrics.parquet").write_text("")
-    assert fix_claims(config, runs).digest == record.digest  # the same claims: the study goes on
-    with pytest.raises(StudyError, match=r"claims changed after runs exist .*end: step 2 -> 1"):
-        fix_claims(moved, runs)
+    assert fix_record(moved, runs, code=CODE).digest != record.digest  # nothing ran yet: the claims may still change
+    fix_record(config, runs, code=CODE)
+    _started(tmp_path)
+    assert fix_record(config, runs, code=CODE).digest == record.digest  # the same claims: the study goes on
+    with pytest.raises(StudyError, match=r"study plan changed after runs exist .*claims: end: step 2 -> 1"):
+        fix_record(moved, runs, code=CODE)
+
+
+def test_the_record_covers_the_whole_plan_and_the_code_version(tmp_path):
+    from rlep.tasks.study.claims import fix_record
+
+    settings = tiny_study_settings("tiny", tmp_path, ARMS)
+    config = StudyConfig.model_validate(settings)
+    record = fix_record(config, plan(config), code=CODE)
+    saved = json.loads((tmp_path / "claims.json").read_text())
+    assert saved["version"] == 2 and saved["code"] == CODE and saved["plan"]["seeds"] == [0, 1]
+    assert saved["plan"]["arms"]["rlep"]["steps"] == 2 and saved["plan"]["arms"]["rlep"]["replay"]["kind"] == "rlep"
+    assert "seed" not in saved["plan"]["arms"]["rlep"] and saved["plan"]["evaluation"]["samples"] == 2
+    assert saved["plan"]["arms"]["baseline"]["eval_problems"]["limit"] == 4  # the evaluation set
+    assert saved["plan"]["runs"][:3] == ["baseline/seed-0", "collect/seed-0", "rlep/seed-0"]
+    _started(tmp_path)
+    # Once a run exists, each part of the plan is refused when it changes, in one line naming the change.
+    changed = [
+        ({"seeds": [0, 1, 2]}, r"seeds \[0, 1\] -> \[0, 1, 2\]"),
+        ({"arms": {**ARMS, "rlep": {"replay": {"kind": "rlep"}, "steps": 4}}}, r"arms\.rlep\.steps 2 -> 4"),
+        ({"evaluate": {"samples": 3}}, r"evaluation\.samples 2 -> 3"),
+        (
+            {"train": {**settings["train"], "eval_problems": {**settings["train"]["eval_problems"], "limit": 8}}},
+            r"arms\.baseline\.eval_problems\.limit 4 -> 8",
+        ),
+    ]
+    for change, named in changed:
+        other = StudyConfig.model_validate({**settings, **change})
+        with pytest.raises(
+            StudyError, match=r"^study plan changed after runs exist \(1, e\.g\. baseline/seed-0\): .*" + named
+        ) as err:
+            fix_record(other, plan(other), code=CODE)
+        assert "\n" not in str(err.value) and f"digest {record.digest[:12]}" in str(err.value)
+    with pytest.raises(StudyError, match=r"code a{12} \(clean\) -> b{12} \(dirty\)"):
+        fix_record(config, plan(config), code={"commit": "b" * 40, "dirty": True})
+    # A report runs nothing: other code is stated there, not refused; a changed plan still is.
+    assert fix_record(config, plan(config), running=False, code={"commit": "b" * 40, "dirty": True}) == record
+    assert json.loads((tmp_path / "claims.json").read_text()) == saved  # nothing was rewritten
+
+
+def test_an_amendment_applies_once_to_the_digest_it_names_and_the_report_prints_it(tmp_path):
+    from rlep.tasks.study.claims import StudyRecord, fix_record, provenance_markdown
+
+    settings = tiny_study_settings("tiny", tmp_path, ARMS)
+    config = StudyConfig.model_validate(settings)
+    record = fix_record(config, plan(config), code=CODE)
+    _started(tmp_path)
+    wrong = StudyConfig.model_validate(
+        {**settings, "seeds": [0, 1, 2], "amendments": [{"of": "0" * 12, "reason": "x"}]}
+    )
+    with pytest.raises(StudyError, match="study plan changed"):  # an amendment of another record does not apply
+        fix_record(wrong, plan(wrong), code=CODE)
+    amend = [{"of": record.digest[:12], "reason": "a third seed, for power"}]
+    more = StudyConfig.model_validate({**settings, "seeds": [0, 1, 2], "amendments": amend})
+    amended = fix_record(more, plan(more), code=CODE)
+    assert amended.digest != record.digest and amended.plan["seeds"] == [0, 1, 2]
+    (note,) = StudyRecord.read(tmp_path).amendments
+    assert note["of"] == record.digest and note["reason"] == "a third seed, for power"
+    assert "seeds [0, 1] -> [0, 1, 2]" in note["changes"]
+    assert fix_record(more, plan(more), code=CODE) == amended  # the same plan goes on
+    four = StudyConfig.model_validate({**settings, "seeds": [0, 1, 2, 3], "amendments": amend})
+    with pytest.raises(StudyError, match=r"seeds \[0, 1, 2\] -> \[0, 1, 2, 3\]"):  # used once: not again
+        fix_record(four, plan(four), code=CODE)
+    text = provenance_markdown(more)
+    assert f"Amended at {note['at']}" in text and "a third seed, for power" in text
+    assert f"digest {record.digest[:12]} -> {amended.digest[:12]}" in text
+
+
+def test_a_claims_only_record_of_the_earlier_form_still_loads_and_says_so(tmp_path):
+    from rlep.tasks.study.claims import StudyRecord, claims_of, fix_record, provenance_markdown
+
+    claims = [{"name": "end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
+    config = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=claims))
+    recorded, digest = claims_of(config)
+    old = {"claims": recorded, "digest": digest, "recorded_at": "2026-11-26T12:39:00+00:00", "fixed_after_runs": False}
+    (tmp_path / "claims.json").write_text(json.dumps(old))
+    _started(tmp_path)
+    record = fix_record(config, plan(config), code=CODE)
+    assert record.claims_only and record.digest == digest and record == StudyRecord.read(tmp_path)
+    assert json.loads((tmp_path / "claims.json").read_text()) == old  # read, not rewritten
+    assert "claims-only record" in provenance_markdown(config) and "digest " + digest[:12] in provenance_markdown(
+        config
+    )
+    moved = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
+    with pytest.raises(StudyError, match=r"^claims changed after runs exist .*end: step 2 -> 1"):
+        fix_record(moved, plan(moved), code=CODE)
+    # With no run yet, a whole record replaces it.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "claims.json").write_text(json.dumps(old))
+    config = StudyConfig.model_validate(tiny_study_settings("tiny", fresh, ARMS, claims=claims))
+    assert not fix_record(config, plan(config), code=CODE).claims_only
+
+
+def test_claims_are_tested_only_when_every_run_of_the_plan_has_finished(tmp_path):
+    from rlep.tasks.study.report import write_study_outputs
+
+    claims = [{"name": "end", "arm": "rlep", "kind": "accuracy_diff", "step": 2}]
+    config = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=claims))
+    rows = [
+        {"arm": arm, "seed": seed, "step": step, "accuracy": 0.1 * step + 0.01 * seed + (arm == "rlep") * 0.05}
+        for arm in ARMS
+        for seed in (0, 1)
+        for step in (0, 1, 2)
+        if not (arm == "rlep" and seed == 1 and step == 2)  # rlep's seed 1 stopped after step 1
+    ]
+    study = pd.DataFrame(rows).assign(
+        tokens_generated=0.0, tokens_charged=0.0, wall_seconds=0.0, seconds_charged=0.0, optimizer_updates=0.0
+    )
+    final = pd.DataFrame(columns=["arm", "seed", "k", "avg_at_k", "pass_at_k", "maj_at_k"])
+    paths = write_study_outputs(config, study, final)
+    report = paths["report"].read_text()
+    assert "Not tested yet: 3 of 4 training runs have finished (1 missing)" in report
+    assert "claims" not in paths and not (tmp_path / "claims.parquet").exists()
+    study = pd.concat([study, study[(study.arm == "rlep") & (study.seed == 1) & (study.step == 1)].assign(step=2)])
+    paths = write_study_outputs(config, study, final)
+    assert pd.read_parquet(paths["claims"]).claim.tolist() == ["end"]
 
 
 def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
@@ -153,6 +277,7 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     # In this process (isolate off): the patched collection engine must be the one that runs.
     settings = tiny_study_settings(fixture_model, tmp_path / "study", ARMS, claims=claims, runner={"isolate": False})
     config = StudyConfig.model_validate(settings)
+    monkeypatch.setattr("rlep.tasks.study.claims.code_version", lambda: CODE)  # a commit meanwhile: no refusal here
     paths = run_study(config, progress=False)
     study = pd.read_parquet(paths["study"])
     assert set(study.columns) >= {
@@ -195,7 +320,7 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     assert (metrics.replay_share > 0).all()
     text = paths["report"].read_text()
     assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
-    assert "Claims fixed at " in text and "before any run (claims.json" in text  # recorded as the study started
+    assert "Plan fixed at " in text and "before any run (claims.json" in text  # recorded as the study started
     assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
     # The reward-hack check read every run's answers: each collection's pool, each arm run's rollouts and final answers.
     checks = pd.read_parquet(paths["answer_check"])
