@@ -143,9 +143,36 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
         return None
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, but a flag the command does not have is refused in one line by the command itself, naming
+    the flags it does have that are spelled alike (`rlep train --answer-format`: training's is
+    `--problems-answer-format`)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = parser
+        while sub := next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None):
+            command = sub.choices[getattr(args, sub.dest)]
+        hint = _close_flags(command, unknown) or f" (`{command.prog} --help` lists its flags)"
+        command.exit(EXIT_USAGE, f"{command.prog}: error: unrecognized arguments: {' '.join(unknown)}{hint}\n")
+    return args
+
+
+def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """'; did you mean ...?' naming the command's flags that end with an unknown flag's words or are spelled
+    nearly like it; empty when none is."""
+    import difflib
+
+    flags = [f for f in command._option_string_actions if f.startswith("--")]
+    hints: list[str] = []
+    for word in (u.split("=", 1)[0] for u in unknown if u.startswith("--")):
+        ending = [f for f in flags if f.endswith("-" + word[2:])]
+        hints += [f for f in ending + difflib.get_close_matches(word, flags, n=3, cutoff=0.8) if f not in hints]
+    return f"; did you mean {' or '.join(hints)}?" if hints else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not args.verbose:
         _quiet_libraries()
     from rlep.data.pool import PoolError

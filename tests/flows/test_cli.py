@@ -131,6 +131,28 @@ def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
         assert flag_overrides(args) == {"verifier.answer_format": "boxed"}
 
 
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (
+            ["train", "--answer-format", "boxed"],
+            "; did you mean --problems-answer-format or --eval-problems-answer-format or --verifier-answer-format?",
+        ),
+        (["collect", "--samples-per-promt", "3"], "; did you mean --samples-per-prompt?"),
+        (["pool", "export", "p", "--out", "o", "--intoo", "z"], "; did you mean --into?"),
+        (["train", "--zzz", "3"], " (`rlep train --help` lists its flags)"),
+    ],
+)
+def test_a_flag_the_command_lacks_is_one_line_naming_flags_spelled_alike(capsys, argv, hint):
+    # Issue 45: `rlep train --answer-format boxed` was refused with no word of training's `--problems-answer-format`.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    command = " ".join(argv[: 2 if argv[0] == "pool" else 1])
+    unknown = " ".join(argv[-2:])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"rlep {command}: error: unrecognized arguments: {unknown}{hint}\n"
+
+
 def test_the_sampling_flags_keep_their_names_in_every_command():
     # The settings moved into one `sampling:` section (issue 36); their flags are named as before it.
     from rlep.flows.cli import build_parser
