@@ -68,6 +68,13 @@ def zero_variance_advantages(
     it). All correct: A_t = alpha * H_t, so confident tokens are reinforced least. All wrong:
     A_t = -alpha * (max_k H_k - H_t), the max over the row's own real tokens, so the most confident wrong token is
     pushed down most and the least confident not at all.
+
+    As the paper: rows of groups with signal keep GRPO's advantage, flat groups are trained instead of filtered,
+    the entropy is over the vocabulary and carries no gradient, under the clipped objective with clip-higher.
+    Departures: H_t is the entropy of the sampling distribution (logits / temperature) in each optimizer update's
+    own forward, so with several updates a step it is the policy's as it moves (a single update: pi_old's); a
+    group's direction is its verdict (`correct`), which the paper's binary reward equals; designs that keep the
+    advantages of generation (`fifo`) keep a stored rollout's mark too; alpha defaults to 0.1 and is not tuned here.
     """
     h = entropy.detach().float() * mask
     peak = h.masked_fill(~mask.bool(), float("-inf")).amax(-1, keepdim=True).clamp(min=0)

@@ -234,6 +234,16 @@ def m2po_loss(
     (the generating policy's log-probs where known, else pi_old: `update.off_policy_terms`). Masked tokens keep
     their place in the denominator (aggregation over `mask`). `shaping` replaces the rows it names, as elsewhere.
     Metrics: those of `m2po_mask` and `ratio_mean`.
+
+    As the paper (arXiv 2510.01161, final version; Trinity-RFT implements the same): M2 over the tokens where the
+    clip could bind (AReaL's description takes it over every token), tau_M2 = 0.04, masked tokens in the
+    denominator, no clip on what is kept. Departures: the authors' released verl code does not mask but clips those
+    tokens at exp(+-tau), tau the cap that brings M2 within the bound, with clip widths of at least 0.3 / 0.5 (we
+    do as the paper says); M2 is taken over each micro-batch (where the loss is computed, as the released code
+    does), not the mini-batch, and with several training processes over each rank's rows, so unlike every other
+    loss here the update depends on `micro_batch_size`; for fresh rows pi_behav is the trainer's pi_old (the policy
+    that generated them, without the engine-vs-trainer gap) and for stale rows the stored mu (rows without stored
+    log-probs use pi_old: `update.off_policy_terms`).
     """
     log_ratio = logp - behaviour_logp
     keep, m2_metrics = m2po_mask(log_ratio.detach(), advantages, mask, threshold)
