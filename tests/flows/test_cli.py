@@ -1,8 +1,10 @@
 """The command line as a user meets it: help, fast start, clear errors with exit code 2, nothing written."""
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import get_args
 
 import pyarrow.parquet as pq
@@ -51,6 +53,21 @@ def test_problems_command_writes_jsonl_and_parquet(tmp_path):
     assert pq.read_table(tmp_path / "p.parquet").num_rows == 25
     assert main(["problems", "--split", "train", "--limit", "5", "--out", str(tmp_path / "p.jsonl")]) == 0
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 5
+
+
+def test_the_readmes_problems_command_runs_as_written(tmp_path, capsys):
+    """The commands table's `rlep problems` row, with and without each optional part, on tiny-math and on a file
+    without a split column (which it says refuses `--split`)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| `(rlep problems [^`]*)`", readme, re.MULTILINE).group(1)
+    assert row == "rlep problems [--source FILE\\|hf:NAME] [--split test] --limit N --out FILE"
+    command, *plain = re.sub(r"\[[^]]*\] ", "", row).split()[1:]
+    (tmp_path / "mine.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n')
+    fill = {"N": "2", "FILE": str(tmp_path / "out.jsonl")}
+    source = ["--source", str(tmp_path / "mine.jsonl")]
+    for extra, code in (([], 0), (["--split", "test"], 0), (source, 0), ([*source, "--split", "test"], 2)):
+        assert main([command, *extra, *(fill.get(word, word) for word in plain)]) == code, extra
+    assert "mine.jsonl has no split column" in capsys.readouterr().err
 
 
 def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
