@@ -38,7 +38,11 @@ def write_study_outputs(
         finished, total = finished_runs(config, study)
         interim = None if len(finished) == total else (finished, total)
     summary = summarize(study, config.baseline_arm)
-    table = evaluate_claims(study, config.claims, config.baseline_arm) if interim is None else None
+    table = (
+        evaluate_claims(study, config.claims, config.baseline_arm, differ_only_in_replay(config))
+        if interim is None
+        else None
+    )
     ends = endpoints(study, final, config.baseline_arm)
     checks = pd.DataFrame(columns=CHECK_COLUMNS) if checks is None else checks
     frames = {
@@ -60,6 +64,17 @@ def write_study_outputs(
     paths["report"] = layout.report
     write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim))
     return paths
+
+
+def differ_only_in_replay(config: StudyConfig):
+    """(arm, against) -> whether the two arms' resolved training settings are the same but for `replay` (so
+    until one of them replays a row they are the same runs, seed by seed)."""
+    base = config.train.model_dump(mode="json")
+    settings = {
+        arm: {k: v for k, v in merge_settings(base, override, TrainConfig).items() if k != "replay"}
+        for arm, override in config.arms.items()
+    }
+    return lambda arm, against: settings[arm] == settings[against]
 
 
 def finished_runs(config: StudyConfig, study: pd.DataFrame) -> tuple[list[str], int]:
@@ -87,8 +102,9 @@ def claims_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "No claims were named in the study's configuration (`claims:`), so none is tested.\n"
     lines = [
-        "| claim | arm vs against | metric | seeds paired | arm | against | difference [95% CI] | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| claim | arm vs against | metric | seeds paired | arm | against | difference [95% CI] | verdict | sd of "
+        "differences | detectable (80%) | test, p | Holm p | Holm verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table.itertuples(index=False):
         if row.kind == "accuracy_diff":
@@ -107,7 +123,10 @@ def claims_markdown(table: pd.DataFrame) -> str:
             f"| {row.claim} | {row.arm} vs {row.against} | {metric}{reached} | {row.n_paired}{unpaired} | "
             f"{_interval(row.arm_mean, math.nan, math.nan, fmt)} | "
             f"{_interval(row.against_mean, math.nan, math.nan, fmt)} | "
-            f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} |"
+            f"{_interval(row.diff_mean, row.diff_ci_low, row.diff_ci_high, dfmt)} | {row.verdict} | "
+            f"{_number(row.diff_sd, fmt)} | {_number(row.sdd_80, fmt)} | "
+            f"{row.test}, {_number(row.p_value, '{:.3f}')} | "
+            f"{_number(row.holm_p, '{:.3f}')} | {row.holm_verdict} |"
         )
     lines += ["", "Per seed:", ""]
     lines += [
@@ -115,14 +134,27 @@ def claims_markdown(table: pd.DataFrame) -> str:
         f"difference counted {row.diff_per_seed}"
         for row in table.itertuples(index=False)
     ]
+    lines += [
+        "",
+        "sd of differences: of the paired differences over the seeds; detectable (80%): the smallest true mean "
+        "difference a two-sided 5% paired t test finds with 80% probability at that sd, (t_0.975 + t_0.8, n - 1 "
+        "degrees of freedom) x sd / sqrt(n): a smaller effect reads as `no difference shown` more often than not. "
+        "Holm: the p-values adjusted over this study's testable claims together (an untestable claim is left out).",
+    ]
     if (table.kind != "accuracy_diff").any():
         lines += [
             "",
-            "Steps and tokens to a target: the arm and against columns average the seeds that reached it; a run "
-            "that never reached it counts in the difference, censored at its end (at least one step more, or its "
-            "total charged tokens), as the difference nearest 0 its seeds allow.",
+            "Steps and tokens to a target: the arm and against columns average the seeds that reached it; the "
+            "test is a paired exact sign test in which a seed that never reached the target ranks last (ties, "
+            "both never or equal, left out), so no value is made up for it. The difference column is "
+            "descriptive: a run that never reached the target counts in it censored at its end (at least one "
+            "step more, or its total charged tokens), as the difference nearest 0 its seeds allow.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _number(value: float, fmt: str) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
 def endpoints_markdown(ends: pd.DataFrame) -> str:

@@ -66,8 +66,9 @@ def gather(runs: list[Run], only: set[str] | None = None) -> tuple[pd.DataFrame,
     Per step: arm, seed, step, accuracy (held-out avg@k of the training run's evaluation), tokens_generated
     (generated so far by the run), wall_seconds (its training seconds so far, evaluation excluded),
     tokens_charged / seconds_charged (the same plus the full cost of the runs it depends on, and of a living-pool
-    arm's re-collections from the step after each), optimizer_updates
-    and tokens_trained so far. Final: arm, seed, k, avg_at_k, pass_at_k, maj_at_k of the final evaluation.
+    arm's re-collections from the step after each), optimizer_updates, tokens_trained and replayed (rows trained
+    as replayed: what makes a replay arm differ from plain GRPO) so far. Final: arm, seed, k, avg_at_k,
+    pass_at_k, maj_at_k of the final evaluation.
     """
     by_key = {run.key: run for run in runs}
     steps, finals = [], []
@@ -99,6 +100,7 @@ def gather(runs: list[Run], only: set[str] | None = None) -> tuple[pd.DataFrame,
                 if "optimizer_updates" in metrics
                 else math.nan,
                 "tokens_trained": [0, *metrics.tokens_trained.cumsum()] if "tokens_trained" in metrics else math.nan,
+                "replayed": [0, *metrics.replay_rows.cumsum()] if "replay_rows" in metrics else math.nan,
             }
         )
         progress["tokens_charged"] = progress.tokens_generated + charged["tokens_generated"]
@@ -125,6 +127,7 @@ def gather(runs: list[Run], only: set[str] | None = None) -> tuple[pd.DataFrame,
         "seconds_charged",
         "optimizer_updates",
         "tokens_trained",
+        "replayed",
     ]
     if not steps:
         raise StudyError("no arm's training run to gather: the study has none finished")

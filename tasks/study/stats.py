@@ -11,12 +11,18 @@ exact sign test (every seed the same sign: 2 / 2^n, below 5% from 6 seeds on).
 Claims are named in the study's configuration before it runs (`StudyConfig.claims`: which arm against which,
 the metric, the evaluation step or the target accuracy); `evaluate_claims` only reads them, so no figure in a
 claims table is chosen after the curves are seen. Everything else (`summarize`, `endpoints`) is descriptive.
+
+What was testable is said, not assumed: a claim is `untestable` when its arms cannot differ by its step (they
+differ only in replay and neither replayed anything by then, in any seed: the runs' own `replayed` counts) or
+when neither arm reached its target. Every claim carries the sd of its paired differences and the smallest
+difference the study could detect with them (80% power, two-sided 5%, paired t: (t_0.975 + t_0.8, n - 1 degrees
+of freedom) sd / sqrt(n)), its p-value, and a Holm-adjusted verdict across the study's testable claims.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,6 +55,52 @@ def sign_test_decides(n: int) -> bool:
     """Whether `n` seeds all of one sign are significant at the study's level (two-sided exact sign test:
     2 / 2^n < 5%, so n >= 6)."""
     return 2 * 0.5**n < 1 - LEVEL
+
+
+def smallest_detectable(sd: float, n: int, power: float = 0.8) -> float:
+    """The smallest paired mean difference a two-sided 5% paired t test detects with probability `power`, given
+    the realized sd of the differences over n seeds: (t_{0.975, n-1} + t_{power, n-1}) sd / sqrt(n); NaN with
+    fewer than 2 seeds."""
+    from scipy.stats import t
+
+    if n < 2 or math.isnan(sd):
+        return math.nan
+    return (float(t.ppf((1 + LEVEL) / 2, n - 1)) + float(t.ppf(power, n - 1))) * sd / math.sqrt(n)
+
+
+def paired_t_p(diff: Sequence[float]) -> float:
+    """Two-sided p-value of the paired t test of mean 0 (n - 1 degrees of freedom); NaN with fewer than 2 values
+    or none spread (then the sign test decides: `sign_test_p`)."""
+    from scipy.stats import t
+
+    diff = np.asarray(diff, dtype=float)
+    n = len(diff)
+    if n < 2 or no_spread(diff):
+        return math.nan
+    stat = float(diff.mean()) / (float(diff.std(ddof=1)) / math.sqrt(n))
+    return float(2 * t.sf(abs(stat), n - 1))
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact sign test (ties left out): P(a split at least this uneven | no difference); 1 with no
+    untied pair."""
+    from scipy.stats import binom
+
+    n = wins + losses
+    return 1.0 if n == 0 else min(1.0, float(2 * binom.cdf(min(wins, losses), n, 0.5)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values over the finite ones (NaN stays NaN, outside the family): the i-th
+    smallest of m is max over j <= i of min(1, (m - j + 1) p_(j))."""
+    p = np.asarray(p_values, dtype=float)
+    tested = np.flatnonzero(np.isfinite(p))
+    adjusted = np.full(len(p), math.nan)
+    running = 0.0
+    for rank, i in enumerate(sorted(tested, key=lambda i: p[i])):
+        running = max(running, min(1.0, (len(tested) - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
 
 
 def _seed_list(values: pd.Series, fmt: str = "{:.3f}") -> str:
@@ -163,21 +215,34 @@ def _unpaired(mine: pd.Index, theirs: pd.Index) -> str:
     return "; ".join(parts)
 
 
-def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.DataFrame:
-    """Each claim of the configuration, measured: per seed, then paired (arm minus `against`) with its interval.
+def evaluate_claims(
+    study: pd.DataFrame,
+    claims: Sequence,
+    baseline: str,
+    differ_only_in_replay: Callable[[str, str], bool] | None = None,
+) -> pd.DataFrame:
+    """Each claim of the configuration, measured: per seed, then paired (arm minus `against`), with its test.
 
-    - `accuracy_diff`: held-out accuracy at the claim's `step`; higher is better.
+    - `accuracy_diff`: held-out accuracy at the claim's `step`; higher is better. Test: the paired t test (its
+      95% interval excluding 0 is `arm better` / `arm worse`, else `no difference shown`, `too few seeds` with
+      one). When every seed gives the same difference there is no interval: the verdict is `no spread: interval
+      undefined`, unless the exact sign test decides (every seed one sign, from 6 seeds on: `arm better (sign
+      test: every seed)`) or the difference is 0. `untestable: no replay by step N` when the two arms differ
+      only in replay (`differ_only_in_replay(arm, against)`) and neither replayed a row up to step N in any
+      paired seed (the study's `replayed` column, the runs' own count): they are then the same runs there.
     - `steps_to_target` / `charged_tokens_to_target`: per seed, the first evaluation step (or charged tokens
-      there) with accuracy >= `target`; lower is better. A seed where an arm never reaches it counts, censored
-      at the run's end (`censored_differences`), so an arm that reached the target in 2 seeds of 5 is not
-      compared on those 2 alone. When neither arm reached it in any seed the claim is `untestable: target not
-      reached`. The table reports how many seeds each arm reached it in and every seed's counted difference.
+      there) with accuracy >= `target`; lower is better. Test: a paired exact sign test in which a seed that
+      never reached the target ranks last, behind any that did (both censored, or equal: a tie, left out), so
+      no censored seed is given a value. Its verdict: `arm better (sign test, censored last)` / `arm worse (...)`
+      when p < 0.05, else `no difference shown`; `untestable: target not reached` when neither arm reached it in
+      any seed. The table reports how many seeds each arm reached it in, and a descriptive difference per seed
+      (`censored_differences`: a censored run at the least it could have needed) with its t interval.
 
-    Only seeds with a run in both arms are paired (`n_paired`); any other is named in `unpaired`. The verdict
-    reads the t interval: `arm better` / `arm worse` when it excludes 0, else `no difference shown` (`too few
-    seeds` with one). When every seed gives the same difference there is no interval: the verdict is `no spread:
-    interval undefined`, unless the exact sign test decides (every seed one sign, from 6 seeds on: `arm better
-    (sign test: every seed)`) or the difference is 0.
+    Every claim: the sd of the counted paired differences (`diff_sd`), the smallest difference detectable with it
+    (`sdd_80`: 80% power, two-sided 5%, paired t), the test's p-value (`p_value`, `test`), and `holm_p` /
+    `holm_verdict`, Holm's adjustment over the testable claims of `claims` (an untestable one is outside the
+    family and keeps its verdict). Only seeds with a run in both arms are paired (`n_paired`); any other is named
+    in `unpaired`.
     """
     rows = []
     for claim in claims:
@@ -188,12 +253,13 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
             if tables[arm].empty:
                 raise ValueError(f"claim {claim.name!r}: arm {arm!r} has no finished run")
         if claim.kind == "accuracy_diff":
-            values = {}
+            values, replayed = {}, {}
             for arm, table in tables.items():
                 at = table[table.step == claim.step]
                 if at.empty:
                     raise ValueError(f"claim {claim.name!r}: arm {arm!r} was not evaluated at step {claim.step}")
                 values[arm] = at.set_index("seed").accuracy.sort_index()
+                replayed[arm] = at.set_index("seed").replayed if "replayed" in at else None
             paired = values[claim.arm].index.intersection(values[against].index)
             mine, theirs = values[claim.arm], values[against]
             diff = mine.loc[paired] - theirs.loc[paired]
@@ -203,6 +269,21 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 "against_per_seed": _seed_list(theirs),
                 "diff_per_seed": _seed_list(diff, "{:+.3f}"),
             }
+            mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
+            same_runs = (
+                differ_only_in_replay is not None
+                and differ_only_in_replay(claim.arm, against)
+                and all(r is not None and (r.reindex(paired) == 0).all() for r in replayed.values())
+                and len(paired) > 0
+            )
+            if same_runs:
+                test, p, verdict = "none", math.nan, f"untestable: no replay by step {claim.step}"
+            else:
+                verdict = _verdict(diff, low, high, higher_is_better=True)
+                test, p = "paired t", paired_t_p(diff)
+                if math.isnan(p) and no_spread(diff):
+                    test, p = "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum()))
+            better = float(diff.mean()) > 0 if len(diff) else False
         else:
             x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
             fmt = "{:.0f}" if x == "step" else "{:,.0f}"
@@ -216,11 +297,16 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 "against_per_seed": _to_target_list(raw[against], fmt),
                 "diff_per_seed": _seed_list(diff, "{:+,.0f}"),
             }
-        mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
-        if claim.kind != "accuracy_diff" and not reached["arm_reached"] and not reached["against_reached"]:
-            verdict = "untestable: target not reached"
-        else:
-            verdict = _verdict(diff, low, high, higher_is_better=claim.kind == "accuracy_diff")
+            mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
+            a, b = mine.loc[paired], theirs.loc[paired]  # inf: never reached, ranked last
+            wins, losses = int((a < b).sum()), int((a > b).sum())
+            better = wins > losses
+            if not reached["arm_reached"] and not reached["against_reached"]:
+                test, p, verdict = "none", math.nan, "untestable: target not reached"
+            else:
+                test, p = "sign test, censored last", sign_test_p(wins, losses)
+                verdict = _decided(p, better, "sign test, censored last")
+        sd = float(diff.std(ddof=1)) if len(diff) >= 2 else math.nan
         rows.append(
             {
                 "claim": claim.name,
@@ -239,9 +325,29 @@ def evaluate_claims(study: pd.DataFrame, claims: Sequence, baseline: str) -> pd.
                 "diff_ci_high": high,
                 "verdict": verdict,
                 **per_seed,
+                "diff_sd": sd,
+                "sdd_80": smallest_detectable(sd, len(diff)),
+                "test": test,
+                "p_value": p,
+                "direction_better": better,
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table["holm_p"] = holm(table.p_value.tolist())
+    table["holm_verdict"] = [
+        row.verdict if math.isnan(row.holm_p) else _decided(row.holm_p, row.direction_better, "Holm")
+        for row in table.itertuples(index=False)
+    ]
+    return table.drop(columns="direction_better")
+
+
+def _decided(p: float, better: bool, by: str) -> str:
+    """The verdict a p-value supports at the study's level, with the test that gave it."""
+    if math.isnan(p) or p >= 1 - LEVEL:
+        return "no difference shown"
+    return ("arm better" if better else "arm worse") + f" ({by})"
 
 
 def _finite_mean(values: pd.Series) -> float:

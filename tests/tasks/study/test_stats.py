@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from rlep.tasks.study.config import ClaimConfig, Run
-from rlep.tasks.study.stats import evaluate_claims, summarize, t_interval
+from rlep.tasks.study.stats import evaluate_claims, holm, smallest_detectable, summarize, t_interval
 
 
 def _table(arms):
@@ -89,13 +89,15 @@ def test_claims_are_measured_as_configured_paired_by_seed():
     early = table.loc["early"]
     assert early.diff_mean == pytest.approx(0.102) and early.n_paired == 5 and early.verdict == "arm better"
     steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on every seed, the baseline at 20: -10 every seed
-    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "no spread: interval undefined"
+    # To a target the test is the paired sign test: 5 of 5 one way has p = 2 / 2^5 = 0.0625, not below 5%.
+    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "no difference shown"
+    assert (steps.test, steps.p_value) == ("sign test, censored last", pytest.approx(0.0625))
     assert "0: 10" in steps.arm_per_seed and "0: 20" in steps.against_per_seed
     tokens = table.loc["tokens"]  # 1000 own + 5000-5400 charged against 2000: the faster arm costs more
-    assert tokens.diff_mean == pytest.approx(4200) and tokens.verdict == "arm worse"
+    assert tokens.diff_mean == pytest.approx(4200) and tokens.verdict == "no difference shown"  # 5 of 5 again
     never = table.loc["never"]
     assert never.arm_reached == 0 and never.n_paired == 5 and never.diff_per_seed == "0: +1, 1: +1, 2: +1, 3: +1, 4: +1"
-    assert never.verdict == "no spread: interval undefined"  # +1 on every seed is not a 95% interval of [1, 1]
+    assert never.verdict == "no difference shown" and never.p_value == pytest.approx(0.0625)  # ranked last, 5 of 5
     with pytest.raises(ValueError, match="not evaluated at step 15"):
         evaluate_claims(study, [_claim(kind="accuracy_diff", step=15)], "baseline")
 
@@ -251,3 +253,100 @@ def test_summarize_pairs_the_steps_the_reference_has_and_leaves_the_rest_unpaire
     summary = summarize(pd.concat([study, extra]), "baseline").set_index(["arm", "step"])
     assert summary.loc[("living", 15)].n_paired == 0 and math.isnan(summary.loc[("living", 15)].diff_mean)
     assert summary.loc[("living", 10)].n_paired == 5 and summary.loc[("living", 10)].diff_mean == pytest.approx(0.052)
+
+
+def _paired(diffs_by_step, replayed=None):
+    """Two arms over 5 seeds, evaluated at steps 0, 10 and 20: `fast` = baseline + diffs_by_step[step][seed];
+    `replayed` (step -> rows replayed so far by `fast`, every seed) as the study table records it."""
+    rows = []
+    for seed in range(5):
+        for step in (0, 10, 20):
+            base = 0.2 + 0.01 * step + 0.01 * seed
+            for arm, accuracy in (("baseline", base), ("fast", base + diffs_by_step.get(step, [0.0] * 5)[seed])):
+                done = (replayed or {}).get(step, 0) if arm == "fast" else 0
+                rows.append({"arm": arm, "seed": seed, "step": step, "accuracy": accuracy, "replayed": done})
+    return pd.DataFrame(rows)
+
+
+def test_a_claim_before_the_first_replay_of_arms_that_differ_only_in_replay_is_untestable():
+    # Response reuse's first replay came at step 13-19: at step 10 it was the baseline's own run in every seed.
+    study = _paired({20: [0.01, 0.03, 0.05, 0.07, 0.09]}, replayed={0: 0, 10: 0, 20: 8})
+    claims = [_claim(name="at-10", kind="accuracy_diff", step=10), _claim(name="at-20", kind="accuracy_diff", step=20)]
+    table = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: True).set_index("claim")
+    assert table.loc["at-10"].verdict == "untestable: no replay by step 10" and math.isnan(table.loc["at-10"].p_value)
+    assert table.loc["at-10"].holm_verdict == "untestable: no replay by step 10"  # outside Holm's family
+    assert table.loc["at-20"].verdict == "arm better" and table.loc["at-20"].holm_p == table.loc["at-20"].p_value
+    # Arms that differ in more than replay (another learning rate) can differ before any replay: testable.
+    other = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: False).set_index("claim")
+    assert other.loc["at-10"].verdict == "no difference shown"
+    # A replay at or before the step (in any seed) makes it testable too.
+    study.loc[(study.arm == "fast") & (study.step == 10) & (study.seed == 3), "replayed"] = 2
+    again = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: True).set_index("claim")
+    assert again.loc["at-10"].verdict == "no difference shown"
+
+
+def test_arms_differ_only_in_replay_when_their_resolved_settings_match_but_for_it(tmp_path):
+    from conftest import tiny_study_settings
+
+    from rlep.tasks.study.config import StudyConfig
+    from rlep.tasks.study.report import differ_only_in_replay
+
+    arms = {
+        "baseline": {"replay": {"kind": "none"}},
+        "reuse": {"replay": {"kind": "reuse"}},
+        "fast": {"replay": {"kind": "reuse"}, "optimizer": {"lr": 0.5}},
+    }
+    same = differ_only_in_replay(StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, arms)))
+    assert same("reuse", "baseline") and not same("fast", "baseline") and not same("fast", "reuse")
+
+
+def test_every_claim_shows_the_sd_of_its_differences_and_the_smallest_detectable_difference():
+    # Differences 0.01, 0.03, ..., 0.09: sd = sqrt(0.001 / 4) = 0.0316228; at 5 seeds
+    # (t_0.975,4 + t_0.8,4) sd / sqrt(5) = (2.7764451 + 0.9409646) x 0.0316228 / 2.2360680 = 0.0525726.
+    study = _paired({10: [0.01, 0.03, 0.05, 0.07, 0.09]})
+    row = evaluate_claims(study, [_claim(kind="accuracy_diff", step=10)], "baseline").iloc[0]
+    assert row.diff_sd == pytest.approx(0.0316228, abs=1e-6)
+    assert row.sdd_80 == pytest.approx((2.7764451 + 0.9409646) * 0.0316228 / math.sqrt(5), abs=1e-6)
+    assert row.sdd_80 == pytest.approx(0.0525726, abs=1e-6)
+    # The real-model study's sd of 0.057 over 5 seeds could detect 0.095, not the 0.05 it was powered for.
+    assert smallest_detectable(0.057, 5) == pytest.approx(0.0948, abs=5e-4)
+    assert math.isnan(smallest_detectable(0.01, 1))
+    # The t test's p-value: mean 0.05 / (sd / sqrt 5) = t 3.5355 on 4 degrees of freedom, p = 0.02410.
+    assert (row.test, row.p_value) == ("paired t", pytest.approx(0.02410, abs=1e-4))
+
+
+def test_holm_adjusts_across_the_studys_testable_claims():
+    # Hand-computed: p 0.01, 0.04, 0.03 (and an untestable NaN): 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1, but
+    # not below the one before: 0.06.
+    assert holm([0.01, 0.04, 0.03, math.nan])[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert math.isnan(holm([0.01, 0.04, 0.03, math.nan])[3])
+    # Two claims, deviations -0.02..0.02 around 0.021 and 0.019 (sd 0.0158114, t = 2.970 and 2.687 on 4 degrees
+    # of freedom): p 0.0411 ("arm better" alone) and 0.0548; Holm: 2 x 0.0411 = 0.0822 for both, no difference.
+    spread = np.array([-0.02, -0.01, 0.0, 0.01, 0.02])
+    study = _paired({10: list(0.021 + spread), 20: list(0.019 + spread)})
+    claims = [_claim(name="a", kind="accuracy_diff", step=10), _claim(name="b", kind="accuracy_diff", step=20)]
+    table = evaluate_claims(study, claims, "baseline").set_index("claim")
+    assert table.p_value.tolist() == pytest.approx([0.0411, 0.0548], abs=5e-4)
+    assert table.loc["a"].verdict == "arm better" and table.loc["a"].holm_verdict == "no difference shown"
+    assert table.holm_p.tolist() == pytest.approx([2 * table.loc["a"].p_value] * 2)
+    alone = evaluate_claims(study, claims[:1], "baseline").iloc[0]
+    assert alone.holm_verdict == "arm better (Holm)" and alone.holm_p == alone.p_value  # a family of one
+
+
+def test_to_target_compares_ranks_with_a_never_reached_seed_last_and_counts_who_reached():
+    # 6 seeds: the arm reaches 0.4 at step 10 in all; the baseline at step 20 in seeds 0-2 and never in 3-5 (a
+    # 0-filled or dropped seed would hide that). Every seed the arm ranks first: sign test 6 of 6, p = 2 / 64.
+    rows = [
+        {"arm": arm, "seed": seed, "step": step, "accuracy": acc}
+        for seed in range(6)
+        for step in (0, 10, 20)
+        for arm, acc in (
+            ("fast", 0.2 + 0.02 * step),
+            ("baseline", 0.2 + (0.01 * step if seed < 3 else 0.005 * step)),
+        )
+    ]
+    row = evaluate_claims(pd.DataFrame(rows), [_claim(kind="steps_to_target", target=0.4)], "baseline").iloc[0]
+    assert (row.arm_reached, row.against_reached) == (6, 3)
+    assert (row.test, row.p_value) == ("sign test, censored last", pytest.approx(2 / 64))
+    assert row.verdict == "arm better (sign test, censored last)"
+    assert row.diff_per_seed == "0: -10, 1: -10, 2: -10, 3: -11, 4: -11, 5: -11"  # descriptive, censored at 20 + 1
