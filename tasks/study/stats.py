@@ -235,8 +235,10 @@ def evaluate_claims(
       never reached the target ranks last, behind any that did (both censored, or equal: a tie, left out), so
       no censored seed is given a value. Its verdict: `arm better (sign test, censored last)` / `arm worse (...)`
       when p < 0.05, else `no difference shown`; `untestable: target not reached` when neither arm reached it in
-      any seed. The table reports how many seeds each arm reached it in, and a descriptive difference per seed
-      (`censored_differences`: a censored run at the least it could have needed) with its t interval.
+      any seed, and `untestable: N paired seeds` with fewer than 6 (every seed one way is then p >= 0.0625, so
+      the test could never decide; NaN p, outside Holm's family). The table reports how many seeds each arm
+      reached it in, and a descriptive difference per seed (`censored_differences`: a censored run at the least
+      it could have needed) with its t interval.
 
     Every claim: the sd of the counted paired differences (`diff_sd`), the smallest difference detectable with it
     (`sdd_80`: 80% power, two-sided 5%, paired t), the test's p-value (`p_value`, `test`), and `holm_p` /
@@ -303,6 +305,9 @@ def evaluate_claims(
             better = wins > losses
             if not reached["arm_reached"] and not reached["against_reached"]:
                 test, p, verdict = "none", math.nan, "untestable: target not reached"
+            elif not sign_test_decides(len(paired)):  # even every seed one way would not be significant
+                test, p = "sign test, censored last", math.nan
+                verdict = f"untestable: {len(paired)} paired seeds (the sign test needs 6)"
             else:
                 test, p = "sign test, censored last", sign_test_p(wins, losses)
                 verdict = _decided(p, better, "sign test, censored last")

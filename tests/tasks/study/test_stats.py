@@ -89,15 +89,18 @@ def test_claims_are_measured_as_configured_paired_by_seed():
     early = table.loc["early"]
     assert early.diff_mean == pytest.approx(0.102) and early.n_paired == 5 and early.verdict == "arm better"
     steps = table.loc["steps"]  # fast reaches 0.4 at step 10 on every seed, the baseline at 20: -10 every seed
-    # To a target the test is the paired sign test: 5 of 5 one way has p = 2 / 2^5 = 0.0625, not below 5%.
-    assert steps.diff_mean == pytest.approx(-10) and steps.verdict == "no difference shown"
-    assert (steps.test, steps.p_value) == ("sign test, censored last", pytest.approx(0.0625))
+    # To a target the test is the paired sign test: 5 of 5 one way has p = 2 / 2^5 = 0.0625, not below 5%, so with
+    # 5 seeds it can never decide: untestable, said as such (not "no difference shown"), and outside Holm's family.
+    assert (
+        steps.diff_mean == pytest.approx(-10) and steps.verdict == "untestable: 5 paired seeds (the sign test needs 6)"
+    )
+    assert steps.test == "sign test, censored last" and math.isnan(steps.p_value) and math.isnan(steps.holm_p)
     assert "0: 10" in steps.arm_per_seed and "0: 20" in steps.against_per_seed
     tokens = table.loc["tokens"]  # 1000 own + 5000-5400 charged against 2000: the faster arm costs more
-    assert tokens.diff_mean == pytest.approx(4200) and tokens.verdict == "no difference shown"  # 5 of 5 again
+    assert tokens.diff_mean == pytest.approx(4200) and tokens.verdict.startswith("untestable: 5 paired")
     never = table.loc["never"]
     assert never.arm_reached == 0 and never.n_paired == 5 and never.diff_per_seed == "0: +1, 1: +1, 2: +1, 3: +1, 4: +1"
-    assert never.verdict == "no difference shown" and never.p_value == pytest.approx(0.0625)  # ranked last, 5 of 5
+    assert never.verdict.startswith("untestable: 5 paired")  # ranked last 5 of 5: p 0.0625 at best
     with pytest.raises(ValueError, match="not evaluated at step 15"):
         evaluate_claims(study, [_claim(kind="accuracy_diff", step=15)], "baseline")
 
@@ -197,10 +200,10 @@ def test_a_seed_that_never_reaches_the_target_counts_against_its_arm():
     steps = table.loc["steps"]
     assert (steps.n_paired, steps.arm_reached, steps.against_reached) == (5, 2, 5)
     assert steps.diff_mean == pytest.approx((-10 - 10 + 1 + 1 + 1) / 5)
-    assert steps.verdict == "no difference shown" and steps.diff_ci_high > 0
+    assert steps.verdict.startswith("untestable: 5 paired") and steps.diff_ci_high > 0
     assert "2: not reached by 20" in steps.arm_per_seed and "2: +1" in steps.diff_per_seed
     tokens = table.loc["tokens"]  # censored at the run's total: 2,000 tokens, against the baseline's 2,000 at step 20
-    assert tokens.diff_mean == pytest.approx((-1000 - 1000 + 0 + 0 + 0) / 5) and tokens.verdict == "no difference shown"
+    assert tokens.diff_mean == pytest.approx((-1000 - 1000 + 0 + 0 + 0) / 5) and tokens.verdict.startswith("untestable")
 
 
 def test_a_target_neither_arm_reaches_is_untestable():
