@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticUndefined
 
 from rlep.tasks.settings import (
     field_type,
@@ -254,7 +255,10 @@ def _effective_default(config: BaseModel | None, path: tuple[str, ...], field: A
         node = getattr(node, name, None)
     if isinstance(node, BaseModel) and path[-1] in type(node).model_fields:
         return getattr(node, path[-1])
-    return field.get_default(call_default_factory=True)
+    default = field.get_default(call_default_factory=True)
+    if default is PydanticUndefined and config is not None and node is None:
+        return None  # a required setting of a section that is off by default (`perturb.reseed_at`): off too
+    return default
 
 
 def _allows_none(annotation: Any) -> bool:

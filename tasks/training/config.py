@@ -16,6 +16,7 @@ from rlep.tasks.engines import EngineConfig, RolloutSampling, sampling_field
 from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
 from rlep.tasks.settings_upgrade import SavedSettings
 from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.training.perturb import PerturbConfig, sampling_seed
 from rlep.verifiers import RewardConfig, VerifierConfig
 
 _OBJECTIVE = {"cli_flag": "objective"}
@@ -267,6 +268,11 @@ class TrainConfig(SavedSettings):
     )
     keep_checkpoints: int = Field(2, ge=1, le=1000, description="Most recent checkpoints kept on disk.")
     seed: int = Field(0, ge=0, description="Seed of prompt order, sampling, replay draws and torch.")
+    perturb: PerturbConfig | None = Field(
+        None,
+        description="A chance control (docs/study.md): `{reseed_at: R}` samples the rollouts of steps R on with "
+        "another stream's seeds, so the run is this one until step R and differs after. None: no perturbation.",
+    )
     prompt_template: str = Field(DEFAULT_PROMPT_TEMPLATE, description="Prompt with a `{problem}` placeholder.")
     chat_template: ChatTemplateMode = Field("auto", description=CHAT_TEMPLATE_HELP)
     prompt_length: PromptLengthConfig = Field(
@@ -337,6 +343,11 @@ class TrainConfig(SavedSettings):
                     f"generator_gpus {self.generator_gpus}: ranks use GPUs 0..{self.backend.nproc - 1}; "
                     f"give the generator GPUs from {self.backend.nproc} on"
                 )
+        if self.perturb is not None and self.perturb.reseed_at > self.steps:
+            raise ValueError(
+                f"perturb.reseed_at ({self.perturb.reseed_at}) is after the last step ({self.steps}): the run would "
+                "never be re-seeded, the baseline itself"
+            )
         if self.replay.plans_prompts and self.mode != "sync":
             raise ValueError(
                 f"replay {self.replay.kind}: puts replayed prompts into the step's generation, so needs mode sync "
@@ -389,6 +400,10 @@ class TrainConfig(SavedSettings):
         if self.generator_engines is not None:
             return self.generator_engines
         return max(1, len(self.generator_gpus) // self.engine.tensor_parallel_size)
+
+    def sampling_seed(self, step: int) -> int:
+        """The seed training step `step` samples its rollouts with (`tasks.training.perturb.sampling_seed`)."""
+        return sampling_seed(self.seed, step, self.perturb)
 
     def resolved_run_id(self) -> str:
         """`run_id`, or the out directory's name (as for collection runs)."""

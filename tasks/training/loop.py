@@ -218,7 +218,7 @@ class Trainer:
     def _sampling(self, step: int) -> SamplingConfig:
         config = self.config
         return SamplingConfig(
-            **config.sampling.model_dump(), n=config.samples_per_prompt, seed=config.seed * 1_000_003 + step
+            **config.sampling.model_dump(), n=config.samples_per_prompt, seed=config.sampling_seed(step)
         )
 
     def _groups(self, arrival: Arrival) -> list[Group]:
