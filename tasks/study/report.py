@@ -67,14 +67,15 @@ def write_study_outputs(
 
 
 def differ_only_in_replay(config: StudyConfig):
-    """(arm, against) -> whether the two arms' resolved training settings are the same but for `replay` (so
-    until one of them replays a row they are the same runs, seed by seed)."""
+    """(arm, against, step) -> whether the two arms are the same runs, seed by seed, through evaluation step `step`
+    unless one of them replays a row: their resolved training settings are the same but for `replay` and
+    `perturb` (the chance control), and neither re-seeds its sampling by then (`perturb.reseed_at` > `step`: the
+    weights evaluated at `step` come from steps 1..step)."""
     base = config.train.model_dump(mode="json")
-    settings = {
-        arm: {k: v for k, v in merge_settings(base, override, TrainConfig).items() if k != "replay"}
-        for arm, override in config.arms.items()
-    }
-    return lambda arm, against: settings[arm] == settings[against]
+    resolved = {arm: merge_settings(base, override, TrainConfig) for arm, override in config.arms.items()}
+    settings = {arm: {k: v for k, v in s.items() if k not in ("replay", "perturb")} for arm, s in resolved.items()}
+    reseeds = {arm: (s.get("perturb") or {}).get("reseed_at", math.inf) for arm, s in resolved.items()}
+    return lambda arm, against, step: settings[arm] == settings[against] and step < min(reseeds[arm], reseeds[against])
 
 
 def finished_runs(config: StudyConfig, study: pd.DataFrame) -> tuple[list[str], int]:

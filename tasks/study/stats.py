@@ -219,7 +219,7 @@ def evaluate_claims(
     study: pd.DataFrame,
     claims: Sequence,
     baseline: str,
-    differ_only_in_replay: Callable[[str, str], bool] | None = None,
+    differ_only_in_replay: Callable[[str, str, int], bool] | None = None,
 ) -> pd.DataFrame:
     """Each claim of the configuration, measured: per seed, then paired (arm minus `against`), with its test.
 
@@ -228,8 +228,9 @@ def evaluate_claims(
       one). When every seed gives the same difference there is no interval: the verdict is `no spread: interval
       undefined`, unless the exact sign test decides (every seed one sign, from 6 seeds on: `arm better (sign
       test: every seed)`) or the difference is 0. `untestable: no replay by step N` when the two arms differ
-      only in replay (`differ_only_in_replay(arm, against)`) and neither replayed a row up to step N in any
-      paired seed (the study's `replayed` column, the runs' own count): they are then the same runs there.
+      only in replay or in a chance control's re-seeding not yet begun (`differ_only_in_replay(arm, against,
+      N)`) and neither replayed a row up to step N in any paired seed (the study's `replayed` column, the runs'
+      own count): they are then the same runs there.
     - `steps_to_target` / `charged_tokens_to_target`: per seed, the first evaluation step (or charged tokens
       there) with accuracy >= `target`; lower is better. Test: a paired exact sign test in which a seed that
       never reached the target ranks last, behind any that did (both censored, or equal: a tie, left out), so
@@ -274,7 +275,7 @@ def evaluate_claims(
             mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
             same_runs = (
                 differ_only_in_replay is not None
-                and differ_only_in_replay(claim.arm, against)
+                and differ_only_in_replay(claim.arm, against, claim.step)
                 and all(r is not None and (r.reindex(paired) == 0).all() for r in replayed.values())
                 and len(paired) > 0
             )

@@ -275,16 +275,18 @@ def test_a_claim_before_the_first_replay_of_arms_that_differ_only_in_replay_is_u
     # Response reuse's first replay came at step 13-19: at step 10 it was the baseline's own run in every seed.
     study = _paired({20: [0.01, 0.03, 0.05, 0.07, 0.09]}, replayed={0: 0, 10: 0, 20: 8})
     claims = [_claim(name="at-10", kind="accuracy_diff", step=10), _claim(name="at-20", kind="accuracy_diff", step=20)]
-    table = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: True).set_index("claim")
+    table = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b, step: True).set_index("claim")
     assert table.loc["at-10"].verdict == "untestable: no replay by step 10" and math.isnan(table.loc["at-10"].p_value)
     assert table.loc["at-10"].holm_verdict == "untestable: no replay by step 10"  # outside Holm's family
     assert table.loc["at-20"].verdict == "arm better" and table.loc["at-20"].holm_p == table.loc["at-20"].p_value
     # Arms that differ in more than replay (another learning rate) can differ before any replay: testable.
-    other = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: False).set_index("claim")
+    other = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b, step: False).set_index(
+        "claim"
+    )
     assert other.loc["at-10"].verdict == "no difference shown"
     # A replay at or before the step (in any seed) makes it testable too.
     study.loc[(study.arm == "fast") & (study.step == 10) & (study.seed == 3), "replayed"] = 2
-    again = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b: True).set_index("claim")
+    again = evaluate_claims(study, claims, "baseline", differ_only_in_replay=lambda a, b, step: True).set_index("claim")
     assert again.loc["at-10"].verdict == "no difference shown"
 
 
@@ -298,9 +300,13 @@ def test_arms_differ_only_in_replay_when_their_resolved_settings_match_but_for_i
         "baseline": {"replay": {"kind": "none"}},
         "reuse": {"replay": {"kind": "reuse"}},
         "fast": {"replay": {"kind": "reuse"}, "optimizer": {"lr": 0.5}},
+        "reseeded": {"replay": {"kind": "none"}, "perturb": {"reseed_at": 2}},
     }
     same = differ_only_in_replay(StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, arms)))
-    assert same("reuse", "baseline") and not same("fast", "baseline") and not same("fast", "reuse")
+    assert same("reuse", "baseline", 2) and not same("fast", "baseline", 2) and not same("fast", "reuse", 2)
+    # The chance control (re-seeded from step 2) is the baseline's run through step 1, and not from step 2 on.
+    assert same("reseeded", "baseline", 1) and same("reseeded", "reuse", 1)
+    assert not same("reseeded", "baseline", 2) and not same("reseeded", "reuse", 2)
 
 
 def test_every_claim_shows_the_sd_of_its_differences_and_the_smallest_detectable_difference():
