@@ -2,9 +2,9 @@
 
 Every command that runs a stage takes `--config FILE.yaml` plus one flag per setting (see `--help` of
 the command); flags override the file. `rlep show-config COMMAND` prints a complete YAML to start from.
-A user error (bad value, missing file or column) prints one message and exits with code 2, before
-anything is written. This module is the argument parser and `main`; the commands' flags and bodies are in
-rlep.flows.commands, one module per group of commands.
+A user error (bad value, missing file or column, a model that cannot be had) prints one message and exits with
+code 2, before anything is written; Ctrl-C prints one line and exits with 130. This module is the argument parser
+and `main`; the commands' flags and bodies are in rlep.flows.commands, one module per group of commands.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rlep.flows.commands.common import UserError, add_command, config_from_args
 from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 # Offline by default: no telemetry from Prefect, vLLM or the HF libraries.
 for _name, _value in (
@@ -175,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(parser, argv)
     if not args.verbose:
         _quiet_libraries()
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a model build removes its unfinished folder)
+        print(f"rlep {_name(args)}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's handler, in its run log where it has one; a user error is one line and exit code 2."""
     from rlep.data.pool import PoolError
     from rlep.data.prompting import PromptError
     from rlep.data.sources import ProblemSourceError
@@ -206,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"library output (vLLM, torch, ...): {log}; rlep --verbose {args.command} shows it here")
         return code
     except user_errors as err:
-        name = " ".join(filter(None, (args.command, getattr(args, "bench", None))))  # `rlep bench async: error: ...`
-        print(f"rlep {name}: error: {err}", file=sys.stderr)
+        print(f"rlep {_name(args)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _name(args: argparse.Namespace) -> str:
+    """The command as typed, `rlep bench async: error: ...`."""
+    return " ".join(filter(None, (args.command, getattr(args, "bench", None))))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from rlep.data.fs import write_text_atomic
 from rlep.data.problem import Problem, render_prompt
 from rlep.data.prompt_length import fitting_problems
 from rlep.data.prompting import chat_tokenizer
-from rlep.data.sources import load_source
+from rlep.data.sources import SourceLoad, load_source
 from rlep.data.store import ExperienceStore, StoreError
 from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines import context_limit
@@ -41,12 +41,13 @@ class CollectPlan:
     left_out: dict[str, int] = field(default_factory=dict)
 
 
-def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
+def plan_shards(config: CollectConfig, model: str, loaded: SourceLoad | None = None) -> CollectPlan:
     """The problems of each shard, a pure function of the settings and the model's tokenizer (so a restart sees
-    the same shards): prompts too long for the engine's context are refused, or left out and counted."""
+    the same shards): prompts too long for the engine's context are refused, or left out and counted. `loaded`:
+    the source already loaded from `config.problems`."""
     from transformers import AutoTokenizer
 
-    loaded = load_source(config.problems)
+    loaded = loaded or load_source(config.problems)
     chat = chat_tokenizer(model, config.chat_template)  # `on` for a model without a chat template fails here
     prompts = [render_prompt(p, config.prompt_template, chat) for p in loaded.problems]
     problems = fitting_problems(
@@ -68,9 +69,11 @@ def plan_shards(config: CollectConfig, model: str) -> CollectPlan:
 def preflight(config: CollectConfig) -> tuple[ExperienceStore, CollectPlan, str]:
     """Every check a user can fail, before any work: problems readable and fitting the context, output
     writable, model present, and a directory with finished shards holds the same collection (else its shards
-    would be reused)."""
+    would be reused). The problems are read first: a bad source, split or row fails in seconds, before the model
+    is built or fetched (minutes on a machine without the cached tiny model)."""
+    loaded = load_source(config.problems)
     model = resolve_model(config.model)  # before the directory is made: a missing model leaves nothing behind
-    plan = plan_shards(config, model)
+    plan = plan_shards(config, model, loaded)
     store = ExperienceStore(config.out, run_id=config.resolved_run_id()).prepare()
     take_lock(store.root)
     try:

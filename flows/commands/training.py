@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from rlep.data.run_layout import EvalRunLayout, TrainRunLayout
-from rlep.flows.commands.common import UserError, check_pool, config_from_args
+from rlep.flows.commands.common import UserError, check_inputs, check_pool, config_from_args
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
@@ -32,6 +32,7 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(TrainConfig, args)
     check_pool(config)
+    check_inputs(config.model, config.problems, config.eval_problems)
     if args.prefect:
         from rlep.flows.train import train_flow
 
@@ -61,12 +62,13 @@ def _print_train(result) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from rlep.flows.evaluate import evaluate_flow
     from rlep.tasks.evaluate import EvalConfig
 
     config = config_from_args(EvalConfig, args)
-
+    check_inputs(config.model, config.problems)
     if args.prefect:
+        from rlep.flows.evaluate import evaluate_flow
+
         result = evaluate_flow(config)
     else:
         from rlep.tasks.execute import local_stages

@@ -105,14 +105,14 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out) if resume else None
         if resume and checkpoint is None:
             raise CheckpointError(f"--resume {self.out}: no complete checkpoint under {self.layout.checkpoints}")
+        sources = [load_problems(source) for source in (config.problems, config.eval_problems)]  # before a build
         self.base_model = resolve_model(config.model, progress=progress)
         weights = str(checkpoint) if checkpoint else self.base_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.chat = chat_tokenizer(self.tokenizer, config.chat_template)  # None: plain prompt_template text
         self.problems, self.eval_problems = (
-            fitting(load_problems(source), config, self.tokenizer, self.chat, self.base_model)
-            for source in (config.problems, config.eval_problems)
+            fitting(problems, config, self.tokenizer, self.chat, self.base_model) for problems in sources
         )
         self.by_key: dict[tuple[str, str], Problem] = {(p.data_source, p.id): p for p in self.problems}
         self.backend = make_backend(

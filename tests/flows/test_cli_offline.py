@@ -1,0 +1,160 @@
+"""What a newcomer meets offline or with Ctrl-C, driven through the command line as a user runs it, with and without
+Prefect: a hub model out of reach is one line at once, a Ctrl-C during the tiny model's build is one line, and a bad
+source is refused before the build starts; nothing half-made is left behind (issue 45)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlep.data.source_rows import PROXY_VARIABLES
+
+
+def _env(tmp_path, **extra):
+    """An environment with an empty tiny-model cache and Hugging Face cache under `tmp_path`, no proxy and no
+    offline switch (each test sets what it needs)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, "HF_HUB_OFFLINE")}
+    return {**env, "RLEP_CACHE_DIR": str(tmp_path / "rlep-cache"), "HF_HOME": str(tmp_path / "hf"), **extra}
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on: a connection to it is refused at once (a probe fails without waiting)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rlep(args, env, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "rlep.flows.cli", *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "prefect"),
+    [
+        (["train", "--steps", "1"], "--no-prefect"),
+        (["train", "--steps", "1"], "--prefect"),
+        (["eval"], "--no-prefect"),
+        (["collect"], "--prefect"),
+    ],
+    ids=["train-no-prefect", "train-prefect", "eval-no-prefect", "collect-prefect"],
+)
+def test_a_hub_model_out_of_reach_is_one_line_at_once_leaving_nothing(tmp_path, command, prefect):
+    port = _closed_port()
+    env = _env(tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{port}")  # the hub's host, where nothing answers
+    work = tmp_path / "work"
+    work.mkdir()
+    done = _rlep([*command, prefect, "--model", "rlep-test/not-cached", "--out", "OUT"], env, work)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()]  # one line, no traceback
+    for words in (
+        f"rlep {command[0]}: error: model 'rlep-test/not-cached' is not in the local Hugging Face cache",
+        f"no connection to 127.0.0.1:{port}",  # the probe said so (no retries against the hub)
+        "--model PATH",
+        "`rlep real-model`",
+        "HF_HUB_OFFLINE",
+    ):
+        assert words in done.stderr
+    assert not any(work.iterdir())  # no run directory, no log
+    assert not (tmp_path / "rlep-cache").exists()  # and no tiny model built for the evaluation's sake
+
+
+def test_offline_mode_names_itself(monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from rlep.flows.cli import main
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, as the hub client read it
+    assert main(["eval", "--no-prefect", "--model", "rlep-test/not-cached"]) == 2
+    assert "the hub cannot be reached (HF_HUB_OFFLINE is set)" in capsys.readouterr().err
+
+
+def test_a_cached_hub_model_is_read_from_the_cache_while_the_hub_is_out_of_reach(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from rlep.tasks import models
+
+    snapshot = tmp_path / "hub" / "models--rlep-test--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("rlep.data.source_rows.hub_unreachable", lambda: "no connection to the hub")
+    assert models.resolve_model("rlep-test/cached") == str(snapshot)
+    monkeypatch.setattr("rlep.data.source_rows.hub_unreachable", lambda: None)
+    assert models.resolve_model("rlep-test/cached") == "rlep-test/cached"  # reachable: the name, as before
+
+
+def _interrupt_the_build(args, tmp_path):
+    """Run `rlep ARGS` with an empty tiny-model cache, send SIGINT once the build has written its first file, and
+    return the finished process and its cache folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    models = tmp_path / "rlep-cache" / "models"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", *args],
+        env=_env(tmp_path),
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT as a terminal's Ctrl-C sends it, though a shell may have started the tests with it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not any(path.is_dir() and any(path.iterdir()) for path in models.glob(".*.tmp-*")):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the build did not start"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, err, models, work
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tiny-model", "--quiet"],
+        ["collect", "--no-prefect", "--out", "OUT"],
+        ["collect", "--prefect", "--out", "OUT"],
+    ],
+    ids=["tiny-model", "collect-no-prefect", "collect-prefect"],
+)
+def test_ctrl_c_during_the_tiny_models_build_is_one_line_and_leaves_no_folder(tmp_path, args):
+    code, err, models, work = _interrupt_the_build(args, tmp_path)
+    assert (code, err) == (130, f"rlep {args[0]}: interrupted\n")
+    assert not any(models.iterdir())  # the unfinished build's folder removed, no model that looks complete
+    assert not any(work.iterdir())  # nor a run directory
+
+
+@pytest.mark.parametrize(
+    ("command", "source_flag", "prefect"),
+    [
+        (["collect"], "--source", "--no-prefect"),
+        (["collect"], "--source", "--prefect"),
+        (["train", "--steps", "1"], "--problems-source", "--prefect"),
+    ],
+    ids=["collect-no-prefect", "collect-prefect", "train-prefect"],
+)
+def test_a_bad_source_fails_before_the_tiny_model_is_built(tmp_path, command, source_flag, prefect):
+    (tmp_path / "p.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": ""}\n')
+    started = time.monotonic()
+    done = _rlep([*command, prefect, source_flag, str(tmp_path / "p.jsonl"), "--out", "OUT"], _env(tmp_path), tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"rlep {command[0]}: error: {tmp_path / 'p.jsonl'}: row 2: empty answer in column 'answer'; set invalid_rows "
+        "to skip (--invalid-rows skip) to leave such rows out"
+    )
+    assert not (tmp_path / "rlep-cache").exists() and not (tmp_path / "OUT").exists()  # nothing built or made
+    assert time.monotonic() - started < 60  # seconds (imports on shared cores), where the build takes minutes
