@@ -51,6 +51,7 @@ class TrainingGroup:
     commands: Any = None  # gloo group of rank 0's requests
     local_rank: int = 0
     timeout: float = 0.0  # collective_timeout, in seconds
+    command_timeout: float = 0.0  # of the requests' group, in seconds
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # of the default group's tensors
 
 
@@ -96,9 +97,10 @@ def named_out_of_memory(what: str, micro_batch_size: int | None = None) -> Itera
 
 
 @contextmanager
-def collective(what: str, micro_batch_size: int | None = None) -> Iterator[None]:
+def collective(what: str, micro_batch_size: int | None = None, timeout: float | None = None) -> Iterator[None]:
     """Run a request's collectives: out of memory is `RankOutOfMemory`, a lost rank (closed connection,
-    timeout) one clear `DistributedError` naming the request; any other error is raised unchanged."""
+    timeout) one clear `DistributedError` naming the request and the group's `timeout` (default: the training
+    group's, collective_timeout); any other error is raised unchanged."""
     try:
         with named_out_of_memory(what, micro_batch_size):
             yield
@@ -106,9 +108,10 @@ def collective(what: str, micro_batch_size: int | None = None) -> Iterator[None]
         if isinstance(err, DistributedError) or not is_lost_rank(err):
             raise
         rank, world = _place()
+        seconds = GROUP.timeout if timeout is None else timeout
         raise DistributedError(
             f"rank {rank} of {world}: another training process stopped or did not answer within "
-            f"{GROUP.timeout:.0f}s during {what} ({_first_line(err)}); the run stops here, no checkpoint is written "
+            f"{seconds:.0f}s during {what} ({_first_line(err)}); the run stops here, no checkpoint is written "
             "for this step, resume from the last complete one with --resume"
         ) from err
 

@@ -78,7 +78,7 @@ def init_distributed(config: BackendConfig) -> int:
     _GROUP.device = torch.device("cuda", _GROUP.local_rank) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=config.collective_timeout))
     _GROUP.commands = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.command_timeout))
-    _GROUP.timeout = config.collective_timeout
+    _GROUP.timeout, _GROUP.command_timeout = config.collective_timeout, config.command_timeout
     for name in TORCHRUN_VARIABLES:
         os.environ.pop(name, None)
     return dist.get_rank()
@@ -99,15 +99,22 @@ def shutdown() -> None:
 
 
 def _send(name: str, *payload: Any) -> None:
-    with collective(f"request {name!r}"):
+    with collective(f"request {name!r}", timeout=_GROUP.command_timeout):
         dist.broadcast_object_list([(name, payload)], src=0, group=_GROUP.commands)
 
 
 def _receive() -> tuple[str, tuple]:
     box: list[Any] = [None]
-    with collective("wait for rank 0's next request"):
+    with collective("wait for rank 0's next request", timeout=_GROUP.command_timeout):
         dist.broadcast_object_list(box, src=0, group=_GROUP.commands)
     return box[0]
+
+
+def _meet() -> None:
+    """The ranks meet on the requests' group (`command_timeout`) before a build's first collective: each rank's set-up
+    (transformers' modelling import took 5 s on a loaded 2-core CPU) is no collective's to bound."""
+    with collective("building the policy", timeout=_GROUP.command_timeout):
+        dist.barrier(group=_GROUP.commands)
 
 
 def _replicated(model: torch.nn.Module) -> None:
@@ -128,7 +135,9 @@ class DistributedBackend:
         fsdp2 = spec.backend.strategy == "fsdp2"
         shard = shard_fsdp2 if fsdp2 else _replicated  # DDP wraps the loaded module below
         # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/meta_load.py)
-        self.module = build_on_meta_and_load(spec.weights, self.device, torch.float32, shard, spec.init_seed)
+        self.module = build_on_meta_and_load(
+            spec.weights, self.device, torch.float32, shard, spec.init_seed, before_load=_meet
+        )
         checkpoint_activations(self.module, spec.backend)
         if spec.backend.precision == "bf16":  # one bf16 meaning for every strategy (tasks/training/fsdp.py)
             autocast_bf16(self.module, self.device)

@@ -98,10 +98,11 @@ def build_on_meta_and_load(
     shard: Callable[[torch.nn.Module], None],
     init_seed: int = 0,
     reader: Callable[..., Iterable[dict[str, torch.Tensor]]] | None = None,
+    before_load: Callable[[], None] | None = None,
 ) -> torch.nn.Module:
     """The model of `weights` built on the meta device, placed by `shard` (in place), allocated on `device`
     and loaded from rank 0's chunks (`reader`, default `read_state_dict_chunks`, called on rank 0 only); in
-    eval mode."""
+    eval mode. `before_load` runs on every rank just before the loading's first collective."""
     from transformers import AutoModelForCausalLM
 
     config = model_config(weights)
@@ -115,6 +116,8 @@ def build_on_meta_and_load(
             if getattr(module, "_non_persistent_buffers_set", None):
                 model._init_weights(module)
     reader = reader or read_state_dict_chunks
+    if before_load is not None:
+        before_load()
     _load_from_rank_0(model, reader(weights, dtype, init_seed) if dist.get_rank() == 0 else None)
     return model.eval()
 
