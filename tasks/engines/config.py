@@ -65,6 +65,15 @@ class EngineConfig(BaseModel):
         "for Qwen2.5-7B in bf16), which sets the bound anyway; ~120 socket messages for a 7.6B model in bf16 "
         "(verl's default, 512, would hold all of SmolLM2 in one).",
     )
+    generator_timeout: float = Field(
+        3600.0,
+        gt=0,
+        le=604_800,
+        description="Training with a generator process (`mode: async`): most seconds the trainer waits on it at once "
+        "(for a step's or an evaluation's answers, for the requests sent before a weight sync to be answered, for a "
+        "bucket of weights to be taken) before the run stops with an error naming what it waited for. With several "
+        "training processes keep it below backend.command_timeout, which bounds the other ranks' wait for rank 0.",
+    )
 
 
 class Sampling(BaseModel):

@@ -41,14 +41,20 @@ from rlep.tasks.training.placement import CoreShare as CoreShare  # re-exported:
 from rlep.tasks.training.placement import generator_gpu_env
 from rlep.tasks.training.placement import split_cores as split_cores
 from rlep.tasks.training.placement import update_device as update_device
-from rlep.tasks.training.weight_sync import send_weights, write_bucket
+from rlep.tasks.training.weight_sync import GatheredWeights, send_weights, write_bucket
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
 BUCKETS_IN_FLIGHT = 1  # weight buckets handed to the sender thread at once; the next one is packed meanwhile
 
 
 class GeneratorError(RuntimeError):
-    """The generator process failed or died; the message carries its traceback or exit code."""
+    """The generator process failed, died or did not answer in time (`engine.generator_timeout`); the message
+    carries its traceback or exit code, or what was waited for."""
+
+
+def request_name(tag: Any) -> str:
+    """A request's tag in words: `("step", 5)` is step 5's request, `("now", k)` an evaluation's."""
+    return f"step {tag[1]}'s request" if tag[0] == "step" else "an evaluation's request"
 
 
 class AnsweredLater:
@@ -71,13 +77,19 @@ class AnsweredLater:
     def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): read once, each bucket sent to every
         process before the next is filled; a process loads them after the requests sent before, bucket by bucket
-        as they arrive."""
+        as they arrive. Weights gathered by collectives of the training ranks (`GatheredWeights`, FSDP2) are read
+        only once every process has answered the requests sent before (`wait_idle`, outside any collective): the
+        buckets then go to processes already listening, and no rank waits inside a gather for a generation."""
+        what = f"policy version {version}'s weights"
+        if isinstance(weights, GatheredWeights):
+            for process in self.processes:
+                process.wait_idle(what)
         for process in self.processes:
             process._send(("weights", version))
 
         def to_all(message: tuple, payload: torch.Tensor) -> None:
             for process in self.processes:
-                process._send_bucket(message, payload)
+                process._send_bucket(message, payload, what)
 
         send_weights(to_all, weights, self.bucket_bytes)
         for process in self.processes:
@@ -98,6 +110,7 @@ class GeneratorProcess(AnsweredLater):
     ) -> None:
         ours, theirs = socket.socketpair()
         self.bucket_bytes = config.sync_bucket_mb << 20
+        self.timeout = config.generator_timeout  # seconds any one wait on this process may last
         self.processes = [self]  # a pool of one, for the shared push_weights
         if config.sleep_during_update == "auto":  # on its own GPU (or the CPU): nothing to share with an update
             config = config.model_copy(update={"sleep_during_update": False})
@@ -133,7 +146,7 @@ class GeneratorProcess(AnsweredLater):
         self.bucket_slots = threading.Semaphore(BUCKETS_IN_FLIGHT)
         self.sender.start()
         try:
-            self.weight_dtype = getattr(torch, self._wait_for(lambda m: m[0] == "ready")[2])
+            self.weight_dtype = getattr(torch, self._wait_for(lambda m: m[0] == "ready", "report its engine ready")[2])
         except BaseException:
             self.close()
             raise
@@ -160,17 +173,26 @@ class GeneratorProcess(AnsweredLater):
             ) from self.send_error
         self.outbox.put((message, payload))
 
-    def _send_bucket(self, message: tuple, payload: torch.Tensor) -> None:
-        """Queue one weights bucket once fewer than BUCKETS_IN_FLIGHT are waiting: the host memory of a sync is
-        bounded by buckets, so this waits for the generator to read (it finishes its request in progress first).
-        Meanwhile its answers are read as they come: it may itself be blocked sending them."""
+    def _send_bucket(self, message: tuple, payload: torch.Tensor, what: str = "the weights") -> None:
+        """Queue one weights bucket (of `what`) once fewer than BUCKETS_IN_FLIGHT are waiting: the host memory of a
+        sync is bounded by buckets, so this waits for the generator to read (it finishes its request in progress
+        first). Meanwhile its answers are read as they come: it may itself be blocked sending them."""
+        deadline = time.monotonic() + self.timeout
         while not self.bucket_slots.acquire(timeout=0.2):
             while self.conn.poll(0):
                 message_in = self._next_message()
                 self.arrived[message_in[1]] = message_in
             if self.proc.poll() is not None or self.send_error is not None:
                 raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.poll()})")
+            if time.monotonic() > deadline:
+                raise self._late(f"did not take a bucket of {what}")
         self._send(message, payload)
+
+    def _late(self, what: str) -> GeneratorError:
+        return GeneratorError(
+            f"generator process {self.pid} {what} within {self.timeout:g}s (engine.generator_timeout; it is still "
+            "running: raise --generator-timeout if its generation is this slow)"
+        )
 
     def _next_message(self) -> tuple:
         try:
@@ -184,16 +206,38 @@ class GeneratorProcess(AnsweredLater):
             self.pending.discard(message[1])
         return message
 
-    def _wait_for(self, wanted: Callable[[tuple], bool]) -> tuple:
-        """The next message satisfying `wanted`; other results are kept for their own `receive`."""
+    def _wait_for(self, wanted: Callable[[tuple], bool], what: str) -> tuple:
+        """The next message satisfying `wanted` (the process should `what`, in words), within `timeout` seconds;
+        other results are kept for their own `receive`."""
+        deadline = time.monotonic() + self.timeout
         while True:
-            if self.conn.poll(0.2):
-                message = self._next_message()
-                if wanted(message):
-                    return message
-                self.arrived[message[1]] = message
-            elif self.proc.poll() is not None:
+            self._poll(deadline, lambda: f"did not {what}")
+            message = self._next_message()
+            if wanted(message):
+                return message
+            self.arrived[message[1]] = message
+
+    def _poll(self, deadline: float, late: Callable[[], str]) -> None:
+        """Return once a message can be read; raise if the process died or `deadline` passes first (`late()` says
+        what it did not do)."""
+        while not self.conn.poll(0.2):
+            if self.proc.poll() is not None:
                 raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.returncode})")
+            if time.monotonic() > deadline:
+                raise self._late(late())
+
+    def wait_idle(self, before: str) -> None:
+        """Return once every request sent so far has been answered (the answers are kept for their `receive`), so
+        the process reads whatever is sent next at once; within `timeout` seconds. `before`: what waits for it."""
+        deadline = time.monotonic() + self.timeout
+
+        def late() -> str:
+            return f"did not answer {' and '.join(map(request_name, sorted(self.pending)))}, which {before} wait for,"
+
+        while self.pending:
+            self._poll(deadline, late)
+            message = self._next_message()
+            self.arrived[message[1]] = message
 
     def busy(self) -> bool:
         """Whether the generator is working on a request now (answers that have arrived are kept; no wait)."""
@@ -208,7 +252,9 @@ class GeneratorProcess(AnsweredLater):
 
     def receive(self, tag: Any) -> tuple[list[list[Completion]], int, float, float]:
         """(completions, policy version that generated them, generator busy seconds, its idle seconds before)."""
-        message = self.arrived.pop(tag, None) or self._wait_for(lambda m: m[0] == "generated" and m[1] == tag)
+        message = self.arrived.pop(tag, None) or self._wait_for(
+            lambda m: m[0] == "generated" and m[1] == tag, f"answer {request_name(tag)}"
+        )
         _, _, version, completions, busy, idle = message
         return completions, version, busy, idle
 

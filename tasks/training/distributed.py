@@ -46,7 +46,7 @@ from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
 from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
 from rlep.tasks.training.sharding import Sharding
 from rlep.tasks.training.update import UpdateSettings, policy_update
-from rlep.tasks.training.weight_sync import named_weights
+from rlep.tasks.training.weight_sync import GatheredWeights, named_weights
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
@@ -220,8 +220,13 @@ class DistributedBackend:
             return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """The policy for the engine, one whole tensor at a time in `dtype` (FSDP2: each gathered when asked for,
-        tasks/training/weight_sync.py); every rank runs the gathers, rank 0 alone keeps the tensors."""
+        """The policy for the engine, one whole tensor at a time in `dtype` (FSDP2: each gathered when asked for, a
+        `GatheredWeights` stream, tasks/training/weight_sync.py); every rank runs the gathers, rank 0 alone keeps
+        the tensors. Lazy: the request goes out with the first tensor asked for."""
+        stream = self._named_weights(dtype)
+        return GatheredWeights(stream) if self.spec.backend.strategy == "fsdp2" else stream
+
+    def _named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
         if self.rank == 0:
             _send("named_weights", dtype)
         with collective("streaming the weights"):

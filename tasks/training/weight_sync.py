@@ -3,7 +3,8 @@
 After each update the step hands the engine `backend.named_weights(engine.weight_dtype)`, a lazy stream of
 (HF name, whole tensor) pairs: one process yields its parameters (converted one at a time where the engine's
 dtype differs; the parameter itself where it does not), FSDP2 gathers one parameter at a time
-(`DTensor.full_tensor()`, a collective every rank runs in the same order). The consumer takes it tensor by tensor:
+(`DTensor.full_tensor()`, a collective every rank runs in the same order; the stream is then `GatheredWeights`, and
+its reader must not wait on a generation between two tensors). The consumer takes it tensor by tensor:
 
 - the in-process engine passes the stream to vLLM's `reload_weights` as its `weights_iterator` (vLLM stages
   a decoder layer until all of its weights have come, then processes it) or copies each tensor into the
@@ -41,6 +42,19 @@ def named_weights(module: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple
     for name, value in module.state_dict().items():
         value = value.full_tensor() if hasattr(value, "full_tensor") else value
         yield name, value.detach().to(dtype)
+
+
+class GatheredWeights(Iterator[tuple[str, torch.Tensor]]):
+    """A `named_weights` stream whose every tensor is gathered by a collective of the training ranks (FSDP2): while
+    its reader holds a tensor, the other ranks wait inside the next gather, bounded by `collective_timeout`. So the
+    reader must not wait on anything else between two tensors; a generator process is first waited for until it has
+    answered every request sent before (`AnsweredLater.push_weights`), outside any collective."""
+
+    def __init__(self, stream: Iterator[tuple[str, torch.Tensor]]) -> None:
+        self.stream = stream
+
+    def __next__(self) -> tuple[str, torch.Tensor]:
+        return next(self.stream)
 
 
 def nbytes(tensor: torch.Tensor) -> int:

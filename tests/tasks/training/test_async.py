@@ -33,6 +33,7 @@ from rlep.tasks.training.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.generator_worker import DELAY_ENV
 from rlep.tasks.training.loop import Trainer
+from rlep.tasks.training.weight_sync import GatheredWeights
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 
@@ -274,7 +275,9 @@ def test_generator_gpus_are_checked_against_mode_and_tensor_parallelism(settings
         TrainConfig.model_validate(settings)
 
 
-def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_model, monkeypatch):
+def test_the_generator_is_busy_from_a_request_until_its_answers_arrive_and_waits_are_bounded(
+    fixture_model, monkeypatch
+):
     monkeypatch.setenv(DELAY_ENV, "1.5")  # the generator sleeps before each request
     generator = GeneratorProcess(fixture_model, EngineConfig(backend="transformers"), version=0)
     try:
@@ -289,6 +292,15 @@ def test_the_generator_is_busy_from_a_request_until_its_answers_arrive(fixture_m
             assert time.time() < deadline
             time.sleep(0.1)
         assert len(generator.receive(("step", 2))[0][0]) == 2
+        # A wait longer than engine.generator_timeout stops with what it waited for; weights gathered by collectives
+        # wait, outside them, for the requests sent before.
+        generator.submit(("step", 3), ["3+3="], SamplingConfig(n=2, max_tokens=4, seed=0))
+        generator.timeout = 0.3
+        late = r"did not answer step 3's request, which policy version 2's weights wait for, within 0.3s"
+        with pytest.raises(GeneratorError, match=late):
+            generator.push_weights(GatheredWeights(iter(())), version=2)
+        with pytest.raises(GeneratorError, match=r"did not answer step 3's request within 0.3s \(engine.generator_t"):
+            generator.receive(("step", 3))
     finally:
         generator.close()
     assert not process_running(generator.pid)

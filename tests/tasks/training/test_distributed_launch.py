@@ -145,3 +145,32 @@ def test_rank_environments_number_ranks_per_node():
 def test_launcher_ray_refuses_generator_gpus():
     with pytest.raises(ValueError, match="not supported with backend.launcher ray"):
         TrainConfig(backend={"nproc": 2, "launcher": "ray"}, mode="async", generator_gpus=[2])
+
+
+@pytest.mark.slow
+def test_async_fsdp2_survives_a_generator_slower_than_the_collective_timeout(tmp_path, monkeypatch):
+    """FSDP2 gathers each tensor of a weight sync with a collective: the sync must not begin while the generator is
+    still answering an earlier request, or rank 1 waits inside a gather past collective_timeout (3 s here) for a
+    generation (8 s) and the run stops, blamed on a training process. Weights of several 1 MiB buckets; one step
+    of staleness, so step 2's request is in progress when step 1's weights are ready."""
+    import pyarrow.parquet as pq
+
+    from rlep.data.tiny_model import TinyModelConfig, build_tiny_model
+    from rlep.tasks.training.generator_worker import DELAY_ENV
+
+    wide = TinyModelConfig.fixture().model_copy(update={"num_layers": 2, "intermediate_size": 2048})
+    model = build_tiny_model(config=wide, progress=False)
+    assert (model / "model.safetensors").stat().st_size > 3 << 20  # float32: more than three buckets of 1 MiB
+    monkeypatch.setenv(DELAY_ENV, "8")  # the generator sleeps before each request
+    out = tmp_path / "run"
+    _rlep(
+        *("train", "--no-prefect", "--model", str(model), "--engine", "transformers", "--out", str(out)),
+        *("--nproc", "2", "--strategy", "fsdp2", "--mode", "async", "--max-staleness", "1"),
+        *("--collective-timeout", "3", "--sync-bucket-mb", "1", "--steps", "3", "--save-every", "0"),
+        *("--prompts-per-step", "2", "--mini-batch-prompts", "1", "--samples-per-prompt", "4", "--max-tokens", "8"),
+        *("--eval-every", "0", "--eval-problems-limit", "2", "--overlong-buffer", "6"),
+    )
+    metrics = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert metrics.step.tolist() == [1, 2, 3]
+    assert metrics.staleness_max.tolist() == [0, 1, 1]  # the bound (1) kept, and reached
+    assert metrics.time_sync.max() > 3  # a sync waited on the generator longer than a collective may wait
