@@ -83,7 +83,10 @@ class FIFOReplayConfig(BaseModel):
         ge=1,
         le=10_000_000,
         description="Rollouts trained per step, drawn from the buffer (e.g. the baseline's batch for a compute-matched "
-        "comparison with fewer prompts_per_step); null = from replay_ratio.",
+        "comparison with fewer prompts_per_step); must split into whole mini-batches (mini_batch_prompts x "
+        "samples_per_prompt rollouts) or fit in one. null = from replay_ratio, rounded to the nearest whole number "
+        "of mini-batches when a training configuration is loaded (which then records it here): 32 prompts x 8 "
+        "answers / (1 - 0.25) = 341.3 rollouts -> 320, five mini-batches of 64.",
     )
     fresh_anchored: bool = Field(
         False,
@@ -115,6 +118,16 @@ class FIFOReplayConfig(BaseModel):
         """The batch counted in prompts' worth of rollouts (batch / G), so FIFO makes as many updates as a grouped
         design training on that many prompts."""
         return self.batch_rollouts(prompts_per_step * samples_per_prompt) / samples_per_prompt
+
+    def in_whole_mini_batches(self, n_fresh: int, mini_batch_rollouts: int) -> FIFOReplayConfig:
+        """This config with the batch that `replay_ratio` gives rounded to the nearest multiple of
+        `mini_batch_rollouts` (batch_size set to it), so that it splits into whole updates as the fair-updates
+        check asks; a batch_size the user set, or a batch that fits in one mini-batch, is kept as it is."""
+        rows = self.batch_rollouts(n_fresh)
+        if self.batch_size is not None or rows <= mini_batch_rollouts or rows % mini_batch_rollouts == 0:
+            return self
+        mini_batches = round(n_fresh / (1 - self.replay_ratio) / mini_batch_rollouts)  # of the unrounded batch
+        return self.model_copy(update={"batch_size": mini_batches * mini_batch_rollouts})
 
 
 class PrioritizedReplayConfig(_GroupedBatch):

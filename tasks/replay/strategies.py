@@ -177,8 +177,9 @@ class FIFOReplay(FreshPrompts):
     to ~40% of the compute at equal accuracy; buffer size and replay ratio are the knobs, with an optional
     bias toward positive trajectories, and losses beyond GRPO (AsymRE: `loss.objective=asymre`).
     Here: each step's rollouts (with the advantages of their generation groups) enter the buffer, oldest out
-    first, and the step trains on `batch_size` (default fresh / (1 - replay_ratio)) rollouts drawn uniformly
-    from the whole buffer, distinct within a step; rollouts of earlier steps are marked replayed.
+    first, and the step trains on `batch_size` (default fresh / (1 - replay_ratio), rounded to whole
+    mini-batches so FIFO makes whole updates like every design: 256 / 0.75 -> 320, not 341) rollouts drawn
+    uniformly from the whole buffer, distinct within a step; rollouts of earlier steps are marked replayed.
     `positive_share` reserves that share of the draws for correct rollouts; `max_age` evicts old ones;
     `fresh_anchored` keeps all of this step's rollouts (the prioritized paper's design, not this paper's).
     Departures: the trainer is synchronous unless `mode: async` runs generation alongside it; advantages are

@@ -354,6 +354,10 @@ class TrainConfig(SavedSettings):
                 "(async draws prompts ahead)"
             )
         if self.mini_batch_prompts is not None:
+            if self.replay.batch_from_buffer:  # FIFO: a batch from replay_ratio is rounded to whole mini-batches
+                self.replay = self.replay.in_whole_mini_batches(
+                    self.prompts_per_step * self.samples_per_prompt, self.mini_batch_prompts * self.samples_per_prompt
+                )
             self._check_mini_batches_divide(self.mini_batch_prompts)
         return self
 
@@ -377,8 +381,9 @@ class TrainConfig(SavedSettings):
             f"{per_update} x {self.samples_per_prompt} = {unit} rollouts "
             f"({rows // unit * unit or unit} or {(rows // unit + 1) * unit}), "
             "or fit in one mini-batch: a rounded number of updates is more or fewer than another design makes at "
-            "the same settings. Set replay.batch_size (e.g. the baseline's prompts_per_step x samples_per_prompt, "
-            "with fewer prompts_per_step for FIFO), or a replay_ratio that gives such a batch"
+            "the same settings. Set replay.batch_size to such a batch (e.g. the baseline's prompts_per_step x "
+            "samples_per_prompt, with fewer prompts_per_step for FIFO), or leave it out: replay_ratio's batch is "
+            "rounded to whole mini-batches"
         )
 
     def updates_per_epoch(self) -> int:

@@ -206,7 +206,7 @@ def test_none_switches_an_optional_setting_off():
 def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
     from rlep.tasks.pipeline import PipelineConfig
 
-    fifo = {"train.replay.kind": "fifo", "train.replay.batch_size": "256"}  # the default ratio's 341 rows do not divide
+    fifo = {"train.replay.kind": "fifo", "train.replay.batch_size": "256"}  # a setting of the variant's own
     assert build_config(PipelineConfig, None, fifo).train.replay.kind == "fifo"
     path = tmp_path / "p.yaml"
     path.write_text("train:\n  replay: {kind: prioritized, max_age: 3}\n")

@@ -289,6 +289,5 @@ def test_every_design_validates_in_a_training_config_with_its_defaults(kind):
     # configuration failed to load ('FIFOReplayConfig' object has no attribute 'plans_prompts').
     from rlep.tasks.training.config import TrainConfig
 
-    sizes = {"fifo": {"batch_size": 256}}.get(kind, {})
-    pool = {"pool": "runs/collect"} if kind == "rlep" else {}
-    assert TrainConfig(replay={"kind": kind, **sizes, **pool}).replay.kind == kind
+    pool = {"pool": "runs/collect"} if kind == "rlep" else {}  # FIFO at its defaults too (issue 45)
+    assert TrainConfig(replay={"kind": kind, **pool}).replay.kind == kind

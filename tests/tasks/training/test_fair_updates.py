@@ -173,18 +173,23 @@ def test_mini_batch_prompts_must_divide_the_prompts():
 
 
 @pytest.mark.parametrize(
-    "prompts, g, rows, suggestion",
+    "prompts, g, rounded, suggestion",
     [
-        (32, 8, 341, "320 or 384"),  # the defaults: round(256 / 0.75) = 341 rows, 5.3 mini-batches of 64
-        (16, 16, 341, "256 or 384"),  # study-hard.yaml's first FIFO arm: 21.3 prompts' worth, 2.7 mini-batches
+        (32, 8, 320, "320 or 384"),  # the defaults: 256 / 0.75 = 341.3 rows, 5.3 mini-batches of 64 -> 5
+        (16, 16, 384, "256 or 384"),  # study-hard.yaml's first FIFO arm once: 341.3 rows, 2.7 mini-batches of 128 -> 3
     ],
 )
-def test_a_fifo_batch_the_mini_batches_do_not_divide_is_refused(prompts, g, rows, suggestion):
-    # Rounded, 341 rows made 5 updates against the baseline's 4 (3 against 2 at G = 16): refused like a
-    # prompts_per_step that mini_batch_prompts does not divide.
+def test_a_fifo_batch_splits_into_whole_mini_batches(prompts, g, rounded, suggestion):
+    # 341 rows made 5 updates against the baseline's 4 (3 against 2 at G = 16) when rounded at the update, so a
+    # batch the mini-batches do not divide is refused like a prompts_per_step mini_batch_prompts does not divide;
+    # replay_ratio's own batch is rounded to whole mini-batches instead, so FIFO's defaults run (issue 45).
     settings = {"prompts_per_step": prompts, "samples_per_prompt": g, "replay": {"kind": "fifo", "replay_ratio": 0.25}}
-    with pytest.raises(ValueError, match=rf"FIFO's batch of {rows} rollouts .* multiple of .*\({suggestion}\)"):
-        TrainConfig.model_validate(settings)
+    config = TrainConfig.model_validate(settings)
+    assert config.replay.batch_size == rounded and config.updates_per_epoch() == rounded // (8 * g)
+    assert TrainConfig.model_validate(config.model_dump()) == config  # the recorded batch reads back the same
+    given = {**settings, "replay": {"kind": "fifo", "batch_size": 341}}  # a batch the user sets is checked, not changed
+    with pytest.raises(ValueError, match=rf"FIFO's batch of 341 rollouts .* multiple of .*\({suggestion}\)"):
+        TrainConfig.model_validate(given)
     dividing = {**settings, "prompts_per_step": prompts * 3 // 4, "replay": {"kind": "fifo", "batch_size": prompts * g}}
     assert (
         TrainConfig.model_validate(dividing).updates_per_epoch()
