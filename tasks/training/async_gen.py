@@ -191,7 +191,7 @@ class GeneratorProcess(AnsweredLater):
     def _late(self, what: str) -> GeneratorError:
         return GeneratorError(
             f"generator process {self.pid} {what} within {self.timeout:g}s (engine.generator_timeout; it is still "
-            "running: raise --generator-timeout if its generation is this slow)"
+            "running: raise --generator-timeout if it is this slow)"
         )
 
     def _next_message(self) -> tuple:

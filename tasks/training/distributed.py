@@ -340,8 +340,9 @@ class DistributedBackend:
         if self.rank == 0:
             _send("release")
 
-    def follow(self) -> None:
-        """Ranks > 0: run rank 0's requests until it stops."""
+    def follow(self) -> str:
+        """Ranks > 0: run rank 0's requests until it releases this policy (`release`) or stops serving without
+        releasing it (`stop`: rank 0 failed before it could, e.g. its engine did not start); returns which."""
         handlers = {
             "update": self._follow_update,
             "full_state_dict": self.full_state_dict,
@@ -355,8 +356,8 @@ class DistributedBackend:
         }
         while True:
             name, payload = _receive()
-            if name == "release":
-                return
+            if name in ("release", "stop"):
+                return name
             handlers[name](*payload)
 
 
@@ -369,8 +370,10 @@ def serve() -> None:
         if name != "build":
             raise DistributedError(f"rank {dist.get_rank()}: expected rank 0's 'build' request, got {name!r}")
         backend = DistributedBackend(*payload)
-        backend.follow()
+        ended = backend.follow()
         del backend
+        if ended == "stop":
+            return
 
 
 def stop_serving() -> None:
