@@ -185,7 +185,8 @@ def add_model_flags(
         if flag in skip or (only is not None and ".".join(path) not in only):
             continue
         extra = _extra(field)
-        required = field.is_required() and not from_file
+        # a required setting of a section that is off by default (`perturb.reseed_at`) is required only once set
+        required = field.is_required() and not from_file and not _in_unset_section(defaults, path)
         default = _effective_default(defaults, path, field)
         applies = f" [only for: {', '.join(owners)}]" if owners else ""
         shown = "" if required or extra.get("cli_switch") else f" [default: {default!r}]"
@@ -259,6 +260,16 @@ def _effective_default(config: BaseModel | None, path: tuple[str, ...], field: A
     if default is PydanticUndefined and config is not None and node is None:
         return None  # a required setting of a section that is off by default (`perturb.reseed_at`): off too
     return default
+
+
+def _in_unset_section(defaults: BaseModel | None, path: tuple[str, ...]) -> bool:
+    """Whether the setting at `path` lies in a section the defaults leave unset (None: `perturb`, `lora`)."""
+    node: Any = defaults
+    for name in path[:-1]:
+        node = getattr(node, name, None)
+        if node is None:
+            return defaults is not None
+    return False
 
 
 def _allows_none(annotation: Any) -> bool:

@@ -501,6 +501,10 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     # The same study with the pool refreshed every 3 steps: the living arm starts over, store included (its
     # old versions would otherwise pass for re-collections already done); the other runs are kept.
     settings["arms"]["living"] = {"replay": {**LIVING["replay"], "refresh_every": 3}}
+    from rlep.tasks.study.claims import StudyRecord
+
+    recorded = StudyRecord.read(tmp_path / "study").digest  # a changed plan once runs exist is made on purpose
+    settings["amendments"] = [{"of": recorded[:12], "reason": "the living pool refreshed every 3 steps"}]
     run_study(StudyConfig.model_validate(settings), progress=False)
     assert [c["after_step"] for c in PoolStore(store.root).lineage(2)["contributions"]] == [0, 3]
     assert PoolStore(store.root).versions() == [1, 2]
