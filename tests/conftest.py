@@ -28,16 +28,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(len(_cores()), 4))
 
 
-# Under xdist each worker gets its share of the cores for torch and vLLM (one core each on 2 cores), set before
+# Under xdist each worker's torch and vLLM get its share of the cores as threads (one each on 2 cores), set before
 # either is imported and inherited by the processes a test starts: two workers' OpenMP threads spinning on the same
-# cores run many times slower than one thread each (FIELD_NOTES: 1.83x for two pinned runs against 0.4x unpinned).
+# cores run many times slower than one thread each (FIELD_NOTES). Not pinned to cores: a test whose processes work
+# side by side (two ranks, trainer and generator, two Ray runs) still gets both cores when the other worker idles.
 if "PYTEST_XDIST_WORKER" in os.environ:
     _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    _index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
-    _share = max(1, len(_cores()) // _workers)
-    _mine = [_cores()[(_index * _share + i) % len(_cores())] for i in range(_share)]
-    os.environ["OMP_NUM_THREADS"] = str(_share)
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, _mine)))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(_cores()) // _workers))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
 @pytest.fixture(scope="session")
