@@ -38,6 +38,15 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Files with the most end-to-end (`slow`) tests first: the workers take whole files in this order, so the long
+    ones start at once and the short ones fill in around them, instead of one long file running alone at the end."""
+    from collections import Counter
+
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])  # most end-to-end tests first; stable: a file's own order kept
+
+
 @pytest.fixture(scope="session")
 def fixture_model() -> str:
     """Path of the fixture-size tiny model (mechanics only; accuracy is irrelevant)."""
