@@ -71,8 +71,6 @@ def report_study(config: StudyConfig, command: str | None = None) -> dict[str, P
     reported = [run for run in runs if run.arm is None or run.key in done]  # their own runs and what they need
     study, final = gather(runs, only=done)
     interim = None if len(done) == len(arms) else ([run.key for run in arms if run.key in done], len(arms))
-    if (
-        interim is None
-    ):  # the claims about to be tested: the recorded plan's (a changed plan refused, as run_study does)
+    if interim is None:  # the claims about to be tested are the recorded plan's (a change refused, as in run_study)
         fix_record(config, runs, running=False)
     return write_study_outputs(config, study, final, command, accepted_answers(reported), interim)

@@ -29,7 +29,6 @@ from typing import Any
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import StudyLayout
 from rlep.tasks.plan import Run
-from rlep.tasks.settings import merge_settings
 from rlep.tasks.study.config import StudyConfig, StudyError
 from rlep.tasks.training.config import TrainConfig
 
@@ -92,10 +91,9 @@ def plan_of(config: StudyConfig, runs: list[Run]) -> dict:
     """The plan as recorded: seeds, the baseline, every arm's resolved training settings (the base merged with its
     overrides, as `plan` validates them; without the per-run seed and out), the final evaluation's settings, the
     collection's (RLEP's pools), the exploration's steps, the run keys in order, and the claims."""
-    base = config.train.model_dump(mode="json")
     arms = {}
-    for arm, override in config.arms.items():
-        settings = TrainConfig.model_validate(merge_settings(base, override, TrainConfig)).model_dump(mode="json")
+    for arm in config.arms:
+        settings = TrainConfig.model_validate(config.arm_settings(arm)).model_dump(mode="json")
         arms[arm] = {name: value for name, value in settings.items() if name not in _PER_RUN}
     collect = config.collect.model_dump(mode="json")
     return {

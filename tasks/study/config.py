@@ -176,6 +176,11 @@ class StudyConfig(BaseModel):
         "the plan's digest.",
     )
 
+    def arm_settings(self, arm: str) -> dict[str, Any]:
+        """Arm `arm`'s training settings as data: the study's `train` section with the arm's overrides merged in,
+        not yet validated (`plan` validates them per run, with the run's seed and out)."""
+        return merge_settings(self.train.model_dump(mode="json"), self.arms[arm], TrainConfig)
+
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
         if self.baseline_arm not in self.arms:
@@ -194,12 +199,11 @@ class StudyConfig(BaseModel):
     def _check_claim_steps(self) -> None:
         """An accuracy claim's step is one both its arms evaluate at, checked here rather than in the report
         after every run."""
-        base = self.train.model_dump(mode="json")
         for claim in self.claims:
             if claim.step is None:
                 continue
             for arm in (claim.arm, claim.against or self.baseline_arm):
-                settings = merge_settings(base, self.arms[arm], TrainConfig)
+                settings = self.arm_settings(arm)
                 try:
                     steps, every = int(settings["steps"]), int(settings["eval_every"])
                 except (TypeError, ValueError):
@@ -259,7 +263,7 @@ def plan(config: StudyConfig) -> list[Run]:
         arms = {}
         for arm, override in config.arms.items():
             this_run = {"seed": seed, "out": str(layout.run(arm, seed))}
-            settings = merge_settings(base_settings, override, TrainConfig) | this_run
+            settings = config.arm_settings(arm) | this_run
             # a setting of another kind of section (tiny-math's `families` over a file source) fails validation
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
             refused = refused_choices(arms[arm], override, base_settings, ("arms", arm))

@@ -10,12 +10,10 @@ import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from rlep.data.run_layout import STUDY_PLOTS, StudyLayout
-from rlep.tasks.settings import merge_settings
 from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
-from rlep.tasks.training.config import TrainConfig
 
 
 def write_study_outputs(
@@ -71,8 +69,7 @@ def differ_only_in_replay(config: StudyConfig):
     unless one of them replays a row: their resolved training settings are the same but for `replay` and
     `perturb` (the chance control), and neither re-seeds its sampling by then (`perturb.reseed_at` > `step`: the
     weights evaluated at `step` come from steps 1..step)."""
-    base = config.train.model_dump(mode="json")
-    resolved = {arm: merge_settings(base, override, TrainConfig) for arm, override in config.arms.items()}
+    resolved = {arm: config.arm_settings(arm) for arm in config.arms}
     settings = {arm: {k: v for k, v in s.items() if k not in ("replay", "perturb")} for arm, s in resolved.items()}
     reseeds = {arm: (s.get("perturb") or {}).get("reseed_at", math.inf) for arm, s in resolved.items()}
     return lambda arm, against, step: settings[arm] == settings[against] and step < min(reseeds[arm], reseeds[against])
@@ -81,11 +78,10 @@ def differ_only_in_replay(config: StudyConfig):
 def finished_runs(config: StudyConfig, study: pd.DataFrame) -> tuple[list[str], int]:
     """(the keys of the plan's arm runs, arm x seed, whose evaluations in `study` reach the arm's last step, how
     many arm runs the plan has)."""
-    base = config.train.model_dump(mode="json")
     last = study.groupby(["arm", "seed"]).step.max()
     finished = []
-    for arm, override in config.arms.items():
-        steps = int(merge_settings(base, override, TrainConfig)["steps"])
+    for arm in config.arms:
+        steps = int(config.arm_settings(arm)["steps"])
         finished += [f"{arm}/seed-{seed}" for seed in config.seeds if last.get((arm, seed), -1) >= steps]
     return finished, len(config.arms) * len(config.seeds)
 

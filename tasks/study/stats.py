@@ -71,14 +71,12 @@ def smallest_detectable(sd: float, n: int, power: float = 0.8) -> float:
 def paired_t_p(diff: Sequence[float]) -> float:
     """Two-sided p-value of the paired t test of mean 0 (n - 1 degrees of freedom); NaN with fewer than 2 values
     or none spread (then the sign test decides: `sign_test_p`)."""
-    from scipy.stats import t
+    from scipy.stats import ttest_1samp
 
     diff = np.asarray(diff, dtype=float)
-    n = len(diff)
-    if n < 2 or no_spread(diff):
+    if len(diff) < 2 or no_spread(diff):
         return math.nan
-    stat = float(diff.mean()) / (float(diff.std(ddof=1)) / math.sqrt(n))
-    return float(2 * t.sf(abs(stat), n - 1))
+    return float(ttest_1samp(diff, 0.0).pvalue)
 
 
 def sign_test_p(wins: int, losses: int) -> float:
