@@ -257,7 +257,7 @@ def _effective_default(config: BaseModel | None, path: tuple[str, ...], field: A
     if isinstance(node, BaseModel) and path[-1] in type(node).model_fields:
         return getattr(node, path[-1])
     default = field.get_default(call_default_factory=True)
-    if default is PydanticUndefined and config is not None and node is None:
+    if default is PydanticUndefined and _in_unset_section(config, path):
         return None  # a required setting of a section that is off by default (`perturb.reseed_at`): off too
     return default
 
