@@ -7,10 +7,13 @@ It imports torch, transformers, pydantic, numpy and the project's training modul
 machine with torch and transformers.
 
 Reports, after `warmup` untimed steps: step time (median), update tokens/s (prompt + completion tokens through
-forward and backward per second, summed over ranks), MFU = 6 N tokens / time / peak FLOPs (4 N with LoRA,
-whose frozen weights get no gradient; N: parameters without the input embedding, whose lookup costs no FLOPs;
-the no-grad old-log-prob pass, run when a step makes several updates, is not counted, so MFU is a lower
-bound), and per rank the bytes of parameters, gradients,
+forward and backward per second, summed over ranks), MFU counted two ways: `mfu` = 6 N tokens / time / peak
+FLOPs (4 N with LoRA, whose frozen weights get no gradient; N: parameters without the input embedding, whose
+lookup costs no FLOPs), and `mfu_with_attention`, which adds the attention's score and value products the way
+torchtitan counts them (`attention_flops`); neither counts the no-grad old-log-prob pass (several updates a
+step), the KL reference's forward or activation checkpointing's recomputed forward, so both are lower bounds
+of the work done. Answers are all `response_tokens` long, or (`--response-lengths varied`) of lengths drawn
+once for the run from 1..response_tokens, the same every step. Per rank the bytes of parameters, gradients,
 optimizer state and KL reference (`--kl`) it holds (the figures FSDP2 divides by the number of ranks) and its
 peak memory (VmHWM on the CPU, CUDA's peak allocation on a GPU: tasks/training/memory.py) twice: while the
 model is built and loaded, and during the steps (old-log-prob pass, reference forward and update included:
@@ -59,7 +62,12 @@ class UpdateBenchConfig(BaseModel):
     prompts: int = Field(8, ge=1, le=100_000, description="Prompts per step (groups).")
     group_size: int = Field(8, ge=1, le=4096, description="Answers per prompt.")
     prompt_tokens: int = Field(64, ge=1, le=1_000_000, description="Tokens of every prompt.")
-    response_tokens: int = Field(128, ge=1, le=1_000_000, description="Tokens of every answer.")
+    response_tokens: int = Field(128, ge=1, le=1_000_000, description="Tokens of every answer (varied: the longest).")
+    response_lengths: Literal["fixed", "varied"] = Field(
+        "fixed",
+        description="fixed: every answer response_tokens long; varied: lengths drawn uniformly from "
+        "1..response_tokens (seeded, once for the run: every step has the same shape), as real answers differ.",
+    )
     updates_per_epoch: int = Field(
         1,
         ge=1,
@@ -96,12 +104,28 @@ class UpdateBenchConfig(BaseModel):
         return model_config(self.model)
 
 
+def answer_lengths(count: int, response_tokens: int, seed: int = 0) -> list[int]:
+    """`count` answer lengths drawn uniformly from 1..response_tokens (`--response-lengths varied`)."""
+    import torch  # here, not at module level: `rlep --help` must not load torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, response_tokens + 1, (count,), generator=g).tolist()
+
+
 def synthetic_batch(
-    prompts: int, group_size: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int, varied: bool = False
+    prompts: int,
+    group_size: int,
+    prompt_tokens: int,
+    response_tokens: int,
+    vocab: int,
+    seed: int,
+    varied: bool = False,
+    lengths: list[int] | None = None,
 ):
     """A step's batch without generation: per prompt, `group_size` random answers with 0/1 rewards and
-    group-normalised (GRPO) advantages; behaviour log-probs random. `varied`: answer lengths 1..response_tokens
-    (tests), else all `response_tokens` long."""
+    group-normalised (GRPO) advantages; behaviour log-probs random. Answer lengths: `lengths` (one per answer,
+    prompt by prompt) where given; else `varied`: drawn 1..response_tokens here (tests); else all
+    `response_tokens` long."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
     from rlep.data.rollout import Rollout
@@ -114,7 +138,10 @@ def synthetic_batch(
         rewards = (torch.rand(group_size, generator=g) < 0.5).float()
         advantages = (rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-6) if group_size > 1 else rewards
         for i in range(group_size):
-            length = int(torch.randint(1, response_tokens + 1, (), generator=g)) if varied else response_tokens
+            if lengths is not None:
+                length = lengths[p * group_size + i]
+            else:
+                length = int(torch.randint(1, response_tokens + 1, (), generator=g)) if varied else response_tokens
             response = torch.randint(1, vocab, (length,), generator=g).tolist()
             rollout = Rollout(
                 problem_id=str(p),
@@ -183,6 +210,11 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     built = _memory(backend, device, reset=True)  # the peaks of building and loading; then the steps' own
     times, tokens = [], []
     generator = torch.Generator().manual_seed(0)
+    lengths = (
+        answer_lengths(config.prompts * config.group_size, config.response_tokens)
+        if config.response_lengths == "varied"
+        else None
+    )
     settings = UpdateSettings(
         LossConfig(kl_coef=0.1 if config.kl else 0.0),
         1.0,
@@ -198,6 +230,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
                 config.response_tokens,
                 hf.vocab_size,
                 seed=step,
+                lengths=lengths,
             )
             _sync(device)
             start = time.perf_counter()
@@ -214,6 +247,10 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     n_flop = flop_parameters(hf)
     peak = peak_flops(config)
     flops_per_token = model_flops_per_token(n_flop, lora=bool(config.lora_rank))
+    answers = lengths or [config.response_tokens] * (config.prompts * config.group_size)
+    sequences = [config.prompt_tokens + n for n in answers]
+    attention = attention_flops(hf, sequences)
+    step_flops = flops_per_token * tokens_per_step
     report = {
         "bench": "update",
         "config": config.model_dump(mode="json"),
@@ -227,7 +264,10 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
         "step_seconds_median": seconds,
         "tokens_per_second": tokens_per_step / seconds,
         "flops_per_token": flops_per_token,
-        "mfu": flops_per_token * tokens_per_step / seconds / (peak * config.nproc) if peak else None,
+        "attention_flops_per_step": attention,
+        "sequence_tokens": {"min": min(sequences), "max": max(sequences), "mean": statistics.fmean(sequences)},
+        "mfu": step_flops / seconds / (peak * config.nproc) if peak else None,
+        "mfu_with_attention": (step_flops + attention) / seconds / (peak * config.nproc) if peak else None,
         "peak_flops_per_device": peak,
         "ranks": [
             {**m, **{f"build_{k}": v for k, v in b.items() if k.startswith("peak")}} for m, b in zip(memory, built)
@@ -279,7 +319,11 @@ def summary(report: dict[str, Any]) -> str:
         + f", {config['precision']}, {config['device']}",
         f"  step {report['step_seconds_median']:.3f} s (median of {len(report['step_seconds'])}), "
         f"{report['tokens_per_step']} tokens/step, {report['tokens_per_second']:.0f} tokens/s, "
-        + (f"MFU {100 * report['mfu']:.1f}%" if report["mfu"] is not None else "MFU n/a (pass --peak-tflops)"),
+        + (
+            f"MFU {100 * report['mfu']:.1f}% by 6N, {100 * report['mfu_with_attention']:.1f}% with attention"
+            if report["mfu"] is not None
+            else "MFU n/a (pass --peak-tflops)"
+        ),
     ]
     for rank, m in enumerate(report["ranks"]):
         state = m["param_bytes"] + m["optimizer_bytes"]
@@ -318,6 +362,21 @@ def model_flops_per_token(n_flop: int, *, lora: bool) -> int:
     of a percent at the ranks used, are left out. Activation checkpointing's recomputed forward is not model
     FLOPs and is never counted."""
     return (4 if lora else 6) * n_flop
+
+
+def attention_flops(model_config, sequence_lengths: list[int]) -> int:
+    """The FLOPs of one step's attention products (Q K^T and the weights times V; the projections are in 6N),
+    forward and backward, over sequences of the given lengths (prompt + answer, padding not counted).
+
+    torchtitan's convention (`get_num_flop_per_token`: 6 N + 12 L H Q T a token): per layer and token, the two
+    products cost 2 x 2 H Q T forward (a multiply and an add per term; H query heads of width Q over the T
+    positions of the sequence; grouped-query attention's fewer key/value heads do not shrink the products)
+    and twice that backward, 12 H Q T in all. Like torchtitan this counts the full T x T square, not the
+    causal mask's half, and not flash attention's recomputation in the backward; also with LoRA (the products
+    have no weights, both of their inputs' gradients are computed). A sequence of T tokens costs 12 L H Q T^2."""
+    layers, heads = model_config.num_hidden_layers, model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    return sum(12 * layers * heads * head_dim * length * length for length in sequence_lengths)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,18 @@
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
-from rlep.tasks.bench.update import UpdateBenchConfig, bench_update, model_config, synthetic_batch
+import pytest
+
+from rlep.tasks.bench.update import (
+    UpdateBenchConfig,
+    answer_lengths,
+    attention_flops,
+    bench_update,
+    model_config,
+    synthetic_batch,
+)
 
 
 def test_synthetic_batch_is_groups_of_fixed_length_answers_with_grpo_advantages():
@@ -101,3 +111,54 @@ def test_mfu_counts_4n_a_token_with_lora_and_6n_otherwise(tmp_path):
     for report in (full, lora):
         expected = report["flops_per_token"] * report["tokens_per_step"] / report["step_seconds_median"] / 1e12
         assert abs(report["mfu"] - expected) <= 1e-12 * expected
+
+
+def test_attention_flops_follow_torchtitans_12_l_h_q_t_a_token_by_hand():
+    """torchtitan counts 12 L H Q T FLOPs a token for attention (T: the sequence's length; the full square, not
+    the causal half): a sequence of T tokens costs 12 L H Q T^2. By hand for 2 layers, 4 query heads of width 16
+    (hidden 64; the 2 key/value heads of grouped-query attention do not shrink the products), sequences of 3 and
+    5 tokens: 12 * 2 * 4 * 16 * (9 + 25) = 1,536 * 34 = 52,224."""
+    tiny = model_config("tiny")
+    assert (tiny.num_hidden_layers, tiny.num_attention_heads, tiny.hidden_size, tiny.num_key_value_heads) == (
+        2,
+        4,
+        64,
+        2,
+    )
+    assert attention_flops(tiny, [3, 5]) == 52_224
+    assert attention_flops(tiny, []) == 0
+    # a head width of its own (Qwen3's head_dim is not hidden / heads): 12 * 1 * 2 * 32 * 10^2
+    wide = SimpleNamespace(num_hidden_layers=1, num_attention_heads=2, hidden_size=16, head_dim=32)
+    assert attention_flops(wide, [10]) == 76_800
+
+
+def test_varied_answer_lengths_keep_one_shape_per_run_and_mfu_counts_attention_on_top_of_6n(tmp_path):
+    """`--response-lengths varied`: answers of lengths drawn once for the run (not all the same), every step the
+    same tokens; `mfu_with_attention` = (6N tokens + the attention FLOPs of those sequences) / time / peak."""
+    settings = dict(prompts=2, group_size=3, prompt_tokens=4, response_tokens=12, micro_batch_size=2, warmup=1, steps=2)
+    report = bench_update(
+        UpdateBenchConfig(**settings, response_lengths="varied", peak_tflops=1.0, out=tmp_path / "varied.json")
+    )
+    lengths = answer_lengths(6, 12)
+    assert len(set(lengths)) > 1 and max(lengths) <= 12 and min(lengths) >= 1
+    sequences = [4 + n for n in lengths]
+    assert report["tokens_per_step"] == sum(sequences)
+    assert report["sequence_tokens"] == {"min": min(sequences), "max": max(sequences), "mean": sum(sequences) / 6}
+    attention = attention_flops(model_config("tiny"), sequences)
+    assert report["attention_flops_per_step"] == attention > 0
+    model = report["flops_per_token"] * report["tokens_per_step"]
+    expected = (model + attention) / report["step_seconds_median"] / 1e12
+    assert abs(report["mfu_with_attention"] - expected) <= 1e-12 * expected
+    assert report["mfu_with_attention"] / report["mfu"] == pytest.approx((model + attention) / model)
+    batch = synthetic_batch(2, 3, 4, 12, 100, seed=5, lengths=lengths)
+    assert batch.mask.sum(-1).tolist() == lengths
+
+
+def test_the_update_bench_takes_the_long_sequence_lines_settings():
+    """The acceptance check's long-sequence line (varied lengths, activation checkpointing, KL) is a valid bench."""
+    config = UpdateBenchConfig(
+        model="qwen2.5-1.5b", response_tokens=4096, response_lengths="varied", activation_checkpointing=True, kl=True
+    )
+    assert (config.response_lengths, config.activation_checkpointing, config.kl) == ("varied", True, True)
+    with pytest.raises(ValueError):
+        UpdateBenchConfig(response_lengths="ragged")
