@@ -44,15 +44,105 @@ LOGPROB_CHUNK_ELEMENTS = 1 << 26
 
 
 def token_logprobs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_elements: int = LOGPROB_CHUNK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each next token and the entropy of each next-token distribution, both [B, T-1] (float32),
-    under the model's logits divided by `temperature`. Computed on the model's device."""
+    under the model's logits divided by `temperature`. Computed on the model's device.
+
+    For an HF causal LM (Llama, Qwen2; also under DDP, peft LoRA, `lora.AdaptersOff` and FSDP2) the logits are
+    never whole: the transformer body's final hidden states [B, T, H] go through the LM head a slice of the
+    sequence at a time (`head_logprobs`, at most `chunk_elements` logits per slice, each recomputed in the
+    backward pass), so neither the forward nor the backward holds a [B, T, V] tensor. The slices are taken inside
+    the model's own forward (a hook on its body), so FSDP2's gathered head weight, autocast and the adapters apply
+    as they do to the model's own head; the model itself is asked for its last position's logits only. Any other
+    model falls back to its whole logits, then `logprobs_from_logits`."""
     param = next(model.parameters(), None)
     device = param.device if param is not None else model.device  # lora.AdaptersOff holds no parameters
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-    return logprobs_from_logits(logits, input_ids[:, 1:], temperature)
+    targets = input_ids[:, 1:]
+    parts = _body_and_head(model)
+    if parts is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        return logprobs_from_logits(logits, targets, temperature, chunk_elements)
+    body, head = parts
+    result: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def from_hidden(module, args, output) -> None:
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        result.append(head_logprobs(hidden[:, :-1], head, targets, temperature, chunk_elements))
+
+    handle = body.register_forward_hook(from_hidden)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return result[0]
+
+
+def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(transformer body, LM head) of the HF causal LM inside `model` (through DDP's `module`, AdaptersOff's policy
+    and peft's base model), or None where the head's logits are more than `head(hidden)` (soft-capping) or the
+    model cannot be asked for fewer logits (no `logits_to_keep`)."""
+    import inspect
+
+    inner = model
+    for _ in range(8):
+        if isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP
+            inner = inner.module
+        elif isinstance(getattr(inner, "_policy", None), list):  # lora.AdaptersOff
+            inner = inner._policy[0]
+        elif callable(getattr(inner, "get_base_model", None)):  # peft
+            inner = inner.get_base_model()
+        else:
+            break
+    config = getattr(inner, "config", None)
+    get_head = getattr(inner, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    body = getattr(inner, "base_model", None)
+    if head is None or not isinstance(body, torch.nn.Module) or body is inner or config is None:
+        return None
+    if getattr(config, "final_logit_softcapping", None) is not None:
+        return None
+    if "logits_to_keep" not in inspect.signature(type(inner).forward).parameters:
+        return None
+    return body, head
+
+
+def head_logprobs(
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_elements: int = LOGPROB_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of `targets` [B, T] and the entropy under `head(hidden)` / `temperature`, with `hidden` [B, T, H]
+    (the final hidden states), both [B, T] float32: the head's logits are made a slice of the sequence at a time
+    (at most `chunk_elements` B x t x V logits) and, with several slices and gradients on, each slice is recomputed
+    in the backward pass (activation checkpointing), so at most one slice's logits exist at any time. One slice is
+    the plain computation."""
+    vocab = head.out_features if hasattr(head, "out_features") else head.weight.shape[0]
+    batch, tokens = targets.shape
+    step = max(1, chunk_elements // max(1, batch * vocab))
+    if step >= tokens:
+        return _head_slice(hidden, head, targets, temperature)
+    checkpointed = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for h, t in zip(hidden.split(step, dim=1), targets.split(step, dim=1)):  # split: one concatenated gradient
+        if checkpointed:
+            parts.append(torch.utils.checkpoint.checkpoint(_head_slice, h, head, t, temperature, use_reentrant=False))
+        else:
+            parts.append(_head_slice(h, head, t, temperature))
+    return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+
+
+def _head_slice(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _slice_logprobs(head(hidden), targets, temperature)
 
 
 def logprobs_from_logits(
