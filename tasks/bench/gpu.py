@@ -1,6 +1,6 @@
 """`rlep bench gpu` / `python -m rlep.tasks.bench.gpu`: the GPU acceptance check, in under 10 minutes on one GPU.
 
-Three parts, in one process tree, each timed and recorded in one JSON report (written again after every part,
+Four parts, in one process tree, each timed and recorded in one JSON report (written again after every part,
 so a run cut short still leaves what it measured):
 
 - `distributed` (part b, tasks/bench/gpu_fsdp.py): one torchrun rank on NCCL with FSDP2 through the real
@@ -8,16 +8,25 @@ so a run cut short still leaves what it measured):
   moved, streamed = gathered weights, exact load and resume.
 - `train` (part c, tasks/bench/gpu_train.py): the training loop with the `transformers` engine on the GPU on a
   random-init tiny model: 2 steps, a checkpoint, a resume to step 3.
-- `update` (part a): `rlep bench update` (tasks/bench/update.py) on the Qwen2.5-0.5B and -1.5B shapes with random
-  weights in bf16: update tokens/s, MFU against the card's dense bf16 peak (`shapes.PEAK_TFLOPS`), peak memory.
+- `update` (part a): `rlep bench update` (tasks/bench/update.py) per line of UPDATE_RUNS with random weights in
+  bf16: the Qwen2.5-0.5B and -1.5B shapes at 1,024 tokens a sequence, and the 1.5B shape with answers of
+  varied length up to ~4k tokens, activation checkpointing and the KL reference. Update tokens/s, MFU against
+  the card's dense bf16 peak (`shapes.PEAK_TFLOPS`) counted by 6N and with attention (torchtitan's
+  convention), peak memory. Each line carries its thresholds (an MFU floor on the count with attention, a
+  peak-memory ceiling, and what they rest on) into the report; a line that misses one is `failed`.
+- `vllm` (part d): the `train` part's loop with the vLLM engine (generation, vLLM's in-place weight reload,
+  resume). Where vLLM does not import (the lent GPU machines' image has none) it is `not verified`: never
+  `passed`. It runs last, so an engine's memory and threads cannot distort the update's measurements.
 
-The correctness parts run first: a slow card or an out-of-memory update must not cost them their turn. Each
-part starts only while the time budget (`--budget-seconds`) lasts; one that does not start is `skipped`, and
-the check has not passed then. `--device cpu` runs the same code on the CPU at a small size (gloo instead of
-NCCL, the `tiny` update shape, fp32 or bf16 as precision `auto` decides), which `make test` runs.
+A part's status is `passed`, `failed`, `skipped` (it could not start within `--budget-seconds`) or `not
+verified`. The verdict (`check_verdict`): `failed` if a part failed; else `incomplete` if one was skipped;
+else `not verified` if one could not be verified; else `passed`. Exit status (`EXIT_STATUS`): 0 passed, 1
+failed or incomplete, 3 not verified (a check with a part not verified is not a pass), 2 no GPU seen or bad
+flags. `--device cpu` runs the same code on the CPU at a small size (gloo instead of NCCL, `tiny` update
+lines of both kinds, fp32 or bf16 as precision `auto` decides), which `make test` runs.
 
 Run: `tasks/bench/gpu_run.sh` on a lent GPU machine (installs the carried wheels, docs/gpu.md "The GPU acceptance
-check"), `rlep bench gpu --device cpu` here. Exit status 0 when every part passed.
+check"), `rlep bench gpu --device cpu` here; `--parts distributed train update` leaves the vLLM part out.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -39,16 +50,131 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.tasks.bench.flags import add_flags, parse
 
-PARTS = ("distributed", "train", "update")
-# The update shapes per device: 64 sequences of 256 + 768 tokens on a GPU (65,536 tokens a step; the 1.5B's
-# activations in micro-batches of 4 keep it near 50 GB, inside an H100's 80); a few short ones on the CPU.
-UPDATE_RUNS: dict[str, list[dict[str, Any]]] = {
+PARTS = ("distributed", "train", "update", "vllm")
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class UpdateLine:
+    """One line of the update part: `rlep bench update`'s settings and the thresholds its measurements must meet.
+
+    `mfu_floor` applies to `mfu_with_attention` (6N plus attention, torchtitan's convention: tasks/bench/update.py
+    `attention_flops`), a fraction of the card's dense bf16 peak; None: no floor (`basis` says why). The
+    ceiling applies to the peak memory during the steps: CUDA's peak allocation on a GPU, the process's peak
+    RSS (VmHWM since the steps began) on the CPU. `basis`: what the numbers rest on."""
+
+    name: str
+    settings: dict[str, Any]
+    mfu_floor: float | None
+    peak_memory_ceiling_gib: float
+    basis: str
+
+    def thresholds(self) -> dict[str, Any]:
+        return {
+            "mfu_floor": self.mfu_floor,
+            "mfu_floor_counts": "mfu_with_attention",
+            "peak_memory_ceiling_bytes": int(self.peak_memory_ceiling_gib * GIB),
+            "basis": self.basis,
+        }
+
+
+# The measured lines' basis: the H100 SXM run of 2026-11-27 (docs/gpu-runs/h100-2026-11-27/gpu-check.json,
+# the same settings): floors ~0.78x the MFU measured there, so a slowdown of a quarter fails while the few
+# percent the step times moved between runs do not; ceilings ~15% over the peak allocation measured.
+H100_RUN = "docs/gpu-runs/h100-2026-11-27/gpu-check.json (H100 SXM)"
+NO_CPU_FLOOR = "no MFU floor on cpu: no peak FLOP/s is known for a shared CPU, so no MFU is computed"
+# Per device: on a GPU 64 sequences of 256 + 768 tokens (65,536 tokens a step; the 1.5B's activations in
+# micro-batches of 4 keep it near 50 GB, inside an H100's 80), then the long-sequence line: 32 answers of
+# lengths drawn from 1..4,096 (up to 4,052 tokens with the prompt, 81,566 tokens a step) with activation
+# checkpointing and the KL reference, as a real 1.5B recipe runs (docs/gpu.md, the memory arithmetic). On the
+# CPU the same two kinds of line at the `tiny` shape, so the code of both runs in `make test`.
+UPDATE_RUNS: dict[str, list[UpdateLine]] = {
     "cuda": [
-        dict(model="qwen2.5-0.5b", prompts=8, group_size=8, prompt_tokens=256, response_tokens=768, micro_batch_size=8),
-        dict(model="qwen2.5-1.5b", prompts=8, group_size=8, prompt_tokens=256, response_tokens=768, micro_batch_size=4),
+        UpdateLine(
+            "qwen2.5-0.5b",
+            dict(
+                model="qwen2.5-0.5b",
+                prompts=8,
+                group_size=8,
+                prompt_tokens=256,
+                response_tokens=768,
+                micro_batch_size=8,
+            ),
+            mfu_floor=0.12,
+            peak_memory_ceiling_gib=30.0,
+            basis=f"{H100_RUN}: MFU 14.2% by 6N, 15.5% with attention; peak 25.8 GiB",
+        ),
+        UpdateLine(
+            "qwen2.5-1.5b",
+            dict(
+                model="qwen2.5-1.5b",
+                prompts=8,
+                group_size=8,
+                prompt_tokens=256,
+                response_tokens=768,
+                micro_batch_size=4,
+            ),
+            mfu_floor=0.18,
+            peak_memory_ceiling_gib=52.0,
+            basis=f"{H100_RUN}: MFU 21.9% by 6N, 23.1% with attention; peak 45.4 GiB",
+        ),
+        UpdateLine(
+            "qwen2.5-1.5b-long-ac-kl",
+            dict(
+                model="qwen2.5-1.5b",
+                prompts=4,
+                group_size=8,
+                prompt_tokens=256,
+                response_tokens=4096,
+                response_lengths="varied",
+                activation_checkpointing=True,
+                kl=True,
+                micro_batch_size=2,
+            ),
+            mfu_floor=0.08,
+            peak_memory_ceiling_gib=60.0,
+            basis="an estimate, not yet measured on a GPU: ~12-20% MFU with attention (the checkpointed 1,024-token "
+            "line's 24.5% less the uncounted recomputation and reference forward, and the padding of unsorted "
+            "micro-batches) and ~40 GiB (23.0 GiB of state, 2.9 GiB of bf16 reference, ~8k tokens a micro-batch); "
+            "floor and ceiling loose until a GPU run measures them",
+        ),
     ],
-    "cpu": [dict(model="tiny", prompts=2, group_size=4, prompt_tokens=16, response_tokens=32, micro_batch_size=4)],
+    "cpu": [
+        UpdateLine(
+            "tiny",
+            dict(model="tiny", prompts=2, group_size=4, prompt_tokens=16, response_tokens=32, micro_batch_size=4),
+            mfu_floor=None,
+            peak_memory_ceiling_gib=3.0,
+            basis=f"{NO_CPU_FLOOR}; the ceiling bounds the check process's peak RSS during the steps: 0.5-0.75 GiB "
+            "measured here (torch and transformers loaded, the earlier parts' leftovers; the model's own state is "
+            "0.3 MiB), so it is loose: it catches a runaway, not a small growth",
+        ),
+        UpdateLine(
+            "tiny-long-ac-kl",
+            dict(
+                model="tiny",
+                prompts=2,
+                group_size=4,
+                prompt_tokens=16,
+                response_tokens=64,
+                response_lengths="varied",
+                activation_checkpointing=True,
+                kl=True,
+                micro_batch_size=2,
+            ),
+            mfu_floor=None,
+            peak_memory_ceiling_gib=3.0,
+            basis=f"{NO_CPU_FLOOR}; the cuda long-sequence line's kind at the tiny shape; the ceiling as for `tiny`",
+        ),
+    ],
 }
+EXIT_STATUS = {"passed": 0, "failed": 1, "incomplete": 1, "not verified": 3}
+# What no part of this check exercises, on any machine: written into every report beside the verdict.
+NOT_COVERED = [
+    "more than one rank (NCCL refuses two ranks on one GPU)",
+    "generation speed and vLLM's sleep mode",
+    "the recipes of docs/gpu.md as whole runs",
+]
 
 
 class GpuCheckConfig(BaseModel):
@@ -59,7 +185,7 @@ class GpuCheckConfig(BaseModel):
     device: Literal["cuda", "cpu"] = Field(
         "cuda", description="cuda: the GPU check; cpu: the same code at a small size (gloo, `tiny` update shape)."
     )
-    parts: list[Literal["distributed", "train", "update"]] = Field(
+    parts: list[Literal["distributed", "train", "update", "vllm"]] = Field(
         list(PARTS), min_length=1, description="Which parts to run, in this order."
     )
     budget_seconds: float = Field(
@@ -104,8 +230,42 @@ def machine(device: str) -> dict[str, Any]:
     return facts
 
 
+def update_verdict(measured: dict[str, Any], thresholds: dict[str, Any]) -> tuple[str, list[str]]:
+    """`passed` or `failed` for one update line's measurements against its thresholds (UpdateLine.thresholds),
+    with the misses: no tokens moved, MFU with attention below the floor (or none measured where there is a
+    floor), peak memory over the ceiling."""
+    misses = []
+    if not measured["tokens_per_second"] > 0:
+        misses.append(f"tokens/s {measured['tokens_per_second']} is not positive")
+    floor = thresholds["mfu_floor"]
+    mfu = measured.get("mfu_with_attention")
+    if floor is not None and mfu is None:
+        misses.append(f"no MFU measured (no peak FLOP/s) against the floor {floor:.1%}")
+    elif floor is not None and mfu < floor:
+        misses.append(f"MFU with attention {mfu:.1%} below its floor {floor:.1%}")
+    ceiling = thresholds["peak_memory_ceiling_bytes"]
+    if measured["peak_memory_bytes"] > ceiling:
+        misses.append(
+            f"peak memory {measured['peak_memory_bytes'] / GIB:.2f} GiB over its ceiling {ceiling / GIB:.2f} GiB"
+        )
+    return ("failed" if misses else "passed"), misses
+
+
+def check_verdict(statuses: Iterable[str]) -> str:
+    """The check's verdict from its parts' statuses (module docstring): a part not verified is not a pass."""
+    statuses = set(statuses)
+    if "failed" in statuses:
+        return "failed"
+    if "skipped" in statuses:
+        return "incomplete"
+    if "not verified" in statuses:
+        return "not verified"
+    return "passed"
+
+
 def update_part(config: GpuCheckConfig, work: Path, deadline: float) -> dict[str, Any]:
-    """Part (a): the update benchmark per shape of UPDATE_RUNS; a shape that does not start in time is skipped."""
+    """Part (a): the update benchmark per line of UPDATE_RUNS, judged against the line's thresholds; a line that
+    does not start in time is skipped, one that raises (out of memory, say) failed, and the next still runs."""
     import torch
 
     from rlep.tasks.bench.update import UpdateBenchConfig, bench_update
@@ -117,48 +277,87 @@ def update_part(config: GpuCheckConfig, work: Path, deadline: float) -> dict[str
     if cuda and peak is None:
         raise ValueError(f"{torch.cuda.get_device_name(0)}: no bf16 peak known for MFU; pass --peak-tflops")
     runs = []
-    for shape in UPDATE_RUNS[config.device]:
+    for line in UPDATE_RUNS[config.device]:
+        run: dict[str, Any] = {"name": line.name, "model": line.settings["model"], "thresholds": line.thresholds()}
+        runs.append(run)
         if time.monotonic() > deadline:
-            runs.append({"model": shape["model"], "status": "skipped", "error": "time budget spent"})
+            run.update(status="skipped", error="time budget spent")
             continue
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         bench = UpdateBenchConfig(
-            **shape,
+            **line.settings,
             device=config.device,
             precision=precision,
             warmup=1,
             steps=3 if cuda else 2,
             peak_tflops=peak if precision == "bf16" else None,
-            out=work / f"update-{shape['model']}.json",
+            out=work / f"update-{line.name}.json",
         )
-        report = bench_update(bench)
+        try:
+            report = bench_update(bench)
+        except Exception as err:  # recorded; the next line still runs
+            traceback.print_exc()
+            run.update(status="failed", error=f"{type(err).__name__}: {err}"[:2000], settings=line.settings)
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
         rank = report["ranks"][0]
-        runs.append(
-            {
-                "model": shape["model"],
-                "status": "passed" if report["tokens_per_second"] > 0 and (report["mfu"] or not cuda) else "failed",
-                "precision": precision,
-                "parameters": report["parameters"],
-                "tokens_per_step": report["tokens_per_step"],
-                "step_seconds_median": report["step_seconds_median"],
-                "tokens_per_second": report["tokens_per_second"],
-                "mfu": report["mfu"],
-                "peak_tflops": peak if precision == "bf16" else None,
-                "peak_memory_bytes": rank.get("peak_cuda_bytes", rank["peak_rss_bytes"]),
-                "peak_memory_kind": "cuda_max_allocated" if "peak_cuda_bytes" in rank else "rss",
-                "state_bytes": rank["param_bytes"] + rank["optimizer_bytes"] + rank["grad_bytes"],
-                "settings": shape,
-            }
-        )
+        measured = {
+            "precision": precision,
+            "parameters": report["parameters"],
+            "tokens_per_step": report["tokens_per_step"],
+            "sequence_tokens": report["sequence_tokens"],
+            "step_seconds_median": report["step_seconds_median"],
+            "tokens_per_second": report["tokens_per_second"],
+            "mfu": report["mfu"],
+            "mfu_with_attention": report["mfu_with_attention"],
+            "attention_flops_per_step": report["attention_flops_per_step"],
+            "peak_tflops": peak if precision == "bf16" else None,
+            "peak_memory_bytes": rank.get("peak_cuda_bytes", rank["peak_rss_bytes"]),
+            "peak_memory_kind": "cuda_max_allocated" if "peak_cuda_bytes" in rank else "rss",
+            "state_bytes": rank["param_bytes"] + rank["optimizer_bytes"] + rank["grad_bytes"],
+            "reference_bytes": rank.get("reference_bytes", 0),
+            "settings": line.settings,
+        }
+        status, misses = update_verdict(measured, run["thresholds"])
+        run.update(status=status, misses=misses, **measured)
     if cuda:
         torch.cuda.empty_cache()
-    failed = [r["model"] for r in runs if r["status"] != "passed"]
-    part: dict[str, Any] = {"status": "failed" if failed else "passed", "runs": runs}
-    if failed:
-        part["error"] = f"not passed: {', '.join(failed)}"
+    statuses = {r["status"] for r in runs}
+    status = "failed" if "failed" in statuses else "skipped" if "skipped" in statuses else "passed"
+    part: dict[str, Any] = {"status": status, "runs": runs}
+    if status != "passed":
+        part["error"] = "not passed: " + ", ".join(
+            f"{r['name']} {r['status']}" for r in runs if r["status"] != "passed"
+        )
     return part
+
+
+def vllm_importable() -> tuple[bool, str]:
+    """The probe behind the `vllm` part: whether vLLM imports here, with its version, or why not (not
+    installed, or installed but broken: a mismatched torchvision stops it, FIELD_NOTES)."""
+    try:
+        import vllm
+    except Exception as err:
+        return False, f"{type(err).__name__}: {err}"[:500]
+    return True, str(getattr(vllm, "__version__", "unknown"))
+
+
+def vllm_part(config: GpuCheckConfig, work: Path) -> dict[str, Any]:
+    """Part (d): the loop with the vLLM engine where vLLM imports, else `not verified` (never `passed`)."""
+    importable, detail = vllm_importable()
+    if not importable:
+        return {
+            "status": "not verified",
+            "vllm": None,
+            "error": f"vLLM does not import here ({detail}): vLLM generation and its in-place weight reload "
+            f"on {config.device} were not verified by this check",
+        }
+    from rlep.tasks.bench.gpu_train import run_training
+
+    return {"status": "passed", "vllm": detail, **run_training(work, config.device, engine="vllm")}
 
 
 def _run_part(name: str, config: GpuCheckConfig, work: Path, deadline: float) -> dict[str, Any]:
@@ -170,6 +369,8 @@ def _run_part(name: str, config: GpuCheckConfig, work: Path, deadline: float) ->
         from rlep.tasks.bench.gpu_train import run_training
 
         return {"status": "passed", **run_training(work / "train", config.device)}
+    if name == "vllm":
+        return vllm_part(config, work / "vllm")
     return update_part(config, work / "update", deadline)
 
 
@@ -185,6 +386,9 @@ def run_check(config: GpuCheckConfig) -> dict[str, Any]:
         "bench": "gpu",
         "created_at": stamp.isoformat(),
         "passed": False,
+        "verdict": "incomplete",
+        "exit_status": EXIT_STATUS["incomplete"],
+        "not_covered": NOT_COVERED,
         "config": config.model_dump(mode="json"),
         "report": str(out),
         "machine": machine(config.device),
@@ -206,7 +410,9 @@ def run_check(config: GpuCheckConfig) -> dict[str, Any]:
             report["parts"][name] = part
             print(f"gpu check: {name} {part['status']} in {part['seconds']:.1f} s", flush=True)
             _write(out, report, began)
-        report["passed"] = all(report["parts"][name]["status"] == "passed" for name in config.parts)
+        report["verdict"] = check_verdict(report["parts"][name]["status"] for name in config.parts)
+        report["exit_status"] = EXIT_STATUS[report["verdict"]]
+        report["passed"] = report["verdict"] == "passed"
         _write(out, report, began)
     finally:
         if config.work is None:
@@ -224,7 +430,7 @@ def _write(out: Path, report: dict[str, Any], began: float) -> None:
 
 def summary(report: dict[str, Any]) -> str:
     lines = [f"gpu check on {report['machine'].get('gpu', report['config']['device'])}: "]
-    lines[0] += f"{'PASSED' if report['passed'] else 'NOT PASSED'} in {report['seconds']:.0f} s"
+    lines[0] += f"{report['verdict'].upper()} in {report['seconds']:.0f} s"
     for name, part in report["parts"].items():
         line = f"  {name}: {part['status']} ({part.get('seconds', 0):.1f} s)"
         if name == "distributed" and part["status"] == "passed":
@@ -233,13 +439,27 @@ def summary(report: dict[str, Any]) -> str:
             line += f", steps {part['steps']}, resumed at step {part['precision'][-1]['step']}"
         lines.append(line + (f": {part['error'][:300]}" if part.get("error") else ""))
         for run in part.get("runs", []):
-            if run["status"] == "passed":
-                mfu = f"MFU {100 * run['mfu']:.1f}%" if run["mfu"] is not None else "MFU n/a"
-                lines.append(
-                    f"    {run['model']} {run['precision']}: {run['tokens_per_second']:.0f} tokens/s, {mfu}, "
-                    f"peak {run['peak_memory_bytes'] / 2**30:.2f} GiB ({run['peak_memory_kind']})"
-                )
+            lines.append(f"    {run['name']}: {run['status']}" + _run_line(run))
+    lines.append(f"  not covered by this check: {'; '.join(report['not_covered'])}")
     return "\n".join(lines)
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    if "tokens_per_second" not in run:
+        return f": {run.get('error', '')[:300]}"
+    limits = run["thresholds"]
+    floor = f"floor {100 * limits['mfu_floor']:.0f}%" if limits["mfu_floor"] is not None else "no floor"
+    mfu = (
+        f"MFU {100 * run['mfu']:.1f}% by 6N, {100 * run['mfu_with_attention']:.1f}% with attention ({floor})"
+        if run["mfu"] is not None
+        else f"MFU n/a ({floor})"
+    )
+    return (
+        f", {run['precision']}: {run['tokens_per_second']:.0f} tokens/s, {mfu}, peak "
+        f"{run['peak_memory_bytes'] / GIB:.2f} GiB ({run['peak_memory_kind']}; ceiling "
+        f"{limits['peak_memory_ceiling_bytes'] / GIB:.0f} GiB)"
+        + (f"; {'; '.join(run['misses'])}" if run["misses"] else "")
+    )
 
 
 def check(config: GpuCheckConfig) -> int:
@@ -259,7 +479,7 @@ def check(config: GpuCheckConfig) -> int:
     report = run_check(config)
     print(summary(report))
     print(f"report: {report['report']}")
-    return 0 if report["passed"] else 1
+    return report["exit_status"]
 
 
 def main(argv: list[str] | None = None) -> int:

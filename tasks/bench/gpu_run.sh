@@ -6,7 +6,9 @@
 #    importable as rlep.* through a shim folder of links;
 # 3. runs the check within $BUDGET seconds (default 480; the process is stopped at $BUDGET + 90) and writes the
 #    JSON report and the log under $OUT (the device tool's folder; default bench/results).
-# Exit status: the check's (0: every part passed).
+# Exit status: the check's: 0 every part passed, 1 a part failed or could not start in time, 3 a part not
+# verified (the vllm part where vLLM does not import: the lent machines' image has none; add
+# `--parts distributed train update` to leave it out), 2 no GPU seen or bad flags.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-build/gpu-wheels}

@@ -1,12 +1,14 @@
-"""Part (c) of `rlep bench gpu`: the training loop itself on the device, 2 steps, a checkpoint, a resume to step 3.
+"""Parts (c) and (d) of `rlep bench gpu`: the training loop itself on the device, 2 steps, a checkpoint, a resume
+to step 3; part `train` with the `transformers` engine, part `vllm` the same with the vLLM engine.
 
-The real `tasks.training.trainer.train` with the `transformers` engine (no vLLM), sync mode, one process: the
-engine generates on the GPU, the sandboxed verifier scores, the backend updates on the GPU in the precision
-`auto` picks there (bf16 on an H100), the weights are synced into the engine, `step-2` is written, and a second
-`train(..., resume=True)` loads it and trains step 3. The policy is a random-init tiny Qwen2 with the project's
-character tokenizer (data/tiny_model's architecture at fixture size, no supervised training, nothing from the
-hub): it answers nothing right, so the reward gives answers with no number -1 and wrong ones 0, which makes
-the groups' rewards differ (a random model writes a digit in most answers, not all) and the update act.
+The real `tasks.training.trainer.train`, sync mode, one process: the engine generates on the GPU, the
+sandboxed verifier scores, the backend updates on the GPU in the precision `auto` picks there (bf16 on an
+H100), the weights are synced into the engine (with vLLM, in the trainer's process: vLLM's in-place weight
+reload), `step-2` is written, and a second `train(..., resume=True)` loads it and trains step 3. The policy is
+a random-init tiny Qwen2 with the project's character tokenizer (data/tiny_model's architecture at fixture
+size, no supervised training, nothing from the hub): it answers nothing right, so the reward gives answers
+with no number -1 and wrong ones 0, which makes the groups' rewards differ (a random model writes a digit in
+most answers, not all) and the update act.
 
 Asserts: metrics for steps 1-3, every loss finite, the run resumed at step 2 (two starts recorded in
 resolved_settings.json, the second at step 2, both on the expected device), at least one group with a
@@ -47,7 +49,7 @@ def tiny_policy(directory: Path) -> Path:
     return directory
 
 
-def train_config(model: Path, out: Path, steps: int):
+def train_config(model: Path, out: Path, steps: int, engine: str = "transformers"):
     from rlep.tasks.training.config import TrainConfig
 
     return TrainConfig.model_validate(
@@ -62,7 +64,7 @@ def train_config(model: Path, out: Path, steps: int):
             save_every=1,
             problems={"source": "tiny-math", "limit": 16},
             eval_problems={"source": "tiny-math", "split": "test", "limit": 4},
-            engine={"backend": "transformers"},
+            engine={"backend": engine, **({"max_num_seqs": 64} if engine == "vllm" else {})},  # 32 sequences a step
             reward={"no_answer": -1.0},
             optimizer={"lr": 1e-3},
             micro_batch_size=16,
@@ -88,8 +90,9 @@ def imported_packages() -> list[str]:
     return sorted(found)
 
 
-def run_training(work: Path, device: str) -> dict[str, Any]:
-    """The steps of the module docstring; returns the facts and raises on a failed check."""
+def run_training(work: Path, device: str, engine: str = "transformers") -> dict[str, Any]:
+    """The steps of the module docstring with `engine` generating; returns the facts and raises on a failed
+    check."""
     import pyarrow.parquet as pq
     from safetensors.torch import load_file
 
@@ -100,9 +103,9 @@ def run_training(work: Path, device: str) -> dict[str, Any]:
     model = tiny_policy(work / "tiny_policy")
     out = work / "train_run"
     began = time.perf_counter()
-    train(train_config(model, out, STEPS - 1), progress=False)
+    train(train_config(model, out, STEPS - 1, engine), progress=False)
     first = time.perf_counter() - began
-    result = train(train_config(model, out, STEPS), resume=True, progress=False)
+    result = train(train_config(model, out, STEPS, engine), resume=True, progress=False)
     resumed = time.perf_counter() - began - first
     layout = TrainRunLayout(out)
     rows = pq.read_table(layout.metrics).to_pylist()
@@ -114,11 +117,13 @@ def run_training(work: Path, device: str) -> dict[str, Any]:
     final_weights = load_file(Path(result.final_checkpoint) / "model.safetensors")
     changed = max(float((final_weights[k] - start_weights[k]).abs().max()) for k in start_weights)
     facts = {
+        "engine": engine,
         "steps": [r["step"] for r in rows],
         "losses": [r.get("loss") for r in rows],
         "reward_mean": [r.get("reward_mean") for r in rows],
         "zero_std_group_frac": [r.get("zero_std_group_frac") for r in rows],
         "time_step": [r.get("time_step") for r in rows],
+        "logprob_mismatch": [r.get("logprob_mismatch") for r in rows],
         "precision": [{k: s[k] for k in ("step", "precision", "device", "reason")} for s in starts],
         "verdict_reasons": dict(reasons),
         "final_checkpoint": str(result.final_checkpoint),
