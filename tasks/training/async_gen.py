@@ -41,10 +41,10 @@ from rlep.tasks.training.placement import CoreShare as CoreShare  # re-exported:
 from rlep.tasks.training.placement import generator_gpu_env
 from rlep.tasks.training.placement import split_cores as split_cores
 from rlep.tasks.training.placement import update_device as update_device
-from rlep.tasks.training.weight_sync import GatheredWeights, send_weights, write_bucket
+from rlep.tasks.training.weight_sync import Entry, GatheredWeights, send_weights
+from rlep.tasks.training.weight_transport import Bucket, bucket_for
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
-BUCKETS_IN_FLIGHT = 1  # weight buckets handed to the sender thread at once; the next one is packed meanwhile
 
 
 class GeneratorError(RuntimeError):
@@ -72,14 +72,17 @@ class AnsweredLater:
         return self.receive(tag)[0]
 
     processes: list[GeneratorProcess]  # the generator processes behind it (one, or a pool's)
-    bucket_bytes: int
+    transport: Bucket  # the buffer every process reads the weights from (tasks/training/weight_transport.py)
+    bucket_bytes: int  # the most one bucket holds (at most the buffer's size)
 
     def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): read once, each bucket sent to every
-        process before the next is filled; a process loads them after the requests sent before, bucket by bucket
-        as they arrive. Weights gathered by collectives of the training ranks (`GatheredWeights`, FSDP2) are read
-        only once every process has answered the requests sent before (`wait_idle`, outside any collective): the
-        buckets then go to processes already listening, and no rank waits inside a gather for a generation."""
+        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): read once, a bucket at a time, into
+        the one buffer every process maps; each bucket's header goes to every process at once and they load it in
+        parallel, after the requests sent before; the next bucket is written once all have acknowledged (the last
+        one's acknowledgements are waited for by the next write, not here). Weights gathered by collectives of the
+        training ranks (`GatheredWeights`, FSDP2) are read only once every process has answered the requests sent
+        before (`wait_idle`, outside any collective): the buckets then go to processes already listening, and no
+        rank waits inside a gather for a generation."""
         what = f"policy version {version}'s weights"
         if isinstance(weights, GatheredWeights):
             for process in self.processes:
@@ -87,11 +90,17 @@ class AnsweredLater:
         for process in self.processes:
             process._send(("weights", version))
 
-        def to_all(message: tuple, payload: torch.Tensor) -> None:
+        def reusable() -> None:
             for process in self.processes:
-                process._send_bucket(message, payload, what)
+                process.wait_read(f"a bucket of {what}")
 
-        send_weights(to_all, weights, self.bucket_bytes)
+        def publish(header: list[Entry]) -> None:
+            self.transport.written()
+            for process in self.processes:
+                process._send(("weights_bucket", header))
+                process.unread += 1
+
+        send_weights(weights, self.transport.buffer, publish, reusable, self.bucket_bytes)
         for process in self.processes:
             process._send(("weights_end",))
 
@@ -101,17 +110,31 @@ class AnsweredLater:
 
 class GeneratorProcess(AnsweredLater):
     """Trainer-side handle of the generator process: a `GenerationEngine` (blocking `generate`, used by
-    evaluation) plus `submit` / `receive` for requests answered later and `push_weights` (streamed in buckets)."""
+    evaluation) plus `submit` / `receive` for requests answered later and `push_weights` (streamed in buckets
+    through `transport`: its own, or a pool's `bucket` shared by every process of the pool)."""
 
     name = "generator-process"
 
     def __init__(
-        self, model: str | Path, config: EngineConfig, version: int, cores: Sequence[int] = (), gpus: Sequence[int] = ()
+        self,
+        model: str | Path,
+        config: EngineConfig,
+        version: int,
+        cores: Sequence[int] = (),
+        gpus: Sequence[int] = (),
+        bucket: Bucket | None = None,
     ) -> None:
-        ours, theirs = socket.socketpair()
         self.bucket_bytes = config.sync_bucket_mb << 20
+        self.owns_transport = bucket is None
+        self.transport = bucket_for(gpus, self.bucket_bytes) if bucket is None else bucket
+        try:
+            ours, theirs = socket.socketpair()
+        except BaseException:
+            self._close_transport()
+            raise
         self.timeout = config.generator_timeout  # seconds any one wait on this process may last
         self.processes = [self]  # a pool of one, for the shared push_weights
+        self.unread = 0  # buckets announced to the process that it has not acknowledged yet
         if config.sleep_during_update == "auto":  # on its own GPU (or the CPU): nothing to share with an update
             config = config.model_copy(update={"sleep_during_update": False})
         env = module_env(VLLM_ENABLE_V1_MULTIPROCESSING="0")
@@ -130,63 +153,53 @@ class GeneratorProcess(AnsweredLater):
             config.model_dump_json(),
             json.dumps(list(cores)),
         ]
-        self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env)
-        theirs.close()
+        try:
+            self.proc = subprocess.Popen(args, pass_fds=[theirs.fileno(), *self.transport.pass_fds()], env=env)
+        except BaseException:
+            self._close_transport()
+            raise
+        finally:
+            theirs.close()
         from multiprocessing.connection import Connection
 
         self.conn = Connection(ours.detach())
         self.pid = self.proc.pid
-        self.arrived: dict[Any, tuple] = {}
+        self.arrived: dict[Any, tuple] = {}  # answers by tag, kept for their `receive`
+        self.ready: tuple | None = None
         self.pending: set = set()  # tags submitted whose answers have not arrived: the generator is busy
         self.outbox: queue.Queue = queue.Queue()
         self.send_error: BaseException | None = None
-        # Sends happen on their own thread: a weights message is larger than the socket buffer and would
-        # otherwise block the trainer until the generator finishes its current request.
+        # Sends happen on their own thread: a request's prompts may exceed the socket buffer while the generator
+        # is busy, and the trainer must not block on that.
         self.sender = threading.Thread(target=self._send_loop, name="generator-sender", daemon=True)
-        self.bucket_slots = threading.Semaphore(BUCKETS_IN_FLIGHT)
         self.sender.start()
         try:
-            self.weight_dtype = getattr(torch, self._wait_for(lambda m: m[0] == "ready", "report its engine ready")[2])
+            self._send(("weights_buffer", self.transport.opening()))  # opened once; every bucket goes through it
+            self._wait(lambda: self.ready is not None, lambda: "did not report its engine ready")
+            self.weight_dtype = getattr(torch, self.ready[2])
         except BaseException:
             self.close()
             raise
 
     def _send_loop(self) -> None:
-        while (item := self.outbox.get()) is not None:
-            message, payload = item
-            item = None  # the payload's last reference is `payload`: freed once written
+        while (message := self.outbox.get()) is not None:
             try:
-                if payload is None:
-                    self.conn.send(message)
-                else:
-                    write_bucket(self.conn, message, payload)
-                    del payload
-                    self.bucket_slots.release()
+                self.conn.send(message)
             except OSError as error:
                 self.send_error = error
                 return
 
-    def _send(self, message: tuple, payload: torch.Tensor | None = None) -> None:
+    def _send(self, message: tuple) -> None:
         if self.send_error is not None:
             raise GeneratorError(
                 f"generator process {self.pid} cannot be reached: {self.send_error}"
             ) from self.send_error
-        self.outbox.put((message, payload))
+        self.outbox.put(message)
 
-    def _send_bucket(self, message: tuple, payload: torch.Tensor, what: str = "the weights") -> None:
-        """Queue one weights bucket (of `what`) once fewer than BUCKETS_IN_FLIGHT are waiting: the host memory of a
-        sync is bounded by buckets, so this waits for the generator to read (it finishes its request in progress
-        first). Meanwhile its answers are read as they come: it may itself be blocked sending them."""
-        deadline = time.monotonic() + self.timeout
-        while not self.bucket_slots.acquire(timeout=0.2):
-            while self.conn.poll(0):
-                message_in = self._next_message()
-                self.arrived[message_in[1]] = message_in
-            if self.proc.poll() is not None or self.send_error is not None:
-                raise GeneratorError(f"generator process {self.pid} died (exit code {self.proc.poll()})")
-            if time.monotonic() > deadline:
-                raise self._late(f"did not take a bucket of {what}")
-        self._send(message, payload)
+    def wait_read(self, what: str) -> None:
+        """Return once the process has acknowledged every bucket announced to it (it has finished loading them, after
+        the request it was working on): the shared buffer may be written again. `what`: the bucket, in words."""
+        self._wait(lambda: self.unread == 0, lambda: f"did not read {what}")
 
     def _late(self, what: str) -> GeneratorError:
         return GeneratorError(
@@ -194,7 +207,9 @@ class GeneratorProcess(AnsweredLater):
             "running: raise --generator-timeout if it is this slow)"
         )
 
-    def _next_message(self) -> tuple:
+    def _read(self) -> None:
+        """Take one message from the process: an answer is kept under its tag for its `receive`, a bucket's
+        acknowledgement counted, the ready report kept; an error (or the process gone) raises."""
         try:
             message = self.conn.recv()
         except (EOFError, OSError):
@@ -202,20 +217,20 @@ class GeneratorProcess(AnsweredLater):
         if message is None or message[0] == "error":
             detail = message[1] if message else f"exit code {self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)}"
             raise GeneratorError(f"generator process {self.pid} failed:\n{detail}")
-        if message[0] == "generated":
+        if message[0] == "bucket_read":
+            self.unread -= 1
+        elif message[0] == "ready":
+            self.ready = message
+        else:
             self.pending.discard(message[1])
-        return message
-
-    def _wait_for(self, wanted: Callable[[tuple], bool], what: str) -> tuple:
-        """The next message satisfying `wanted` (the process should `what`, in words), within `timeout` seconds;
-        other results are kept for their own `receive`."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            self._poll(deadline, lambda: f"did not {what}")
-            message = self._next_message()
-            if wanted(message):
-                return message
             self.arrived[message[1]] = message
+
+    def _wait(self, done: Callable[[], bool], late: Callable[[], str]) -> None:
+        """Read messages until `done()`, within `timeout` seconds (`late()` says what the process did not do)."""
+        deadline = time.monotonic() + self.timeout
+        while not done():
+            self._poll(deadline, late)
+            self._read()
 
     def _poll(self, deadline: float, late: Callable[[], str]) -> None:
         """Return once a message can be read; raise if the process died or `deadline` passes first (`late()` says
@@ -229,21 +244,16 @@ class GeneratorProcess(AnsweredLater):
     def wait_idle(self, before: str) -> None:
         """Return once every request sent so far has been answered (the answers are kept for their `receive`), so
         the process reads whatever is sent next at once; within `timeout` seconds. `before`: what waits for it."""
-        deadline = time.monotonic() + self.timeout
 
         def late() -> str:
             return f"did not answer {' and '.join(map(request_name, sorted(self.pending)))}, which {before} wait for,"
 
-        while self.pending:
-            self._poll(deadline, late)
-            message = self._next_message()
-            self.arrived[message[1]] = message
+        self._wait(lambda: not self.pending, late)
 
     def busy(self) -> bool:
         """Whether the generator is working on a request now (answers that have arrived are kept; no wait)."""
         while self.pending and self.conn.poll(0):
-            message = self._next_message()
-            self.arrived[message[1]] = message
+            self._read()
         return bool(self.pending)
 
     def submit(self, tag: Any, prompts: Sequence[str], sampling: SamplingConfig) -> None:
@@ -252,16 +262,15 @@ class GeneratorProcess(AnsweredLater):
 
     def receive(self, tag: Any) -> tuple[list[list[Completion]], int, float, float]:
         """(completions, policy version that generated them, generator busy seconds, its idle seconds before)."""
-        message = self.arrived.pop(tag, None) or self._wait_for(
-            lambda m: m[0] == "generated" and m[1] == tag, f"answer {request_name(tag)}"
-        )
-        _, _, version, completions, busy, idle = message
+        self._wait(lambda: tag in self.arrived, lambda: f"did not answer {request_name(tag)}")
+        _, _, version, completions, busy, idle = self.arrived.pop(tag)
         return completions, version, busy, idle
 
     def close(self) -> None:
-        """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running."""
+        """Stop the process: an orderly stop, then a kill if it does not exit in time. Never leaves it running.
+        Its own transport (not a pool's) is released too."""
         if self.proc.poll() is None:
-            self.outbox.put((("stop",), None))
+            self.outbox.put(("stop",))
         self.outbox.put(None)
         try:
             self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)
@@ -271,6 +280,11 @@ class GeneratorProcess(AnsweredLater):
         finally:
             self.sender.join(timeout=1.0)
             self.conn.close()
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self.owns_transport:
+            self.transport.close()
 
 
 @dataclass

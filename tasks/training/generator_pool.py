@@ -4,9 +4,12 @@ GPUs (`tensor_parallel_size` of `generator_gpus` each) or its own share of the g
 `GeneratorPool` is a drop-in for one `GeneratorProcess` (`submit` / `receive` / `busy` / `push_weights` /
 `generate` / `close`): a request's prompts are cut into contiguous, near-equal slices, slice i goes to engine i
 (sampling with its own seed, `seed + SLICE_SEED_STRIDE * i`, so two engines never draw the same stream), and the
-answers are put back in prompt order. The weights are read from the trainer once and every bucket goes to every
-engine, so a sync still holds about one bucket of host memory, not one per engine. Every engine handles one
-ordered stream, as a single generator does, so all of them answer a request with the same policy version.
+answers are put back in prompt order. The weights are read from the trainer once into one bucket buffer that every
+engine's process maps (tasks/training/weight_transport.py); each bucket is announced to all of them at once, they
+load it in parallel, and the next is written once every one has acknowledged: a sync holds one bucket of host
+memory, not one per engine, and takes about as long as the slowest engine's load, not their sum. Every engine
+handles one ordered stream, as a single generator does, so all of them answer a request with the same policy
+version.
 
 What changes with the count: a request sampled on k engines draws other random numbers than on one, so a run's
 answers depend on `generator_engines` (a resume keeps them only at the same count).
@@ -20,6 +23,7 @@ from typing import Any
 
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import AnsweredLater, GeneratorProcess
+from rlep.tasks.training.weight_transport import bucket_for
 
 SLICE_SEED_STRIDE = 1 << 40  # beyond generate_counts' per-count streams (2^31 apart) and any step's seed
 
@@ -71,14 +75,18 @@ class GeneratorPool(AnsweredLater):
         if engines < 1:
             raise ValueError(f"generator_engines {engines}: at least one")
         self.processes: list[GeneratorProcess] = []
+        self.bucket_bytes = config.sync_bucket_mb << 20
+        self.transport = bucket_for(gpus, self.bucket_bytes)  # one buffer, mapped by every engine's process
         try:
             for member_gpus, member_cores in engine_shares(engines, gpus, config.tensor_parallel_size, cores):
-                self.processes.append(GeneratorProcess(model, config, version, cores=member_cores, gpus=member_gpus))
+                member = GeneratorProcess(
+                    model, config, version, cores=member_cores, gpus=member_gpus, bucket=self.transport
+                )
+                self.processes.append(member)
         except BaseException:
             self.close()
             raise
         self.weight_dtype = self.processes[0].weight_dtype
-        self.bucket_bytes = self.processes[0].bucket_bytes
         self.pids = [m.pid for m in self.processes]
         self._sizes: dict[Any, list[int]] = {}  # tag -> prompts in each engine's slice
 
@@ -111,13 +119,15 @@ class GeneratorPool(AnsweredLater):
         return any([member.busy() for member in self.processes])  # a list: every member reads what has arrived
 
     def close(self) -> None:
-        """Stop every engine's process (each: an orderly stop, then a kill); never leaves one running."""
+        """Stop every engine's process (each: an orderly stop, then a kill); never leaves one running. Then the
+        shared bucket is released."""
         errors = []
         for member in self.processes:
             try:
                 member.close()
             except BaseException as error:  # stop the others first
                 errors.append(error)
+        self.transport.close()
         if errors:
             raise errors[0]
 

@@ -5,12 +5,15 @@ tasks.training.generator_worker FD`), not a `multiprocessing` child: a spawned c
 caller's `__main__` (a user's script without a main guard would run again), and a forked one inherits
 torch's and vLLM's threads. It talks over the socket FD with `multiprocessing.connection` messages:
 
-    in:  ("weights", version), then ("weights_bucket", header, size) + raw bytes per bucket, ("weights_end",):
-                                          policy `version`, loaded in place as the buckets arrive
+    in:  ("weights_buffer", opening) first: the bucket buffer shared with the trainer, opened once
+                                          (tasks/training/weight_transport.py: shared memory, or CUDA IPC)
+         ("weights", version), then ("weights_bucket", header) per bucket written into that buffer,
+                                          ("weights_end",): policy `version`, loaded in place as the buckets arrive
                                           (tasks/training/weight_sync.py: never the whole model at once)
          ("generate", tag, prompts, sampling) answers with the weights loaded *now*
          ("stop",)
     out: ("ready", pid, dtype) once the engine is up (dtype: what weights are sent in);
+         ("bucket_read",) once a bucket is loaded: the trainer may write the next one into the buffer;
          ("generated", tag, version, completions, busy_s, idle_s);
          ("error", traceback) before exiting on any failure
 
@@ -50,11 +53,13 @@ def _watch_parent(parent: int) -> None:
 def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> None:
     from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
     from rlep.tasks.training.weight_sync import receive_weights
+    from rlep.tasks.training.weight_transport import open_bucket
 
     engine = make_engine(model, EngineConfig.model_validate(engine_settings))
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)
     conn.send(("ready", os.getpid(), str(engine.weight_dtype).removeprefix("torch.")))
     idle = 0.0
+    buffer = None
     while True:
         waiting = time.perf_counter()
         try:
@@ -66,9 +71,11 @@ def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> 
         if kind == "stop":
             engine.close()
             return
-        if kind == "weights":
+        if kind == "weights_buffer":
+            buffer = open_bucket(message[1])
+        elif kind == "weights":
             version = message[1]
-            stream = receive_weights(conn)
+            stream = receive_weights(conn.recv, buffer, lambda: conn.send(("bucket_read",)))
             engine.load_weights(stream)
             deque(stream, maxlen=0)  # an engine that stopped short must not leave buckets to be read as requests
         elif kind == "generate":

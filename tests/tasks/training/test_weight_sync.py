@@ -1,6 +1,7 @@
-"""Weight sync streamed in the engine's dtype: bounded buckets, incremental loading, the bf16 conversion, and vLLM's
-sleep around the update."""
+"""Weight sync streamed in the engine's dtype: bounded buckets through one reused buffer, incremental loading, the
+bf16 conversion, and vLLM's sleep around the update."""
 
+import os
 import threading
 import weakref
 from multiprocessing import Pipe
@@ -13,14 +14,8 @@ from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
 from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.weight_sync import (
-    named_weights,
-    nbytes,
-    receive_weights,
-    send_weights,
-    unpack,
-    write_bucket,
-)
+from rlep.tasks.training.weight_sync import named_weights, nbytes, receive_weights, send_weights
+from rlep.tasks.training.weight_transport import SharedMemoryBucket, open_bucket
 
 KIB = 1024
 
@@ -47,15 +42,65 @@ def policy(fixture_model):
     return LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), fp32))
 
 
-def test_buckets_stay_within_the_bound_and_a_larger_tensor_travels_alone():
+class OneBuffer:
+    """Both sides of `send_weights` / `receive_weights` in one process: the sender on a thread, the buffer one
+    tensor, each bucket acknowledged before the next is written (as by every generator process)."""
+
+    def __init__(self, size):
+        self.buffer = torch.zeros(size, dtype=torch.uint8)
+        self.headers, self.messages, self.free = [], [], threading.Semaphore(1)
+
+    def send(self, named, bucket_bytes=None):
+        def publish(header):
+            self.headers.append(header)
+            self.messages.append(("weights_bucket", header))
+            self.ready.release()
+
+        def run():
+            send_weights(named, self.buffer, publish, self.free.acquire, bucket_bytes)
+            self.messages.append(("weights_end",))
+            self.ready.release()
+
+        self.ready = threading.Semaphore(0)
+        threading.Thread(target=run, daemon=True).start()
+
+    def receive(self):
+        def recv():
+            assert self.ready.acquire(timeout=10)
+            return self.messages.pop(0)
+
+        return receive_weights(recv, self.buffer, self.free.release)
+
+
+def test_buckets_stay_within_the_bound_and_a_larger_tensor_crosses_in_pieces():
     named = [(f"t{i}", torch.full((n,), float(i))) for i, n in enumerate([100, 100, 100, 1000, 10, 10])]  # 4 B each
-    sent = []
-    send_weights(lambda message, payload: sent.append((message[1], payload.clone())), named, bucket_bytes=900)
-    sizes = [[torch.Size(shape).numel() * 4 for _, _, shape, _ in header] for header, _ in sent]
-    assert sizes == [[400, 400], [400], [4000], [40, 40]]  # aligned offsets: 400 -> 448 + 400 fits, + 400 does not
-    received = [pair for header, payload in sent for pair in unpack(header, payload)]
+    one = OneBuffer(900)
+    one.send(named)
+    received = [(name, tensor.clone()) for name, tensor in one.receive()]
+    pieces = [[(name, size) for name, _, _, _, _, size in header] for header in one.headers]
+    # aligned offsets: 400 -> 448 + 400 fits, + 400 does not; the 4000-byte tensor in pieces of the buffer's 900
+    assert pieces == [[("t0", 400), ("t1", 400)], [("t2", 400)], *[[("t3", n)] for n in (900,) * 4 + (400,)]] + [
+        [("t4", 40), ("t5", 40)]
+    ]
     assert [n for n, _ in received] == [n for n, _ in named]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(received, named))
+
+
+def test_a_tensor_the_engine_still_holds_keeps_its_values_when_the_buffer_is_reused():
+    """vLLM stages a layer's weights until all have come, across buckets: what it holds is moved out of the buffer
+    before the buffer is acknowledged. A view it derived itself cannot be moved: that is refused, not loaded wrong."""
+    named = [(f"t{i}", torch.full((64,), float(i))) for i in range(6)]  # 256 B each: one per 300-byte bucket
+    one = OneBuffer(300)
+    one.send(named)
+    held = list(one.receive())  # every tensor kept until the end, as a staging engine would
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(held, named))
+    assert all(t.untyped_storage().data_ptr() != one.buffer.untyped_storage().data_ptr() for _, t in held)
+    one = OneBuffer(300)
+    one.send(named)
+    derived = []
+    with pytest.raises(RuntimeError, match="kept a view of the shared weights bucket"):
+        for _, tensor in one.receive():
+            derived.append(tensor[:10])  # a view of the buffer the receiver cannot see
 
 
 def test_the_in_process_sync_holds_one_converted_tensor_at_a_time(policy, fixture_model):
@@ -74,49 +119,47 @@ def test_the_in_process_sync_holds_one_converted_tensor_at_a_time(policy, fixtur
         assert value.dtype == torch.bfloat16 and torch.equal(value, state[name].to(torch.bfloat16)), name
 
 
-def test_weights_cross_the_pipe_in_bounded_buckets_and_load_as_they_arrive(policy, fixture_model):
-    """The generator process's protocol (GeneratorProcess.push_weights -> generator_worker), over a real pipe."""
+def test_weights_cross_a_shared_buffer_in_bounded_buckets_and_load_as_they_arrive(policy, fixture_model):
+    """The generator process's protocol (GeneratorProcess.push_weights -> generator_worker) through a real shared-memory
+    bucket, both ends mapped, headers over a real pipe: only metadata goes through the pipe, every bucket is written
+    into the same bucket-sized buffer, and each is loaded before the next is written."""
     trainer_end, generator_end = Pipe()
     engine = make_engine(fixture_model, EngineConfig(backend="transformers", dtype="bfloat16"))
     bound = 16 * KIB
-    read = []  # buckets read by the generator side when each tensor was loaded
-    payloads = []
+    bucket = SharedMemoryBucket(bound)
+    theirs = open_bucket(("shared-memory", os.dup(bucket.fd), bound))  # the generator's own mapping
+    acks = threading.Semaphore(1)
+    announced, read, written_at = [], [], set()
 
-    class CountingConnection:
-        def __init__(self, conn):
-            self.conn, self.buckets = conn, 0
-
-        def recv(self):
-            return self.conn.recv()
-
-        def recv_bytes_into(self, buffer):
-            self.buckets += 1
-            return self.conn.recv_bytes_into(buffer)
-
-    counting = CountingConnection(generator_end)
+    def publish(header):
+        written_at.add(bucket.buffer.untyped_storage().data_ptr())
+        announced.append(header)
+        trainer_end.send(("weights_bucket", header))
 
     def loaded_as_read(stream):
         for name, tensor in stream:
-            read.append(counting.buckets)
+            read.append(len(announced))
             yield name, tensor
 
-    def send(message, payload):
-        payloads.append(payload.numel())
-        write_bucket(trainer_end, message, payload)
-
     produced = Alive(policy.named_weights(torch.bfloat16))
-    sender = threading.Thread(
-        target=lambda: (send_weights(send, produced, bound), trainer_end.send(("weights_end",))), daemon=True
-    )
+
+    def send():
+        send_weights(produced, bucket.buffer, publish, lambda: acks.acquire(timeout=30))
+        trainer_end.send(("weights_end",))
+
+    sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    engine.load_weights(loaded_as_read(receive_weights(counting)))
+    engine.load_weights(loaded_as_read(receive_weights(generator_end.recv, theirs, acks.release)))
     sender.join(timeout=30)
+    bucket.close()
     state = policy.model.state_dict()
     whole = sum(nbytes(t.to(torch.bfloat16)) for t in state.values())
     largest = max(nbytes(t.to(torch.bfloat16)) for t in state.values())
-    assert len(payloads) > 3 and max(payloads) <= max(bound, largest) < whole  # many buckets, each bounded
-    assert produced.max_alive <= max(bound, largest)  # the trainer converts one bucket's tensors at a time
-    assert read[0] == 1 and read == sorted(read) and read[-1] == len(payloads)  # loaded bucket by bucket
+    assert largest <= bound < whole and len(announced) > 3  # many buckets, through one buffer of the bucket's size
+    assert len(written_at) == 1 and bucket.size == theirs.numel() == bound
+    assert all(isinstance(value, (str, int, tuple)) for header in announced for entry in header for value in entry)
+    assert produced.max_alive <= bound  # the trainer converts one bucket's tensors at a time
+    assert read[0] == 1 and read == sorted(read) and read[-1] == len(announced)  # loaded bucket by bucket
     for name, value in engine.model.state_dict().items():
         assert torch.equal(value, state[name].to(torch.bfloat16)), name
 
