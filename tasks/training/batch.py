@@ -43,9 +43,10 @@ class TrainingBatch:
         """The same batch on `device` (the model's: the loss is computed where the model is)."""
         return TrainingBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
-    def select(self, index: torch.Tensor) -> TrainingBatch:
-        """The rows `index` (a mini-batch), trimmed to their longest sequence."""
-        width = int(self.attention_mask[index].sum(-1).max())
+    def select(self, index: torch.Tensor, width: int | None = None) -> TrainingBatch:
+        """The rows `index` (a mini-batch), trimmed to their longest sequence: `width` tokens when the caller knows
+        it (from `row_lengths` on the CPU: no wait on the device), else measured here."""
+        width = int(self.attention_mask[index].sum(-1).max()) if width is None else width
         return TrainingBatch(
             input_ids=self.input_ids[index, :width],
             attention_mask=self.attention_mask[index, :width],
@@ -130,3 +131,20 @@ def mini_batches(group: torch.Tensor, count: int, generator: torch.Generator | N
     for i in loose:
         min(bins, key=len).append(i)  # first of the smallest: deterministic
     return [torch.tensor(sorted(b), dtype=torch.long) for b in bins]
+
+
+def row_lengths(batch: TrainingBatch) -> torch.Tensor:
+    """Tokens (prompt + completion) of each row [B], on the CPU."""
+    return batch.attention_mask.sum(-1).cpu()
+
+
+def micro_batch_rows(rows: torch.Tensor, lengths: torch.Tensor, micro: int) -> list[torch.Tensor]:
+    """`rows` (indices into a batch whose row lengths are `lengths`) in micro-batches of at most `micro`, longest
+    first: sorted by length before they are cut, so each micro-batch holds rows of similar length and its padding
+    (to its own longest row, `TrainingBatch.select`) is small. The rows a mini-batch trains on, its shares and so
+    its step are those of any other cut; only which rows share a forward changes (and the float summation order).
+    Ties keep the rows' order."""
+    if len(rows) == 0:
+        return []
+    order = torch.sort(lengths[rows], descending=True, stable=True).indices
+    return list(rows[order].split(micro))

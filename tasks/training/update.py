@@ -11,7 +11,7 @@ from typing import Protocol
 import torch
 
 from rlep.tasks.training.advantages import zero_variance_advantages
-from rlep.tasks.training.batch import TrainingBatch, mini_batches
+from rlep.tasks.training.batch import TrainingBatch, micro_batch_rows, mini_batches, row_lengths
 from rlep.tasks.training.config import LossConfig, TrainConfig
 from rlep.tasks.training.logprobs import token_logprobs
 from rlep.tasks.training.losses import (
@@ -60,29 +60,33 @@ def _logprobs(
     temperature: float,
     before_micro_batch: Callable[[], None] | None = None,
     data_parallel: DataParallel | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Log-probs [B, T-1] of `batch` under `model` at `temperature`, computed `micro` sequences at a time.
+    """Log-probs [B, T-1] of `batch` under `model` at `temperature`, computed `micro` sequences at a time, longest
+    first (`batch.micro_batch_rows`: less padding). `lengths` [B] (on the CPU): the rows' lengths, if known.
 
     With `data_parallel` each rank runs the forward over its own rows only (the update's sharding of the whole
     batch), every rank as many forwards (padded with a masked row: FSDP2 gathers in every forward), and the rows
     are summed over ranks into the whole [B, T-1] (each row nonzero on one rank only, so the sum is exact)."""
+    lengths = row_lengths(batch) if lengths is None else lengths
+    length = lengths.tolist()
     out = torch.zeros_like(batch.behaviour_logp)
-    mine = torch.arange(len(batch)) if data_parallel is None else data_parallel.rows(batch.group.cpu())
-    chunks: list[torch.Tensor | None] = [mine[rows] for rows in _chunks(len(mine), micro)]
+    group = batch.group.cpu()
+    mine = torch.arange(len(batch)) if data_parallel is None else data_parallel.rows(group, lengths)
+    chunks: list[torch.Tensor | None] = list(micro_batch_rows(mine, lengths, micro))
     if data_parallel is not None:
-        chunks += [None] * (data_parallel.micro_batches(batch.group.cpu(), micro) - len(chunks))
+        chunks += [None] * (data_parallel.micro_batches(group, micro, lengths) - len(chunks))
     for rows in chunks:
         if before_micro_batch:
             before_micro_batch()
-        part = _masked(batch.select(torch.zeros(1, dtype=torch.long))) if rows is None else batch.select(rows)
+        if rows is None:
+            part = _masked(batch.select(torch.zeros(1, dtype=torch.long), width=length[0]))
+        else:
+            part = batch.select(rows, width=max(length[i] for i in rows.tolist()))
         logp, _ = token_logprobs(model, part.input_ids, part.attention_mask, temperature)
         if rows is not None:
             out[rows.to(out.device), : logp.shape[1]] = logp
     return out if data_parallel is None else data_parallel.sum_rows(out)
-
-
-def _chunks(size: int, chunk: int) -> list[torch.Tensor]:
-    return [torch.arange(start, min(size, start + chunk)) for start in range(0, size, chunk)]
 
 
 def policy_update(
@@ -103,7 +107,10 @@ def policy_update(
     each, so every replay design makes the same number of updates at the same settings. A mini-batch's
     gradient is accumulated over micro-batches of `micro_batch_size` sequences, each micro-batch's loss weighted
     by its share of the mini-batch's tokens (token-mean) or sequences (the seq-mean modes), so the step equals
-    one pass over the whole mini-batch; micro-batches only bound memory and keep kernel shapes regular.
+    one pass over the whole mini-batch; micro-batches only bound memory and keep kernel shapes regular. They are
+    cut from the mini-batch's rows sorted by length (`batch.micro_batch_rows`), so each pads to a length near its
+    rows' own; which rows a mini-batch holds (`mini_batches`) does not depend on the cut. Nothing is read back from
+    the device within an optimizer step but once, after its last backward (its metrics and gradient norm).
 
     Log-probs are those of the sampling distribution: logits / `temperature` (the rollouts' temperature).
     old log-probs (pi_old, the ratio's denominator) are the policy's before this update, fixed once. With one
@@ -125,53 +132,72 @@ def policy_update(
     with a fully masked row); shares stay those of the whole mini-batch and the loss is scaled by its
     `loss_scale` (the ranks' gradients are averaged), and metrics are summed over ranks before averaging.
 
-    Returns metrics averaged over optimizer steps, plus `optimizer_updates` (steps made) and `tokens_trained`
-    (completion tokens through the loss, summed over updates).
+    Returns metrics averaged over optimizer steps, plus `optimizer_updates` (steps made), `tokens_trained`
+    (completion tokens through the loss, summed over updates) and `padding_share` (the share of the token
+    positions of the training forwards, all ranks', that are padding).
     """
+    # The step's bookkeeping (lengths, token counts, which rows are shaped) is read from the batch on the CPU, where
+    # it is built, so no micro-batch waits on the device; the device's metrics are read once per optimizer step.
+    host = batch.to(torch.device("cpu"))
+    lengths = row_lengths(host)
+    length, row_tokens = lengths.tolist(), host.mask.sum(-1).tolist()
+    fresh_row_tokens = [n * (not replayed) for n, replayed in zip(row_tokens, host.is_replay.tolist())]
+    shaped_rows, zero_variance_rows = (host.shaping != 0).tolist(), (host.zero_variance != 0).tolist()
     batch = batch.to(next(model.parameters()).device)  # built on the CPU; a GPU model needs it on its device
     loss_config, horizon, temperature = settings.loss, settings.horizon, settings.temperature
     updates_per_epoch = settings.updates_per_epoch
     micro = settings.micro_batch_size or len(batch)
     single_pass = settings.ppo_epochs == 1 and updates_per_epoch == 1
     old_logp_all = (  # each rank computes its own rows' (the update's sharding), then they are shared
-        None if single_pass else _logprobs(model, batch, micro, temperature, before_micro_batch, data_parallel)
+        None
+        if single_pass
+        else _logprobs(model, batch, micro, temperature, before_micro_batch, data_parallel, lengths=lengths)
     )
-    fresh_tokens_per_update = _fresh_tokens(batch).item() / updates_per_epoch
+    fresh_tokens_per_update = sum(fresh_row_tokens) / updates_per_epoch
     sums: dict[str, float] = defaultdict(float)
     measured: dict[str, int] = defaultdict(int)
     updates, tokens_trained = 0, 0
+    positions = [0, 0]  # token positions of this rank's training forwards: padding, all
     model.train()
     for _ in range(settings.ppo_epochs):
         shuffle = generator if updates_per_epoch > 1 else None
-        for index in mini_batches(batch.group.cpu(), updates_per_epoch, shuffle):
-            index = index.to(batch.group.device)
-            mb = batch.select(index)
+        for index in mini_batches(host.group, updates_per_epoch, shuffle):
+            in_mb = index.tolist()
+            mb_tokens = sum(row_tokens[i] for i in in_mb)
             if loss_config.token_mean_over == "all":
-                tokens_total = mb.mask.sum().clamp(min=1)
+                tokens_total = max(mb_tokens, 1.0)
             else:  # a mini-batch without fresh tokens (FIFO's uniform draw) takes the step's mean, never 1
-                tokens_total = _fresh_tokens(mb)
-                if tokens_total.item() == 0:
-                    tokens_total = torch.tensor(fresh_tokens_per_update or mb.mask.sum().clamp(min=1).item())
+                tokens_total = sum(fresh_row_tokens[i] for i in in_mb) or fresh_tokens_per_update or max(mb_tokens, 1.0)
             step = _Accumulator(loss_config.is_cap if loss_config.is_correction == "truncate" else None)
             optimizer.zero_grad(set_to_none=True)
-            mine = torch.arange(len(mb)) if data_parallel is None else data_parallel.rows(mb.group.cpu())
-            chunks = [mine[rows] for rows in _chunks(len(mine), micro)]
+            group, mb_lengths = host.group[index], lengths[index]
+            mine = torch.arange(len(index)) if data_parallel is None else data_parallel.rows(group, mb_lengths)
+            chunks: list[torch.Tensor | None] = list(micro_batch_rows(mine, mb_lengths, micro))
             if data_parallel is not None:  # FSDP2 hangs unless every rank runs as many forwards and backwards
-                chunks += [None] * (data_parallel.micro_batches(mb.group.cpu(), micro) - len(chunks))
-            for n_chunk, rows in enumerate(chunks):
+                chunks += [None] * (data_parallel.micro_batches(group, micro, mb_lengths) - len(chunks))
+            for n_chunk, local in enumerate(chunks):
                 if before_micro_batch:
                     before_micro_batch()
-                padding = rows is None
-                rows = torch.zeros(1, dtype=torch.long) if padding else rows
-                part = _masked(mb.select(rows)) if padding else mb.select(rows)
+                padding = local is None
+                rows = index[:1] if padding else index[local]  # rows of the step's batch
+                in_part = rows.tolist()
+                width = max(length[i] for i in in_part)
+                part = _masked(batch.select(rows, width)) if padding else batch.select(rows, width)
+                positions[0] += len(in_part) * width - sum(length[i] for i in in_part)
+                positions[1] += len(in_part) * width
                 if data_parallel is not None:
                     data_parallel.sync_gradients(model, last=n_chunk == len(chunks) - 1)
                 logp, entropy = token_logprobs(model, part.input_ids, part.attention_mask, temperature)
-                old_logp = logp.detach() if old_logp_all is None else old_logp_all[index[rows], : logp.shape[1]]
+                if old_logp_all is None:
+                    old_logp = logp.detach()
+                else:
+                    old_logp = old_logp_all[rows.to(old_logp_all.device), : logp.shape[1]]
                 ratio_base, weights = off_policy_terms(old_logp, part, loss_config)
-                shaping = PolicyShaping(part.shaping, part.behaviour_logp) if bool(part.shaping.any()) else None
+                shaped = not padding and any(shaped_rows[i] for i in in_part)
+                shaping = PolicyShaping(part.shaping, part.behaviour_logp) if shaped else None
                 advantages = part.advantages
-                if loss_config.zero_variance == "rl-zvp" and bool(part.zero_variance.any()):
+                zero_variance = not padding and any(zero_variance_rows[i] for i in in_part)
+                if loss_config.zero_variance == "rl-zvp" and zero_variance:
                     advantages = zero_variance_advantages(
                         part.advantages, part.zero_variance, entropy, part.mask, loss_config.zvp_alpha
                     )
@@ -210,9 +236,9 @@ def policy_update(
                         horizon=horizon,
                         shaping=shaping,
                     )
-                kl_value = torch.zeros(())
+                kl_value = torch.zeros((), device=logp.device)
                 if ref_model is not None:
-                    ref_logp = _logprobs(ref_model, part, micro, temperature)[:, : logp.shape[1]]
+                    ref_logp = _reference_logprobs(ref_model, part, temperature)[:, : logp.shape[1]]
                     kl_value = aggregate(
                         kl_penalty(logp, ref_logp, loss_config.kl_estimator),
                         part.mask,
@@ -220,34 +246,45 @@ def policy_update(
                         horizon,
                     )
                     loss = loss + loss_config.kl_coef * kl_value
-                token_share = (part.mask.sum() / mb.mask.sum().clamp(min=1)).item()  # weight of its token metrics
+                part_tokens = 0.0 if padding else sum(row_tokens[i] for i in in_part)
+                token_share = part_tokens / max(mb_tokens, 1.0)  # the weight of its token metrics
                 if loss_config.aggregation == "token-mean":
-                    share = (part.mask.sum() / tokens_total).item()
+                    share = part_tokens / tokens_total
                 else:
-                    share = 0.0 if padding else len(part) / len(mb)
+                    share = 0.0 if padding else len(part) / len(index)
                 (share * loss if data_parallel is None else share * data_parallel.loss_scale * loss).backward()
-                step.add(part, old_logp, entropy, metrics, token_share, share, loss.item(), kl_value.item())
+                step.add(part, old_logp, entropy, metrics, token_share, share, loss.detach(), kl_value.detach())
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
             if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor (the global norm, replicated)
                 grad_norm = grad_norm.full_tensor()
+            step.to_host(grad_norm)  # the optimizer step's one wait on the device
             if data_parallel is not None:
                 step.reduce(data_parallel)
             optimizer.step()
             scheduler.step()
             updates += 1
-            tokens_trained += int(mb.mask.sum().item())
-            for name, value in step.result(grad_norm.item()).items():
+            tokens_trained += int(mb_tokens)
+            for name, value in step.result().items():
                 if not math.isnan(value):  # a metric an update did not measure (NaN) averages over those that did
                     sums[name] += value
                     measured[name] += 1
                 else:
                     sums.setdefault(name, 0.0)
     model.eval()
+    if data_parallel is not None:
+        positions = [int(x) for x in data_parallel.all_reduce([float(x) for x in positions])]
     return {
         **{name: value / measured[name] if measured[name] else math.nan for name, value in sums.items()},
+        "padding_share": positions[0] / positions[1] if positions[1] else 0.0,
         "optimizer_updates": updates,
         "tokens_trained": tokens_trained,
     }
+
+
+def _reference_logprobs(ref_model: torch.nn.Module, part: TrainingBatch, temperature: float) -> torch.Tensor:
+    """The KL reference's log-probs [b, t] of a micro-batch, without gradient."""
+    with torch.no_grad():
+        return token_logprobs(ref_model, part.input_ids, part.attention_mask, temperature)[0]
 
 
 class DataParallel(Protocol):
@@ -255,8 +292,9 @@ class DataParallel(Protocol):
 
     loss_scale: float
 
-    def rows(self, group: torch.Tensor) -> torch.Tensor: ...  # this rank's rows of a mini-batch (by groups [B])
-    def micro_batches(self, group: torch.Tensor, micro: int) -> int: ...  # count every rank runs
+    # this rank's rows of a mini-batch, from its rows' groups and tokens [B] (on the CPU); the count every rank runs
+    def rows(self, group: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor: ...
+    def micro_batches(self, group: torch.Tensor, micro: int, lengths: torch.Tensor) -> int: ...
     def sync_gradients(self, model: torch.nn.Module, last: bool) -> None: ...  # before a forward: sync on the last
     def all_reduce(self, values: list[float]) -> list[float]: ...  # sums over ranks
     def sum_rows(self, rows: torch.Tensor) -> torch.Tensor: ...  # a tensor summed over ranks (each fills its rows)
@@ -271,10 +309,6 @@ def _masked(batch: TrainingBatch) -> TrainingBatch:
         has_behaviour=torch.zeros_like(batch.has_behaviour),
         zero_variance=torch.zeros_like(batch.zero_variance),
     )
-
-
-def _fresh_tokens(batch: TrainingBatch) -> torch.Tensor:
-    return (batch.mask * (~batch.is_replay).unsqueeze(-1)).sum()
 
 
 def off_policy_terms(
@@ -315,35 +349,55 @@ class _Accumulator:
     |log pi_old - log mu| over fresh tokens, the engine-vs-trainer gap (vLLM's sampler against the torch model
     with the same weights), near 0; with truncated IS only, `is_capped_frac`, the share of stale tokens whose
     weight the cap binds (0 means the cap never acts; NaN, no stale token to weight).
+
+    What the device computes stays there, summed in float64, until `to_host` reads it all at once after the
+    optimizer step's last backward: no micro-batch waits for the device.
     """
 
     def __init__(self, is_cap: float | None = None) -> None:
         self.is_cap = is_cap  # truncated IS on: count the stale tokens whose weight the cap binds
-        self.values: dict[str, float] = defaultdict(float)
-        self.replay_ratio = [0.0, 0]  # sum, count
-        self.mismatch = [0.0, 0]
-        self.capped = [0, 0]  # stale tokens whose importance weight hit is_cap, stale tokens weighted
+        self.values: dict[str, float | torch.Tensor] = defaultdict(float)
+        self.replay_ratio: list[float | torch.Tensor] = [0.0, 0]  # sum, count
+        self.mismatch: list[float | torch.Tensor] = [0.0, 0]
+        self.capped: list[float | torch.Tensor] = [0, 0]  # stale tokens whose importance weight hit is_cap, weighted
+        self.grad_norm = math.nan
 
     @torch.no_grad()
     def add(self, part: TrainingBatch, old_logp, entropy, metrics, token_share, share, loss, kl) -> None:
         for name, value in metrics.items():
             self.values[name] += token_share * value
         n_tokens = part.mask.sum().clamp(min=1)
-        self.values["entropy"] += token_share * ((entropy * part.mask).sum() / n_tokens).item()
-        self.values["loss"] += share * loss
-        self.values["kl"] += share * kl
+        self.values["entropy"] += token_share * ((entropy * part.mask).sum() / n_tokens).double()
+        self.values["loss"] += share * loss.double()
+        self.values["kl"] += share * kl.double()
         tokens = part.mask.bool()
         stale = part.is_replay | (part.age > 0)
         replay = (stale & part.has_behaviour).unsqueeze(-1) & tokens
         fresh = (~stale & part.has_behaviour).unsqueeze(-1) & tokens
         ratio_to_behaviour = torch.exp(old_logp - part.behaviour_logp)
-        self.replay_ratio[0] += ratio_to_behaviour[replay].sum().item()
-        self.replay_ratio[1] += int(replay.sum())
-        self.mismatch[0] += (old_logp - part.behaviour_logp).abs()[fresh].sum().item()
-        self.mismatch[1] += int(fresh.sum())
+        # sums under a mask, not over a boolean selection: a selection's size is data the host would wait for
+        self.replay_ratio[0] += torch.where(replay, ratio_to_behaviour, 0.0).sum().double()
+        self.replay_ratio[1] += replay.sum()
+        self.mismatch[0] += torch.where(fresh, (old_logp - part.behaviour_logp).abs(), 0.0).sum().double()
+        self.mismatch[1] += fresh.sum()
         if self.is_cap is not None:
-            self.capped[0] += int((ratio_to_behaviour > self.is_cap)[replay].sum())
-            self.capped[1] += int(replay.sum())
+            self.capped[0] += ((ratio_to_behaviour > self.is_cap) & replay).sum()
+            self.capped[1] += replay.sum()
+
+    def to_host(self, grad_norm: torch.Tensor) -> None:
+        """Read every value the device holds (and the step's gradient norm) in one transfer."""
+        names = sorted(self.values)
+        pairs = (self.replay_ratio, self.mismatch, self.capped)
+        flat = [self.values[n] for n in names] + [x for pair in pairs for x in pair] + [grad_norm]
+        on_device = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+        if on_device:
+            read = torch.stack([flat[i].detach().double().reshape(()).to(grad_norm.device) for i in on_device])
+            for i, value in zip(on_device, read.tolist()):
+                flat[i] = value
+        self.values = defaultdict(float, zip(names, flat[: len(names)]))
+        for i, pair in enumerate(pairs):
+            pair[:] = flat[len(names) + 2 * i : len(names) + 2 * i + 2]
+        self.grad_norm = flat[-1]
 
     def reduce(self, data_parallel: DataParallel) -> None:
         """Sum every rank's weighted metrics and counts (shares are of the whole mini-batch, so sums are means)."""
@@ -354,10 +408,10 @@ class _Accumulator:
         for i, pair in enumerate(pairs):
             pair[:] = total[len(names) + 2 * i : len(names) + 2 * i + 2]
 
-    def result(self, grad_norm: float) -> dict[str, float]:
+    def result(self) -> dict[str, float]:
         return {
             **self.values,
-            "grad_norm": grad_norm,
+            "grad_norm": self.grad_norm,
             "is_ratio_mean": self.replay_ratio[0] / self.replay_ratio[1] if self.replay_ratio[1] else 1.0,
             "logprob_mismatch": self.mismatch[0] / self.mismatch[1] if self.mismatch[1] else 0.0,
             # Only where truncated IS runs; NaN in an update with no stale token to weight (0 would read "never binds").
