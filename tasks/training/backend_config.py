@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class BackendConfig(BaseModel):
@@ -42,6 +42,15 @@ class BackendConfig(BaseModel):
         "`auto`: bf16 where the update's device computes it natively (a GPU with native bf16; a CPU with AVX512-BF16 "
         "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "
         "logged and recorded in OUT/resolved_settings.json (tasks/training/precision.py).",
+    )
+    fsdp_param_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="strategy fsdp2 (nproc > 1): the dtype FSDP2 gathers each layer's weights in for its forward and "
+        "backward (torch `MixedPrecisionPolicy(param_dtype=...)`). `bfloat16` halves the gathers' traffic and the "
+        "gathered layer's memory, but the policy then computes in bf16 throughout, its residual stream too (not "
+        "autocast's float32 one), so its log-probs drift from float32 (docs/distributed.md); master weights, gradient "
+        "reductions and optimizer state stay float32, and the KL reference is gathered in the same dtype. `float32`: "
+        "the weights' own dtype.",
     )
     activation_checkpointing: bool = Field(
         False,
@@ -81,6 +90,15 @@ class BackendConfig(BaseModel):
         description="Seconds ranks > 0 wait for rank 0's next request; it covers rank 0's generation, verification and "
         "evaluation between two updates.",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> BackendConfig:
+        if self.fsdp_param_dtype != "float32" and (self.nproc == 1 or self.strategy != "fsdp2"):
+            raise ValueError(
+                f"fsdp_param_dtype {self.fsdp_param_dtype}: applies to strategy fsdp2 with nproc > 1 (strategy "
+                f"{self.strategy}, nproc {self.nproc}); for bf16 compute otherwise use precision bf16"
+            )
+        return self
 
 
 class LoraConfig(BaseModel):

@@ -133,7 +133,8 @@ class DistributedBackend:
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
         fsdp2 = spec.backend.strategy == "fsdp2"
-        shard = shard_fsdp2 if fsdp2 else _replicated  # DDP wraps the loaded module below
+        gathers = spec.backend.fsdp_param_dtype  # FSDP2's gathers: float32, or bf16 (tasks/training/fsdp.py)
+        shard = partial(shard_fsdp2, param_dtype=gathers) if fsdp2 else _replicated  # DDP wraps the loaded module
         # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/meta_load.py)
         self.module = build_on_meta_and_load(
             spec.weights, self.device, torch.float32, shard, spec.init_seed, before_load=_meet
@@ -149,7 +150,7 @@ class DistributedBackend:
         self.reference = None  # under FSDP2 1/N of the reference per rank too, in the compute dtype
         if spec.reference is not None:
             dtype = torch.bfloat16 if spec.backend.precision == "bf16" else torch.float32
-            shard_reference = partial(shard_fsdp2, forward_only=True) if fsdp2 else _replicated
+            shard_reference = partial(shard_fsdp2, forward_only=True, param_dtype=gathers) if fsdp2 else _replicated
             reference = build_on_meta_and_load(spec.reference, self.device, dtype, shard_reference)
             self.reference = reference.requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)

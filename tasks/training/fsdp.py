@@ -6,13 +6,15 @@ backward.
 
 One bf16 meaning (one process, DDP and FSDP2 alike): the forward, and so the backward, runs under bf16
 autocast over float32 master weights; gradients are float32, so are their reductions (DDP's all-reduce,
-FSDP2's reduce-scatter) and the AdamW state. FSDP2's own `MixedPrecisionPolicy(param_dtype=bfloat16)` was
-the alternative: it gathers bf16 weights (half the traffic) but then the embedding's output and so the whole
-residual stream are bf16, where autocast keeps them float32 and rounds only matmul inputs; on this CPU its
-updates drifted from one process's and DDP's by as much as bf16 drifts from float32 (2.5e-2 of the weight
-change after 12 AdamW steps, tests/tasks/training/test_distributed.py). Under one mechanism FSDP2 and DDP on
-the same ranks agree to float32 reduction noise. The price: FSDP2 all-gathers float32 weights, one layer at a
-time.
+FSDP2's reduce-scatter) and the AdamW state. Under it FSDP2 and DDP on the same ranks agree to float32 reduction
+noise; the price: FSDP2 all-gathers float32 weights, one layer at a time.
+
+FSDP2's own `MixedPrecisionPolicy(param_dtype=bfloat16)` is the option `backend.fsdp_param_dtype: bfloat16`: it
+gathers bf16 weights (half the traffic and the gathered layer's memory), but then the embedding's output and so the
+whole residual stream are bf16, where autocast keeps them float32 and rounds only matmul inputs; its updates drift
+from one process's and DDP's by about as much as bf16 drifts from float32 (2.5e-2 of the weight change after 12
+AdamW steps; the drift on the fixture model is measured in tests/tasks/training/test_distributed.py and stated in
+docs/distributed.md). Reductions stay float32 either way.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def shard_fsdp2(model: torch.nn.Module, forward_only: bool = False) -> None:
-    """Shard each decoder layer, then the root over all ranks, in place; float32 gathers and reductions (the
-    weights' own dtype; bf16 compute comes from autocast, `autocast_bf16`).
+def shard_fsdp2(model: torch.nn.Module, forward_only: bool = False, param_dtype: str = "float32") -> None:
+    """Shard each decoder layer, then the root over all ranks, in place; gathers in `param_dtype` (`float32`: the
+    weights' own dtype; `bfloat16`: `backend.fsdp_param_dtype`), float32 gradient reductions (bf16 compute otherwise
+    comes from autocast, `autocast_bf16`).
 
     FSDP2 keeps the root's parameters (embedding, final norm, head: the largest tensors of a small model) gathered
     after a forward, for the backward that follows. A model that only runs forward (the KL reference) has no
@@ -46,7 +49,8 @@ def shard_fsdp2(model: torch.nn.Module, forward_only: bool = False) -> None:
     reshards the root after each forward too."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+    gathered = None if param_dtype == "float32" else getattr(torch, param_dtype)
+    policy = MixedPrecisionPolicy(param_dtype=gathered, reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy, reshard_after_forward=True if forward_only else None)

@@ -228,6 +228,7 @@ def _old_logprob_pass(rank, strategy):
     from torch.nn.parallel import DistributedDataParallel
 
     from rlep.tasks.training import update
+    from rlep.tasks.training.batch import row_lengths
     from rlep.tasks.training.fsdp import shard_fsdp2
     from rlep.tasks.training.sharding import Sharding
 
@@ -250,7 +251,7 @@ def _old_logprob_pass(rank, strategy):
         model = DistributedDataParallel(model)
     sharding = Sharding(rank, 2)
     sharded = update._logprobs(model, batch, 7, 1.0, data_parallel=sharding)
-    own = len(sharding.rows(batch.group))
+    own = len(sharding.rows(batch.group, row_lengths(batch)))
     mask = batch.mask.bool()  # completion tokens: the only ones the loss reads (past a row's end they are padding)
     return {"whole": whole[mask], "sharded": sharded[mask], "whole_rows": whole_rows, "rows": rows_seen, "own": own}
 
@@ -260,10 +261,102 @@ def test_the_old_logprob_pass_is_split_across_ranks_like_the_update(strategy, tm
     """Each rank's no-grad forward runs over its own shard's rows only (before: all 15 on every rank), padded to
     the same forward count; the old log-probs shared afterwards equal one process's within 1e-6 on every rank."""
     results = spawn_every_rank(_old_logprob_pass, strategy, tmp_path=tmp_path)
-    assert [r["own"] for r in results] == [8, 7]  # groups 0, 2, 4 (3 + 3 + 1 rows) and a loose row; 1, 3 and one
+    # dealt by tokens: groups 0, 3, 4 (3 + 3 + 1 rows) and a loose row (73 tokens); 1, 2 and the other one (66)
+    assert [r["own"] for r in results] == [8, 7]
     for r in results:  # micro-batches of 7: one process 7 + 7 + 1 rows; rank 0 7 + 1, rank 1 7 + a padding row
         assert r["whole_rows"] == [7, 7, 1]
         assert r["rows"] == [7, 1]
         assert r["sharded"].abs().sum() > 0
         assert torch.allclose(r["sharded"], r["whole"], atol=1e-6, rtol=0)
         assert torch.equal(r["sharded"], results[0]["sharded"])  # every rank holds the same old log-probs
+
+
+# ---------------------------------------------------------------- FSDP2 gathers in bf16 (issue 47 item 4e)
+
+
+def _gathers_drift(rank, weights):
+    """One step (two AdamW updates: the second sees ratios != 1) of the fixture model under FSDP2 on 2 ranks,
+    gathering float32 weights, then bf16 ones: the old log-probs each computes, the step's metrics, and the updated
+    weights (gathered whole)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from rlep.tasks.bench.update import synthetic_batch
+    from rlep.tasks.training import update
+    from rlep.tasks.training.fsdp import shard_fsdp2
+    from rlep.tasks.training.policy import build_optimizer
+    from rlep.tasks.training.sharding import Sharding
+
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).eval()
+        batch = synthetic_batch(4, 4, 6, 12, model.config.vocab_size, seed=3, varied=True)
+        shard_fsdp2(model, param_dtype=dtype)
+        sharding = Sharding(rank, 2)
+        optimizer, scheduler = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-4))
+        before = update._logprobs(model, batch, 4, 1.0, data_parallel=sharding)
+        settings = UpdateSettings(LossConfig(), 1.0, updates_per_epoch=2, micro_batch_size=4, horizon=12)
+        metrics = update.policy_update(model, optimizer, scheduler, batch, settings, data_parallel=sharding)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model, options=options)
+        gathered = {p.dtype for p in model.parameters()}  # the sharded (master) parameters
+        out[dtype] = {"before": before[batch.mask.bool()], "metrics": metrics, "state": state, "masters": gathered}
+    return out | {"batch": batch}
+
+
+def test_fsdp2_bf16_gathers_are_an_option_whose_drift_from_float32_is_bf16s(fixture_model, tmp_path):
+    """backend.fsdp_param_dtype bfloat16 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16)) runs on 2 gloo CPU ranks:
+    master weights stay float32; on the fixture model the log-probs, the step's loss and the log-probs after a step
+    of two AdamW updates move from the float32 gathers' by bf16's rounding (measured here; docs/distributed.md)."""
+    from rlep.tasks.training.logprobs import token_logprobs
+
+    rank0 = spawn_every_rank(_gathers_drift, fixture_model, tmp_path=tmp_path)[0]
+    f32, b16 = rank0["float32"], rank0["bfloat16"]
+    assert f32["masters"] == b16["masters"] == {torch.float32}
+    before = (b16["before"] - f32["before"]).abs()
+    batch = rank0["batch"]
+    after = {}
+    for dtype in ("float32", "bfloat16"):  # the updated weights, evaluated alike (float32)
+        model = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
+        model.load_state_dict(rank0[dtype]["state"])
+        with torch.no_grad():
+            after[dtype] = token_logprobs(model, batch.input_ids, batch.attention_mask)[0][batch.mask.bool()]
+    moved = (after["float32"] - f32["before"]).abs().max().item()
+    drift = (after["bfloat16"] - after["float32"]).abs().max().item()
+    loss_gap = abs(b16["metrics"]["loss"] - f32["metrics"]["loss"])
+    print(
+        f"bf16 gathers vs float32: log-probs max |diff| {before.max().item():.2e} (mean {before.mean().item():.2e}); "
+        f"step loss {f32['metrics']['loss']:.6f} vs {b16['metrics']['loss']:.6f}; grad norm "
+        f"{f32['metrics']['grad_norm']:.5f} vs {b16['metrics']['grad_norm']:.5f}; after the step (float32 eval): "
+        f"log-probs moved {moved:.2e}, apart {drift:.2e}"
+    )
+    assert 0 < before.max().item() < 5e-2  # bf16 rounds (it is not float32), by bf16's size (8 bits of mantissa)
+    assert loss_gap < 1e-2 * max(1.0, abs(f32["metrics"]["loss"]))
+    assert moved > 0 and drift < moved  # the step moved the policy more than bf16 moved the step
+
+
+def _backend_gathers():
+    """Through the backend: the dtype of a decoder layer's weight inside its forward, and of the masters."""
+    from rlep.tasks.training.distributed import DistributedBackend
+
+    seen = {}
+    backend = DistributedBackend.lead(spec("fsdp2", fsdp_param_dtype="bfloat16"))
+    projection = backend.module.model.layers[0].mlp.up_proj  # inside its layer's forward: the gathered weight
+
+    def record(module, args):  # returns None: the input stays its own
+        seen.setdefault("gathered", module.weight.dtype)
+
+    hook = projection.register_forward_pre_hook(record)
+    metrics = run_update(backend, "token-mean")
+    hook.remove()
+    seen["masters"] = {p.dtype for p in backend.module.parameters()}
+    backend.close()
+    return seen | {"loss": metrics["loss"]}
+
+
+def test_the_backend_gathers_in_the_dtype_it_is_given(tmp_path):
+    got = spawn(_backend_gathers, tmp_path=tmp_path)
+    assert got["gathered"] == torch.bfloat16 and got["masters"] == {torch.float32} and got["loss"] == got["loss"]
+    with pytest.raises(ValueError, match="fsdp_param_dtype"):
+        BackendConfig(fsdp_param_dtype="bfloat16")  # one process: nothing is gathered
+    with pytest.raises(ValueError, match="fsdp_param_dtype"):
+        BackendConfig(nproc=2, strategy="ddp", fsdp_param_dtype="bfloat16")
