@@ -177,6 +177,8 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
     assert (metrics.clip_frac_low + metrics.clip_frac_high > 0).all()
     assert (metrics.ratio_mean != 1.0).all()
     assert metrics.logprob_mismatch.max() < 1e-3  # old log-probs are still those vLLM sampled with
+    # the update's padding reaches metrics.parquet: answers of 1..12 tokens padded in micro-batches of 64
+    assert ((metrics.padding_share > 0) & (metrics.padding_share < 0.5)).all()
 
 
 @pytest.mark.slow
