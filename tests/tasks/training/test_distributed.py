@@ -360,3 +360,38 @@ def test_the_backend_gathers_in_the_dtype_it_is_given(tmp_path):
         BackendConfig(fsdp_param_dtype="bfloat16")  # one process: nothing is gathered
     with pytest.raises(ValueError, match="fsdp_param_dtype"):
         BackendConfig(nproc=2, strategy="ddp", fsdp_param_dtype="bfloat16")
+
+
+def _head_slices_under_fsdp2(rank, weights):
+    """Every rank: the fixture model's log-probs through the head in slices of 2 tokens (each recomputed in the
+    backward) under FSDP2, on the same input on both ranks, so the averaged gradient is one process's."""
+    from rlep.tasks.training.fsdp import shard_fsdp2
+    from rlep.tasks.training.logprobs import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    shard_fsdp2(model)
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, model.config.vocab_size, (3, 11), generator=g)
+    mask = torch.ones_like(input_ids)
+    mask[1, 7:] = 0
+    logp, entropy = token_logprobs(model, input_ids, mask, 0.7, chunk_elements=3 * 2 * model.config.vocab_size)
+    (logp * torch.linspace(-1, 1, logp.numel()).reshape(logp.shape) * mask[:, 1:]).sum().backward()
+    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    return {"logp": logp.detach(), "entropy": entropy, "grads": grads, "input_ids": input_ids, "mask": mask}
+
+
+def test_fsdp2_takes_the_heads_slices_inside_its_forward_with_one_processes_gradients(fixture_model, tmp_path):
+    """The head's slices run inside the root's forward (FSDP2 holds the head gathered there) and are recomputed in
+    the backward; the reduced gradients equal one process's whole-logits gradients."""
+    from rlep.tasks.training.logprobs import logprobs_from_logits
+
+    got = spawn_every_rank(_head_slices_under_fsdp2, fixture_model, tmp_path=tmp_path)[0]
+    model = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
+    input_ids, mask = got["input_ids"], got["mask"]
+    logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1]
+    logp, entropy = logprobs_from_logits(logits, input_ids[:, 1:], 0.7)
+    (logp * torch.linspace(-1, 1, logp.numel()).reshape(logp.shape) * mask[:, 1:]).sum().backward()
+    torch.testing.assert_close(got["logp"], logp.detach(), rtol=0, atol=2e-5)
+    torch.testing.assert_close(got["entropy"], entropy, rtol=0, atol=2e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got["grads"][name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
