@@ -1,5 +1,6 @@
-"""Launching the torch.distributed backend: the launch module, `rlep train --nproc 2` end to end under torchrun
-and as Ray actors (then resumed at another world size), the ranks' environments and the settings they refuse."""
+"""Launching the torch.distributed backend: the launch module, `rlep train --nproc 2` end to end as Ray actors
+then resumed under torchrun (at the same and at another world size), the ranks' environments and the settings
+they refuse."""
 
 import os
 from pathlib import Path
@@ -87,24 +88,12 @@ def _rlep(*args: str) -> None:
 
 
 @pytest.mark.slow
-def test_rlep_train_nproc_2_trains_saves_and_resumes(fixture_model, tmp_path):
-    """`rlep train --nproc 2` end to end: torchrun, rank 0's generator process, DDP update, checkpoints a plain HF
-    model loads, then --resume at the same world size."""
-    import pyarrow.parquet as pq
-
-    out = tmp_path / "run"
-    _rlep(*_small_distributed_run(fixture_model), "--nproc", "2", "--steps", "2", "--out", str(out))
-    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "3")
-    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
-    assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)
-    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
-
-
-@pytest.mark.slow
-def test_ranks_as_ray_actors_then_resumed_at_another_world_size(fixture_model, tmp_path):
-    """`--launcher ray`: 2 ranks as actors of a local Ray form the process group and train; the run then resumes
-    under torchrun on 3 ranks (DCP reshards the checkpoint's shards), its weights going on from the
-    checkpoint's."""
+def test_ranks_as_ray_actors_then_resumed_under_torchrun_at_the_same_and_another_world_size(fixture_model, tmp_path):
+    """`rlep train --nproc 2` end to end: with `--launcher ray`, 2 ranks as actors of a local Ray form the process
+    group and train (rank 0's generator process, DDP update, checkpoints a plain HF model loads); the run then
+    resumes under torchrun at the same world size, and again on 3 ranks (DCP reshards the checkpoint's shards), its
+    weights going on from the checkpoint's each time. One chain rather than a torchrun run and a Ray run each from
+    scratch (a fresh torchrun start is test_async_fsdp2_survives_a_generator_slower_than_the_collective_timeout's)."""
     import json
 
     import pyarrow.parquet as pq
@@ -116,16 +105,25 @@ def test_ranks_as_ray_actors_then_resumed_at_another_world_size(fixture_model, t
     )
     saved = json.loads((out / "train_config.json").read_text())
     assert saved["backend"]["launcher"] == "ray" and saved["backend"]["nproc"] == 2
-    before = load_file(out / "checkpoints" / "step-2" / "model.safetensors")
-    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "3", "--nproc", "3", "--launcher", "torchrun")
+
+    def world_size(step: int) -> int:
+        return torch.load(out / "checkpoints" / f"step-{step}" / "trainer_state.pt", weights_only=False)["world_size"]
+
+    assert world_size(2) == 2
+    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "3", "--launcher", "torchrun")
     metrics = pq.read_table(out / "metrics.parquet").to_pylist()
     assert [row["step"] for row in metrics] == [1, 2, 3] and all(row["optimizer_updates"] == 2 for row in metrics)
-    states = {s: torch.load(out / "checkpoints" / f"step-{s}" / "trainer_state.pt", weights_only=False) for s in (2, 3)}
-    assert (states[2]["world_size"], states[3]["world_size"]) == (2, 3)
-    after = load_file(out / "checkpoints" / "step-3" / "model.safetensors")
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
+
+    before = load_file(out / "checkpoints" / "step-3" / "model.safetensors")
+    _rlep("train", "--no-prefect", "--resume", str(out), "--steps", "4", "--nproc", "3", "--launcher", "torchrun")
+    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert [row["step"] for row in metrics] == [1, 2, 3, 4] and all(row["optimizer_updates"] == 2 for row in metrics)
+    assert [world_size(s) for s in (3, 4)] == [2, 3]  # each checkpoint records the world size it was saved at
+    after = load_file(out / "checkpoints" / "step-4" / "model.safetensors")
     assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
     assert max((before[k] - after[k]).abs().max().item() for k in before) < 0.05  # one small step on, not a restart
-    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-3")
+    AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step-4")
 
 
 def test_rank_environments_number_ranks_per_node():
