@@ -301,6 +301,26 @@ def train_cli():
     return _start_train
 
 
+def _train_here(args: list[str]):
+    """`rlep train --no-prefect ARGS` carried out in this process, as the command does (its flags parsed by its
+    parser into its settings, then the same `train`); returns the run's result. For an uninterrupted reference
+    run: the worker has torch and vLLM imported already, so it skips a fresh interpreter's start-up (seconds of
+    the suite per run), and the processes a test kills and resumes still start from nothing."""
+    from rlep.flows.cli import build_parser, parse_args
+    from rlep.flows.commands.common import config_from_args
+    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.training.trainer import train
+
+    parsed = parse_args(build_parser(), ["train", "--no-prefect", *args])
+    return train(config_from_args(TrainConfig, parsed), progress=False)
+
+
+@pytest.fixture
+def train_here():
+    """`train_here(ARGS)`: `rlep train --no-prefect ARGS` in this process (see `_train_here`)."""
+    return _train_here
+
+
 def process_running(pid: int) -> bool:
     """Is `pid` a running process (a zombie, exited but not yet reaped, counts as gone)?"""
     try:
