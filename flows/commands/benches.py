@@ -84,8 +84,9 @@ def add_bench(sub) -> None:
     p = bench_sub.add_parser(
         "gpu",
         help="The GPU acceptance check in under 10 minutes: FSDP2 on NCCL with checkpoint and resume, the training "
-        "loop on the GPU, update tokens/s and MFU of Qwen2.5-0.5B/1.5B shapes; --device cpu: the same, small "
-        "(docs/gpu.md).",
+        "loop on the GPU, update tokens/s and MFU (by 6N and with attention) of Qwen2.5-0.5B/1.5B shapes against "
+        "each line's MFU floor and memory ceiling, the loop with vLLM ('not verified' where vLLM does not import); "
+        "exit 0 passed, 1 failed or incomplete, 3 not verified; --device cpu: the same, small (docs/gpu.md).",
     )
     p.set_defaults(handler=cmd_bench_gpu)
     from rlep.tasks.bench.gpu import GpuCheckConfig
