@@ -74,14 +74,17 @@ def context_limit(model: str | Path, config: EngineConfig) -> int | None:
     return model_context_limit(model)
 
 
-def make_engine(model: str | Path, config: EngineConfig | None = None) -> GenerationEngine:
-    """An engine serving `model` (an HF-format directory or model name)."""
+def make_engine(
+    model: str | Path, config: EngineConfig | None = None, per_prompt_seeds: bool = False
+) -> GenerationEngine:
+    """An engine serving `model` (an HF-format directory or model name). `per_prompt_seeds`: a vLLM engine able to
+    sample each prompt from a seed of its own in one batch (`generate_seeded`; colocated ranks)."""
     config = config or EngineConfig()
     backend = resolve_backend(config.backend)
     if backend == "vllm":
         from rlep.tasks.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(model, config)
+        return VLLMEngine(model, config, per_prompt_seeds=per_prompt_seeds)
     from rlep.tasks.engines.hf_engine import TransformersEngine
 
     return TransformersEngine(model, config)

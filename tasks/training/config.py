@@ -203,7 +203,9 @@ class TrainConfig(SavedSettings):
     )
     mode: Literal["sync", "async"] = Field(
         "sync",
-        description="`sync`: each step generates its answers, then trains on them. `async`: a generator process "
+        description="`sync`: each step generates its answers, then trains on them; with backend.nproc > 1 every "
+        "training rank generates a share of them with an engine of its own (colocated, docs/distributed.md). "
+        "`async`: a generator process "
         "samples "
         "the next steps' answers while this one trains (the FIFO replay paper's setting, arXiv 2604.08706), each at "
         "most "
@@ -216,6 +218,15 @@ class TrainConfig(SavedSettings):
         description="async: most policy updates between the weights that generated a fresh answer and those that "
         "train on "
         "it; older answers are dropped and regenerated (counted in dropped_stale). 0 = no overlap.",
+    )
+    sampling_seeds: Literal["auto", "per-step", "per-prompt"] = Field(
+        "auto",
+        description="How a step's sampling is seeded. `per-step`: one seed for the step's request, one random stream "
+        "across its prompts (answers depend on what the engine batched together). `per-prompt`: each prompt its own "
+        "stream (seeded by a hash of the step's seed and its index), so its answers are the same whichever engine "
+        "generated it: colocated ranks (mode sync, backend.nproc > 1) deal a step's prompts between their engines "
+        "and give one engine's answers. `auto`: per-prompt for colocated ranks, per-step otherwise (a one-process run "
+        "as before).",
     )
     generator_gpus: list[int] = Field(
         default_factory=list,
@@ -326,12 +337,26 @@ class TrainConfig(SavedSettings):
             raise ValueError(f"generator_engines {self.generator_engines}: applies to mode async only")
         if self.lora is not None and self.backend.nproc > 1:
             raise ValueError(f"lora: one training process only (backend.nproc is {self.backend.nproc}); not built")
-        if self.backend.nproc > 1:  # an in-process vLLM engine would join the trainer ranks' process group and hang
-            if self.mode != "async":
+        if self.sampling_seeds == "per-prompt" and self.mode != "sync":
+            raise ValueError("sampling_seeds per-prompt: applies to mode sync (engines in this run's processes)")
+        if self.colocated:  # every rank generates a share with its own engine (tasks/training/colocated.py)
+            if self.sampling_seeds == "per-step":
                 raise ValueError(
-                    f"backend.nproc {self.backend.nproc}: needs mode async (the engine in its own process); "
-                    "max_staleness 0 keeps sync's on-policy steps"
+                    f"sampling_seeds per-step with backend.nproc {self.backend.nproc} in mode sync: the ranks' "
+                    "engines deal a step's prompts, so each prompt needs a seed of its own (per-prompt or auto)"
                 )
+            if self.engine.tensor_parallel_size > 1:
+                raise ValueError(
+                    f"engine.tensor_parallel_size {self.engine.tensor_parallel_size} with backend.nproc "
+                    f"{self.backend.nproc} in mode sync: tensor-parallel engines across colocated ranks are not "
+                    "built; one engine per rank (tensor_parallel_size 1), or mode async"
+                )
+            if self.replay.plans_prompts:
+                raise ValueError(
+                    f"replay {self.replay.kind} with backend.nproc {self.backend.nproc}: its plan reads the policy "
+                    "on rank 0 alone, not built for sharded ranks; use one process"
+                )
+        if self.backend.nproc > 1:
             if self.generator_gpus and self.backend.launcher == "ray":
                 raise ValueError(
                     f"generator_gpus {self.generator_gpus}: not supported with backend.launcher ray (rank 0's actor "
@@ -397,6 +422,16 @@ class TrainConfig(SavedSettings):
             return 1
         prompts = self.replay.trained_prompts(self.prompts_per_step, self.samples_per_prompt)
         return max(1, int(prompts // self.mini_batch_prompts))
+
+    @property
+    def colocated(self) -> bool:
+        """Several training ranks generating with an engine each (mode sync, backend.nproc > 1)."""
+        return self.mode == "sync" and self.backend.nproc > 1
+
+    @property
+    def per_prompt_seeds(self) -> bool:
+        """Whether each prompt samples from a seed of its own (`sampling_seeds`, `auto` resolved)."""
+        return self.sampling_seeds == "per-prompt" or (self.sampling_seeds == "auto" and self.colocated)
 
     @property
     def engine_count(self) -> int:

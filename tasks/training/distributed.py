@@ -117,6 +117,11 @@ def _meet() -> None:
         dist.barrier(group=_GROUP.commands)
 
 
+# Requests a rank > 0 follows besides the backend's own: name -> handler(backend, *payload). Colocated generation
+# registers its engine's (tasks/training/colocated.py); a follower's engine is `backend.engine`.
+FOLLOWER_REQUESTS: dict[str, Callable[..., None]] = {}
+
+
 def _replicated(model: torch.nn.Module) -> None:
     """DDP's placement before the load: every rank holds the whole model (wrapped once loaded)."""
 
@@ -154,6 +159,7 @@ class DistributedBackend:
             reference = build_on_meta_and_load(spec.reference, self.device, dtype, shard_reference)
             self.reference = reference.requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), spec.optimizer)
+        self.engine = None  # a rank > 0's own engine (colocated generation), fed by every weight sync
 
     @classmethod
     def lead(cls, spec: PolicySpec) -> DistributedBackend:
@@ -222,14 +228,15 @@ class DistributedBackend:
 
     def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy for the engine, one whole tensor at a time in `dtype` (FSDP2: each gathered when asked for, a
-        `GatheredWeights` stream, tasks/training/weight_sync.py); every rank runs the gathers, rank 0 alone keeps
-        the tensors. Lazy: the request goes out with the first tensor asked for."""
+        `GatheredWeights` stream, tasks/training/weight_sync.py); every rank runs the gathers, rank 0 keeps the
+        tensors, and a rank > 0 with an engine of its own (colocated) loads them into it. Lazy: the request goes
+        out with the first tensor asked for."""
         stream = self._named_weights(dtype)
         return GatheredWeights(stream) if self.spec.backend.strategy == "fsdp2" else stream
 
-    def _named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        if self.rank == 0:
-            _send("named_weights", dtype)
+    def _named_weights(self, dtype: torch.dtype, request: str = "named_weights") -> Iterator[tuple[str, torch.Tensor]]:
+        if self.rank == 0:  # `named_weights`: a sync, which a follower's own engine loads; `export_weights`: a save
+            _send(request, dtype)
         with collective("streaming the weights"):
             yield from named_weights(self.module, dtype)
 
@@ -239,7 +246,7 @@ class DistributedBackend:
         what a weight sync would have sent it, so the resume stays exact). Gathered one tensor at a time and
         converted as it comes: rank 0 holds the model once in that dtype (half the float32 bytes in bf16), never
         the optimizer; the float32 masters a resume reads are in the shards `save_state` writes."""
-        state = dict(self.named_weights(weight_dtype))
+        state = dict(self._named_weights(weight_dtype, "export_weights"))
         self.module.save_pretrained(directory, state_dict=state)
         if weight_dtype != torch.float32:  # transformers writes the live model's dtype (float32) into config.json
             config = Path(directory) / "config.json"
@@ -347,19 +354,27 @@ class DistributedBackend:
         handlers = {
             "update": self._follow_update,
             "full_state_dict": self.full_state_dict,
-            "named_weights": lambda dtype: deque(self.named_weights(dtype), maxlen=0),
+            "named_weights": lambda dtype: (self.engine.load_weights if self.engine else _drain)(
+                self.named_weights(dtype)
+            ),
+            "export_weights": lambda dtype: _drain(self._named_weights(dtype)),
             "save_state": self.save_state,
             "load_training_state": self.load_training_state,
             "rng_state": self.rng_state,
             "load_rng_state": self.load_rng_state,
             "memory": self.memory,
             "replica_digests": self.replica_digests,
+            **{name: partial(handler, self) for name, handler in FOLLOWER_REQUESTS.items()},
         }
         while True:
             name, payload = _receive()
             if name in ("release", "stop"):
                 return name
             handlers[name](*payload)
+
+
+def _drain(stream: Iterator[Any]) -> None:
+    deque(stream, maxlen=0)
 
 
 def serve() -> None:

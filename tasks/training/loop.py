@@ -17,9 +17,11 @@ Each step reads top to bottom as named, timed phases:
                before the first
     sync       the new weights are loaded into the engine in place
 
-`mode: async` moves generation into its own process, which samples the next step's answers while this
-one trains, within `max_staleness` policy versions (tasks/training/async_gen.py, docs/async.md); the
-rest of the step is the same code in both modes.
+With several training ranks in `mode: sync` every rank generates a share of the step's prompts with an engine of
+its own, each prompt from a seed of its own, and loads the new weights into it after the update (colocated:
+tasks/training/colocated.py, docs/distributed.md). `mode: async` moves generation into its own process, which
+samples the next step's answers while this one trains, within `max_staleness` policy versions
+(tasks/training/async_gen.py, docs/async.md); the rest of the step is the same code in both modes.
 
 How it departs from the papers it implements (all explicit settings): the default model is a tiny
 character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
@@ -67,6 +69,7 @@ from rlep.tasks.training.checkpoint import (
     rewind_run,
     save_checkpoint,
 )
+from rlep.tasks.training.colocated import ColocatedEngines
 from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.generator_pool import GeneratorPool, start_generator
 from rlep.tasks.training.logprobs import mean_completion_entropy
@@ -152,8 +155,11 @@ class Trainer:
         self._last_step_end: float | None = None
 
     def _start_engine(self, weights: str) -> GenerationEngine | GeneratorProcess | GeneratorPool:
-        """In-process engine (sync), or the generator process on its own cores, sharing the rest (async, CoreShare)."""
+        """In-process engine (sync; on several ranks one per rank, dealt the step's prompts: ColocatedEngines), or
+        the generator process on its own cores, sharing the rest (async, CoreShare)."""
         engine = engine_for_weights(self.config.engine, self.base_model, weights)
+        if self.config.mode == "sync" and self.config.per_prompt_seeds:
+            return ColocatedEngines(weights, engine, self.backend.world_size)
         if self.config.mode == "sync":
             return make_engine(weights, engine)
         self.cores = CoreShare()
@@ -202,7 +208,7 @@ class Trainer:
 
     def _mean_entropies(self, prompt: list[int], answers: list[list[int]]) -> list[float]:
         """Each answer's mean token entropy under the current policy (ExGRPO's choice among stored answers). One
-        process's model: ExGRPO runs sync, and more than one training process needs async."""
+        process's model: ExGRPO runs sync in one process (TrainConfig refuses it on several ranks)."""
         return mean_completion_entropy(
             self.backend.model,
             prompt,
@@ -264,6 +270,7 @@ class Trainer:
     def _metrics_row(self, step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start):
         row = step_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, self.replay)
         row.update(lr=self.backend.lr(), tokens_generated_total=self.tokens_generated_total)
+        row.update(getattr(self.engine, "step_metrics", dict)())  # colocated: the ranks' shares of the generation
         now = time.perf_counter()  # wall time between the ends of consecutive steps (evaluation and saves excluded)
         row["time_step"], self._last_step_end = now - (self._last_step_end or start), now
         for name, column in (("optimizer_updates",) * 2, ("tokens_trained",) * 2, ("seconds", "time_step")):

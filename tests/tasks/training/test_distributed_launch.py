@@ -12,11 +12,11 @@ from transformers import AutoModelForCausalLM
 from rlep.tasks.training.config import TrainConfig
 
 
-def test_several_processes_need_the_engine_in_its_own_process():
+def test_several_processes_generate_colocated_in_sync_mode_or_in_a_process_of_its_own_in_async():
     from rlep.tasks.training.config import TrainConfig
 
-    with pytest.raises(ValueError, match="needs mode async"):
-        TrainConfig(backend={"nproc": 2})
+    colocated = TrainConfig(backend={"nproc": 2})  # sync: an engine per rank (tasks/training/colocated.py)
+    assert colocated.mode == "sync" and colocated.colocated and colocated.per_prompt_seeds
     with pytest.raises(ValueError, match="ranks use GPUs 0..1"):
         TrainConfig(backend={"nproc": 2}, mode="async", generator_gpus=[1])
     TrainConfig(backend={"nproc": 2}, mode="async", max_staleness=0)
