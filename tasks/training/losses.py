@@ -31,6 +31,7 @@ advantages of a flat group, `advantages.zero_variance_advantages`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,7 +101,7 @@ def clipped_policy_loss(
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
     shaping: PolicyShaping | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip surrogate loss (to minimise).
 
     logp, old_logp, mask, token_weights: [B, T]; advantages: [B] (broadcast over tokens) or [B, T].
@@ -123,10 +124,10 @@ def clipped_policy_loss(
     with torch.no_grad():
         metrics = {
             **shaped,
-            "clip_frac_low": (((adv < 0) & (ratio < 1.0 - clip_low)) & real).sum().item() / n,
-            "clip_frac_high": (((adv > 0) & (ratio > 1.0 + clip_high)) & real).sum().item() / n,
-            "dual_clip_frac": (dual_active & real).sum().item() / n,
-            "ratio_mean": (ratio * mask).sum().item() / n,
+            "clip_frac_low": (((adv < 0) & (ratio < 1.0 - clip_low)) & real).sum() / n,
+            "clip_frac_high": (((adv > 0) & (ratio > 1.0 + clip_high)) & real).sum() / n,
+            "dual_clip_frac": (dual_active & real).sum() / n,
+            "ratio_mean": (ratio * mask).sum() / n,
         }
     return value, metrics
 
@@ -144,13 +145,13 @@ def _weighted(loss, mask, aggregation, horizon, token_weights, shaping=None, log
         loss = torch.where(rows, shaped_token_loss(logp, behaviour, advantages, shaping.beta), loss)
         with torch.no_grad():
             tokens = rows & real
+            count = tokens.sum()
+            ratios = torch.where(tokens, torch.exp(logp - behaviour), 0.0).sum()
             metrics = {
-                "shaped_token_frac": tokens.sum().item() / real.sum().clamp(min=1).item(),
-                "shaped_ratio_mean": torch.exp(logp - behaviour)[tokens].mean().item()
-                if tokens.any()
-                else float("nan"),
+                "shaped_token_frac": count / real.sum().clamp(min=1),
+                "shaped_ratio_mean": torch.where(count > 0, ratios / count.clamp(min=1), math.nan),
             }
-    return aggregate(loss, mask, aggregation, horizon), real, real.sum().clamp(min=1).item(), metrics
+    return aggregate(loss, mask, aggregation, horizon), real, real.sum().clamp(min=1), metrics
 
 
 def asymre_loss(
@@ -161,7 +162,7 @@ def asymre_loss(
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
     shaping: PolicyShaping | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """AsymRE loss (to minimise): -(r - V) * log pi per token, aggregated.
 
     logp, mask, token_weights: [B, T]; advantages: [B] = r - V (see `asymre_advantages`). No importance
@@ -173,13 +174,13 @@ def asymre_loss(
     loss = -adv * logp
     value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
     with torch.no_grad():
-        metrics = {**shaped, "positive_token_frac": ((adv > 0) & real).sum().item() / n}
+        metrics = {**shaped, "positive_token_frac": ((adv > 0) & real).sum() / n}
     return value, metrics
 
 
 def m2po_mask(
     log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, threshold: float
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """M2PO's token mask (arXiv 2510.01161, Algorithm 1 as finally published): a bool [B, T], False on the masked
     tokens, and its metrics.
 
@@ -196,23 +197,24 @@ def m2po_mask(
         real = mask.bool()
         adv = per_token(advantages, log_ratio).expand_as(log_ratio)
         trust = real & (((adv > 0) & (log_ratio > 0)) | ((adv < 0) & (log_ratio < 0)))
-        squared = log_ratio.float().square()
-        values = squared[trust]
-        m2 = values.mean().item() if values.numel() else 0.0
-        keep = real.clone()
-        m2_kept = m2
-        if values.numel() and m2 > threshold:
-            ordered, order = torch.sort(values)
-            running = torch.cumsum(ordered, 0) / torch.arange(1, len(ordered) + 1, dtype=ordered.dtype)
-            kept = int((running <= threshold).sum().item())  # running means only grow: the prefix is contiguous
-            where = trust.nonzero()[order[kept:]]
-            keep[where[:, 0], where[:, 1]] = False
-            m2_kept = running[kept - 1].item() if kept else 0.0
-        n_real = max(int(real.sum().item()), 1)
+        # Computed without reading the device (no boolean selection, no branch on a value): the trust-region
+        # tokens' (log r)^2 sorted ascending come first, the other tokens (+inf) after them.
+        squared = torch.where(trust, log_ratio.float().square(), math.inf).flatten()
+        ordered, order = torch.sort(squared, stable=True)
+        count = trust.sum()
+        position = torch.arange(1, len(ordered) + 1, device=ordered.device)
+        running = torch.cumsum(torch.where(position <= count, ordered, 0.0), 0) / position  # running means
+        at = lambda n: running.gather(0, (n - 1).clamp(min=0).view(1))[0]  # noqa: E731  the n-th running mean
+        m2 = torch.where(count > 0, at(count), 0.0)
+        # running means only grow along the ascending order: those within tau_M2 are a prefix (all of them when
+        # M2 itself is within it)
+        kept = ((position <= count) & (running <= threshold)).sum()
+        masked = torch.zeros_like(trust.flatten()).scatter(0, order, (position > kept) & (position <= count))
+        keep = real & ~masked.view_as(real)
         metrics = {
             "m2po_m2": m2,
-            "m2po_m2_kept": m2_kept,
-            "m2po_masked_frac": int((real & ~keep).sum().item()) / n_real,
+            "m2po_m2_kept": torch.where(kept > 0, at(kept), 0.0),
+            "m2po_masked_frac": (real & ~keep).sum() / real.sum().clamp(min=1),
         }
     return keep, metrics
 
@@ -227,7 +229,7 @@ def m2po_loss(
     token_weights: torch.Tensor | None = None,
     horizon: int | None = None,
     shaping: PolicyShaping | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """M2PO's objective (to minimise): -A r on the tokens `m2po_mask` keeps, r = exp(logp - behaviour_logp), no clip.
 
     logp, behaviour_logp, mask: [B, T]; advantages: [B] or [B, T]. `behaviour_logp` is the ratio's denominator mu
@@ -251,7 +253,7 @@ def m2po_loss(
     loss = torch.where(keep, -per_token(advantages, logp) * ratio, torch.zeros_like(ratio))
     value, real, n, shaped = _weighted(loss, mask, aggregation, horizon, token_weights, shaping, logp, advantages)
     with torch.no_grad():
-        metrics = {**shaped, **m2_metrics, "ratio_mean": (ratio * mask).sum().item() / n}
+        metrics = {**shaped, **m2_metrics, "ratio_mean": (ratio * mask).sum() / n}
     return value, metrics
 
 

@@ -134,8 +134,8 @@ class _HostReads(TorchDispatchMode):
 
 @pytest.mark.parametrize("micro", [1, 3])
 def test_the_update_reads_the_device_only_once_per_optimizer_step(base_model, monkeypatch, micro):
-    """policy_update's own code, between the forward and the loss (tasks/training/logprobs.py, transformers and
-    tasks/training/losses.py are not counted), reads nothing from the device per micro-batch: one read a step."""
+    """policy_update's own code and its loss (tasks/training/logprobs.py and transformers are not counted) read
+    nothing from the device per micro-batch: one read a step."""
     counter = _HostReads()
 
     def uncounted(fn):
@@ -148,8 +148,7 @@ def test_the_update_reads_the_device_only_once_per_optimizer_step(base_model, mo
 
         return call
 
-    for name in ("token_logprobs", "clipped_policy_loss"):
-        monkeypatch.setattr(update, name, uncounted(getattr(update, name)))
+    monkeypatch.setattr(update, "token_logprobs", uncounted(update.token_logprobs))
     reads = []
     to_host = update._Accumulator.to_host
 
@@ -164,3 +163,26 @@ def test_the_update_reads_the_device_only_once_per_optimizer_step(base_model, mo
         _, metrics = _step(base_model, batch, micro=micro, updates=2, epochs=2, loss=loss)
     assert metrics["optimizer_updates"] == 4 == len(reads)
     assert counter.reads == [], counter.reads  # every value is read by to_host's one transfer (.tolist())
+
+
+def test_no_loss_reads_the_device():
+    """Every objective's loss and metrics (the clip's, AsymRE's, M2PO's mask, ExGRPO's shaping) stay on the device:
+    the update reads them once a step with the rest (`_Accumulator.to_host`)."""
+    from rlep.tasks.training.losses import PolicyShaping, asymre_loss, clipped_policy_loss, m2po_loss
+
+    generator = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=generator)
+    old = logp + 0.3 * torch.randn(3, 5, generator=generator)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float32)
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    shaping = PolicyShaping(beta=torch.tensor([0.0, 0.1, 0.0]), behaviour_logp=old)
+    counter = _HostReads()
+    with counter:
+        losses = [
+            clipped_policy_loss(logp, old, advantages, mask, shaping=shaping),
+            asymre_loss(logp, advantages, mask, shaping=shaping),
+            m2po_loss(logp, old, advantages, mask, threshold=0.01),
+        ]
+    assert counter.reads == [], counter.reads
+    m2po = losses[2][1]
+    assert 0 < float(m2po["m2po_masked_frac"]) < 1 and float(m2po["m2po_m2_kept"]) <= 0.01 < float(m2po["m2po_m2"])
