@@ -88,6 +88,23 @@ def vllm_engine(fixture_model):
     engine.close()
 
 
+def assert_samples_from(model, completions, model_dir, temperature: float = 1.0) -> None:
+    """An engine's behaviour log-probs of `completions` (per prompt, as `generate` returns them) are `model`'s own
+    at `temperature` (max gap < 1e-3 over every token): the engine holds the trainer's weights. `model_dir` gives the
+    tokenizer's pad id."""
+    from transformers import AutoTokenizer
+
+    from rlep.tasks.training.logprobs import completion_logprobs
+
+    flat = [c for group in completions for c in group]
+    pad = AutoTokenizer.from_pretrained(model_dir).pad_token_id
+    recomputed = completion_logprobs(
+        model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=temperature
+    )
+    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
+    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a process group's rendezvous)."""
     import socket

@@ -3,7 +3,7 @@ count, and a real pool of two generator processes: answers in prompt order, ever
 
 import pytest
 import torch
-from conftest import process_running
+from conftest import assert_samples_from, process_running
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig
 from rlep.tasks.training.async_gen import GeneratorProcess
@@ -71,10 +71,6 @@ def test_a_pool_answers_in_prompt_order_with_every_engine_at_the_same_version(po
 def test_every_engine_samples_from_the_streamed_weights(pool, fixture_model):
     """Perturbed trainer weights streamed once, in 16 KiB buckets, to both engines: each engine's behaviour
     log-probs (for its slice of the prompts) are the trainer's own."""
-    from transformers import AutoTokenizer
-
-    from rlep.tasks.training.logprobs import completion_logprobs
-
     policy = LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32")))
     torch.manual_seed(0)
     with torch.no_grad():
@@ -85,13 +81,7 @@ def test_every_engine_samples_from_the_streamed_weights(pool, fixture_model):
     pool.submit(("step", 2), PROMPTS, SamplingConfig(n=2, temperature=1.0, max_tokens=12, seed=3))
     completions, version, _, _ = pool.receive(("step", 2))
     assert version == 1
-    flat = [c for g in completions for c in g]
-    pad = AutoTokenizer.from_pretrained(fixture_model).pad_token_id
-    recomputed = completion_logprobs(
-        policy.model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=1.0
-    )
-    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
-    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
+    assert_samples_from(policy.model, completions, fixture_model)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from multiprocessing import Pipe
 
 import pytest
 import torch
+from conftest import assert_samples_from
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
 from rlep.tasks.training.backend import LocalBackend
@@ -240,7 +241,6 @@ def test_the_generator_process_samples_from_the_streamed_weights(policy, fixture
     """Perturbed trainer weights, streamed in 16 KiB buckets to the generator process's vLLM: its behaviour log-probs
     are the trainer's own (as test_weight_sync_changes_vllm_to_match_the_torch_model checks in process)."""
     from rlep.tasks.training.async_gen import GeneratorProcess
-    from rlep.tasks.training.logprobs import completion_logprobs
 
     prompts = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]
     generator = GeneratorProcess(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64), version=0)
@@ -257,12 +257,4 @@ def test_the_generator_process_samples_from_the_streamed_weights(policy, fixture
         sampled = generator.generate(prompts, SamplingConfig(n=4, temperature=0.7, max_tokens=16, seed=3))
     finally:
         generator.close()
-    flat = [c for g in sampled for c in g]
-    from transformers import AutoTokenizer
-
-    pad = AutoTokenizer.from_pretrained(fixture_model).pad_token_id
-    recomputed = completion_logprobs(
-        policy.model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=0.7
-    )
-    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
-    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
+    assert_samples_from(policy.model, sampled, fixture_model, temperature=0.7)

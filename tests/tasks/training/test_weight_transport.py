@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import process_running
+from conftest import assert_samples_from, process_running
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig
 from rlep.tasks.runner import module_env
@@ -79,21 +79,6 @@ def policy(fixture_model):
     return policy
 
 
-def assert_samples_from(policy, completions, fixture_model):
-    """The engine's behaviour log-probs are the trainer's own: its weights arrived exactly."""
-    from transformers import AutoTokenizer
-
-    from rlep.tasks.training.logprobs import completion_logprobs
-
-    flat = [c for g in completions for c in g]
-    pad = AutoTokenizer.from_pretrained(fixture_model).pad_token_id
-    recomputed = completion_logprobs(
-        policy.model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat], pad, temperature=1.0
-    )
-    gaps = [abs(a - b) for c, r in zip(flat, recomputed) for a, b in zip(c.logprobs, r)]
-    assert len(gaps) == sum(len(c.token_ids) for c in flat) > 0 and max(gaps) < 1e-3
-
-
 def test_the_transport_follows_the_placement():
     assert choose_transport([], "cpu") == "shared-memory"
     assert choose_transport([], "cuda") == "cuda-ipc"  # trainer and generator on the default GPU
@@ -157,7 +142,7 @@ def test_a_generator_reads_every_bucket_from_one_shared_buffer_of_the_bucket_siz
     assert len(buckets) > 2 * 3  # both syncs in several 16 KiB buckets
     assert all(not isinstance(v, (torch.Tensor, bytes, bytearray)) for m in sent for v in m)
     assert sum(len(pickle.dumps(m)) for m in buckets) < weights / 10  # metadata only: names, shapes, offsets
-    assert_samples_from(policy, completions, fixture_model)
+    assert_samples_from(policy.model, completions, fixture_model)
 
 
 def test_a_pool_reads_each_bucket_in_parallel_from_one_buffer(policy, fixture_model):
@@ -183,7 +168,7 @@ def test_a_pool_reads_each_bucket_in_parallel_from_one_buffer(policy, fixture_mo
     buckets = [e for e in events if e[0] in ("weights_bucket", "wait")]
     one_bucket = [("wait", 0), ("wait", 1), ("weights_bucket", 0), ("weights_bucket", 1)]
     assert len(buckets) > 3 * 4 and buckets == one_bucket * (len(buckets) // 4)
-    assert_samples_from(policy, completions, fixture_model)
+    assert_samples_from(policy.model, completions, fixture_model)
 
 
 def test_the_shared_buffer_is_gone_after_a_normal_end_and_an_error(policy, fixture_model):
