@@ -23,11 +23,9 @@ def _cores() -> list[int]:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (pyproject's addopts): one worker process more than there are cores, at most 4 (each may hold a
-    vLLM engine and train a model at once). The extra worker fills the time a test spends waiting (a generator
-    answering, a rank at a collective, a server starting): on 2 quiet cores, 2 workers left the CPU 20% idle (793 s
-    of pytest), 3 workers 3%."""
-    return max(1, min(len(_cores()) + 1, 4))
+    """`-n auto` (pyproject's addopts): one worker process per core, at most 4 (each may hold a vLLM engine and
+    train a model at once)."""
+    return max(1, min(len(_cores()), 4))
 
 
 # Under xdist each worker's torch and vLLM get its share of the cores as threads (one each on 2 cores), set before
