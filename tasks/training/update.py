@@ -71,12 +71,7 @@ def _logprobs(
     lengths = row_lengths(batch) if lengths is None else lengths
     length = lengths.tolist()
     out = torch.zeros_like(batch.behaviour_logp)
-    group = batch.group.cpu()
-    mine = torch.arange(len(batch)) if data_parallel is None else data_parallel.rows(group, lengths)
-    chunks: list[torch.Tensor | None] = list(micro_batch_rows(mine, lengths, micro))
-    if data_parallel is not None:
-        chunks += [None] * (data_parallel.micro_batches(group, micro, lengths) - len(chunks))
-    for rows in chunks:
+    for rows in _micro_batches(batch.group.cpu(), lengths, micro, data_parallel):
         if before_micro_batch:
             before_micro_batch()
         if rows is None:
@@ -87,6 +82,20 @@ def _logprobs(
         if rows is not None:
             out[rows.to(out.device), : logp.shape[1]] = logp
     return out if data_parallel is None else data_parallel.sum_rows(out)
+
+
+def _micro_batches(
+    group: torch.Tensor, lengths: torch.Tensor, micro: int, data_parallel: DataParallel | None
+) -> list[torch.Tensor | None]:
+    """This rank's micro-batches of the rows whose groups are `group` [B] and lengths `lengths` [B] (on the CPU): its
+    rows (every row in one process, its share under `data_parallel`) cut longest first (`micro_batch_rows`), then
+    None, a masked filler, up to the count every rank runs (FSDP2 hangs unless every rank runs as many forwards and
+    backwards)."""
+    mine = torch.arange(len(group)) if data_parallel is None else data_parallel.rows(group, lengths)
+    chunks: list[torch.Tensor | None] = list(micro_batch_rows(mine, lengths, micro))
+    if data_parallel is not None:
+        chunks += [None] * (data_parallel.micro_batches(group, micro, lengths) - len(chunks))
+    return chunks
 
 
 def policy_update(
@@ -170,11 +179,7 @@ def policy_update(
                 tokens_total = sum(fresh_row_tokens[i] for i in in_mb) or fresh_tokens_per_update or max(mb_tokens, 1.0)
             step = _Accumulator(loss_config.is_cap if loss_config.is_correction == "truncate" else None)
             optimizer.zero_grad(set_to_none=True)
-            group, mb_lengths = host.group[index], lengths[index]
-            mine = torch.arange(len(index)) if data_parallel is None else data_parallel.rows(group, mb_lengths)
-            chunks: list[torch.Tensor | None] = list(micro_batch_rows(mine, mb_lengths, micro))
-            if data_parallel is not None:  # FSDP2 hangs unless every rank runs as many forwards and backwards
-                chunks += [None] * (data_parallel.micro_batches(group, micro, mb_lengths) - len(chunks))
+            chunks = _micro_batches(host.group[index], lengths[index], micro, data_parallel)
             for n_chunk, local in enumerate(chunks):
                 if before_micro_batch:
                     before_micro_batch()
