@@ -175,6 +175,31 @@ def judged_row(problem, response: str, correct: bool = True, *, prompt: str | No
     )
 
 
+def update_rollout(i: int, prompt: list[int], response: list[int], generator):
+    """Rollout `i` of a synthetic update batch: `prompt` and `response` token ids, random behaviour log-probs and
+    advantage from `generator`; every third one replayed (the update tests' batches)."""
+    import torch
+
+    from rlep.data.rollout import Rollout
+
+    rollout = Rollout(
+        problem_id=str(i),
+        data_source="t",
+        prompt="p",
+        gold_answer="1",
+        response="r",
+        response_token_ids=response,
+        policy_version=0,
+        prompt_token_ids=prompt,
+        behaviour_logprobs=(-torch.rand(len(response), generator=generator)).tolist(),
+        finish_reason="stop",
+        sample_index=i,
+    )
+    rollout.origin = "replay" if i % 3 == 0 else "fresh"
+    rollout.advantage = float(torch.randn((), generator=generator))
+    return rollout
+
+
 def write_rows(path, rows):
     """`rows` (trajectory rows) written as one Parquet file at `path`, which is returned."""
     from rlep.data.fs import write_parquet_atomic

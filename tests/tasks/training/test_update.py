@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from conftest import update_rollout
 from transformers import AutoModelForCausalLM
 
-from rlep.data.rollout import Rollout
 from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import AsymREObjective, LossConfig
 from rlep.tasks.training.logprobs import token_logprobs
@@ -21,22 +21,7 @@ def _batch(n=7):
     for i in range(n):
         prompt = torch.randint(3, 40, (5 + i % 3,), generator=g).tolist()
         response = torch.randint(3, 40, (2 + (i * 5) % 7,), generator=g).tolist()
-        r = Rollout(
-            problem_id=str(i),
-            data_source="t",
-            prompt="p",
-            gold_answer="1",
-            response="r",
-            response_token_ids=response,
-            policy_version=0,
-            prompt_token_ids=prompt,
-            behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist(),
-            finish_reason="stop",
-            sample_index=i,
-        )
-        r.origin = "replay" if i % 3 == 0 else "fresh"
-        r.advantage = float(torch.randn((), generator=g))
-        rollouts.append(r)
+        rollouts.append(update_rollout(i, prompt, response, g))
     return build_batch(rollouts, pad_id=0, step=1)
 
 

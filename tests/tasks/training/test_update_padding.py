@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
+from conftest import update_rollout
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 import rlep.tasks.training.update as update
-from rlep.data.rollout import Rollout
 from rlep.tasks.training.batch import build_batch, micro_batch_rows
 from rlep.tasks.training.config import LossConfig
 from rlep.tasks.training.update import UpdateSettings, policy_update
@@ -24,25 +24,6 @@ def test_micro_batches_are_cut_longest_first_and_keep_every_row_once():
     assert micro_batch_rows(torch.tensor([], dtype=torch.long), lengths, 4) == []
 
 
-def _rollout(i, prompt, response, g):
-    r = Rollout(
-        problem_id=str(i),
-        data_source="t",
-        prompt="p",
-        gold_answer="1",
-        response="r",
-        response_token_ids=response,
-        policy_version=0,
-        prompt_token_ids=prompt,
-        behaviour_logprobs=(-torch.rand(len(response), generator=g)).tolist(),
-        finish_reason="stop",
-        sample_index=i,
-    )
-    r.origin = "replay" if i % 3 == 0 else "fresh"
-    r.advantage = float(torch.randn((), generator=g))
-    return r
-
-
 def _alternating_batch(n=8):
     """Rows alternately long (24 tokens) and short (6): cut in batch order, every micro-batch of 2 pads its short row
     to the long one's width."""
@@ -51,7 +32,7 @@ def _alternating_batch(n=8):
     for i in range(n):
         prompt = torch.randint(3, 40, (4,), generator=g).tolist()
         response = torch.randint(3, 40, (20 if i % 2 == 0 else 2,), generator=g).tolist()
-        rollouts.append(_rollout(i, prompt, response, g))
+        rollouts.append(update_rollout(i, prompt, response, g))
     return build_batch(rollouts, pad_id=0, step=1)
 
 
