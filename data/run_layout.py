@@ -136,7 +136,7 @@ class TrainRunLayout:
 
     @property
     def tensorboard(self) -> Path:
-        """TensorBoard event files of `tracker: tensorboard` (tasks/tracking.py)."""
+        """TensorBoard event files of `tracker: tensorboard` (tasks/training/loop/tracking.py)."""
         return self.root / "tensorboard"
 
     @property

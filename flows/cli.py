@@ -191,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     from rlep.data.store import StoreError
     from rlep.tasks.engines import EngineUnavailable
     from rlep.tasks.models import ModelNotFound
-    from rlep.tasks.training.checkpoint import CheckpointError
+    from rlep.tasks.training.backends.checkpoint import CheckpointError
 
     user_errors = (
         UserError,

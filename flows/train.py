@@ -1,11 +1,11 @@
 """Prefect flow `train`: GRPO with experience replay (none | rlep | fifo | prioritized | reuse | refill |
 exgrpo) on one policy.
 
-The loop lives in `tasks.training.loop`, reached through `tasks.training.trainer.train` (it holds an engine
+The loop lives in `tasks.training.loop.steps`, reached through `tasks.training.trainer.train` (it holds an engine
 and a torch model, which do not travel between tasks); this flow runs it as one task, mirrors its progress
 into Prefect artifacts (a progress bar, the latest metrics and evaluation as tables) and the run's Logs tab
 (a line per step and evaluation), writes the metrics for `config.tracker` (TensorBoard, MLflow;
-tasks/tracking.py) and publishes the learning curve. Run it with
+tasks/training/loop/tracking.py) and publishes the learning curve. Run it with
 `rlep train ...`, from a deployment (`rlep serve`), or `train_flow(TrainConfig(...))` in Python.
 """
 

@@ -180,7 +180,7 @@ def _start_over(run: Run) -> None:
 
 def _train(run: Run, stages: Stages) -> dict:
     """Train `run` (a whole run, or a living-pool arm's last part) to its last step, resuming its checkpoint."""
-    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
     final_checkpoint = stages.train(run.config, latest_checkpoint(run.config.out) is not None).final_checkpoint
     return _evaluated(run, stages, str(final_checkpoint))
@@ -191,7 +191,7 @@ def _train_part(run: Run, stages: Stages) -> dict:
     first part checks that the arm's directory and store hold this arm's run (or clears them) and starts the
     store from the collected pool."""
     from rlep.tasks.living_pool import last_saved_step, start_store
-    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
     out, end = Path(run.config.out), run.span[1]
     if not run.continues:
@@ -291,8 +291,8 @@ def _as_requested(saved: TrainConfig, config: TrainConfig) -> TrainConfig:
         return saved
     import torch
 
-    from rlep.tasks.training.async_gen import update_device
-    from rlep.tasks.training.precision import resolve_precision
+    from rlep.tasks.training.backends.precision import resolve_precision
+    from rlep.tasks.training.generation.async_gen import update_device
 
     here = resolve_precision("auto", update_device(config.generator_gpus, torch.cuda.device_count())).precision
     if here != saved.backend.precision:

@@ -93,7 +93,7 @@ def refresh_costs(store: Path | str) -> list[tuple[int, dict[str, float]]]:
 
 def last_saved_step(out: Path | str) -> int:
     """The step of the newest complete checkpoint of the training run in `out` (0: none yet)."""
-    from rlep.tasks.training.checkpoint import list_checkpoints
+    from rlep.tasks.training.backends.checkpoint import list_checkpoints
 
     saved = {path: step for step, path in TrainRunLayout(out).step_checkpoints()}
     checkpoints = list_checkpoints(Path(out))

@@ -41,7 +41,7 @@ class RecollectConfig(BaseModel):
         model = self.collect.model
         if self.train_dir is not None:
             # here, not at the top: `rlep serve`'s flags are built from this model without loading torch
-            from rlep.tasks.training.checkpoint import CheckpointError, latest_checkpoint
+            from rlep.tasks.training.backends.checkpoint import CheckpointError, latest_checkpoint
 
             checkpoint = latest_checkpoint(self.train_dir)
             if checkpoint is None:

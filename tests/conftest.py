@@ -94,7 +94,7 @@ def assert_samples_from(model, completions, model_dir, temperature: float = 1.0)
     tokenizer's pad id."""
     from transformers import AutoTokenizer
 
-    from rlep.tasks.training.logprobs import completion_logprobs
+    from rlep.tasks.training.maths.logprobs import completion_logprobs
 
     flat = [c for group in completions for c in group]
     pad = AutoTokenizer.from_pretrained(model_dir).pad_token_id

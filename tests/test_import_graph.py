@@ -14,10 +14,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = ("flows", "tasks", "data", "verifiers")
 
-# Circles that exist today, each to be removed from this list when it is broken. None since issue 36 broke the
-# last two, inside tasks/training/: the backends build from tasks/training/policy.py below the seam that picks one,
-# and `train` (trainer) launches ranks (launch) whose entry point runs the loop (loop) below it, the Ray launcher
-# being handed that entry point rather than importing it.
+# Circles that exist today, each to be removed from this list when it is broken. None since issue 36 broke the last two,
+# inside tasks/training/: the backends build from tasks/training/backends/policy.py below the seam that picks one, and
+# `train` (trainer) launches ranks (launch) whose entry point runs the loop (loop) below it, the Ray launcher being
+# handed that entry point rather than importing it.
 KNOWN_CIRCLES: list[set[str]] = []
 
 

@@ -97,7 +97,7 @@ def measure_run(config: TrainConfig) -> dict[str, Any]:
     """Train `config` in this process; its metrics rows and the CPU seconds of each step."""
     import pyarrow.parquet as pq
 
-    from rlep.tasks.training.loop import Trainer  # torch and the engines: not needed to build the CLI
+    from rlep.tasks.training.loop.steps import Trainer  # torch and the engines: not needed to build the CLI
 
     load_before = os.getloadavg()[0]
     trainer = Trainer(config, progress=False)

@@ -269,7 +269,7 @@ def update_part(config: GpuCheckConfig, work: Path, deadline: float) -> dict[str
     import torch
 
     from rlep.tasks.bench.update import UpdateBenchConfig, bench_update
-    from rlep.tasks.training.precision import resolve_precision
+    from rlep.tasks.training.backends.precision import resolve_precision
 
     cuda = config.device == "cuda"
     precision = "bf16" if cuda else resolve_precision("auto", "cpu").precision

@@ -2,7 +2,7 @@
 
 A world of one rank is the smallest run that goes through everything a multi-GPU run relies on: the process
 group on NCCL (gloo on the CPU), `fully_shard` over one rank, the update's collectives with their tensors on
-the rank's GPU (the metric sums: NCCL refuses CPU tensors, the bug tasks/training/collectives.py fixed), the
+the rank's GPU (the metric sums: NCCL refuses CPU tensors, the bug tasks/training/backends/collectives.py fixed), the
 weight-sync source (the streamed `named_weights` where the backend has it, else `full_state_dict`), the
 checkpoint's save (`save_checkpoint`: the gathered HF export and, where the backend writes them, each rank's
 DCP shards of weights and optimizer; the random streams) and a resume from it, both as the trainer does them.
@@ -40,7 +40,7 @@ RESUME_TOLERANCE = 1e-5
 
 def run_in_torchrun(work: Path, device: str) -> dict[str, Any]:
     """Launch this module as one torchrun rank and return its result (or the launch's failure)."""
-    from rlep.tasks.training.launch import launch
+    from rlep.tasks.training.backends.launch import launch
 
     work.mkdir(parents=True, exist_ok=True)
     request = work / "fsdp_request.json"
@@ -63,7 +63,7 @@ def _update(backend, seed: int, vocab: int) -> dict[str, float]:
 
     from rlep.tasks.bench.update import synthetic_batch
     from rlep.tasks.training.config import LossConfig
-    from rlep.tasks.training.update import UpdateSettings
+    from rlep.tasks.training.maths.update import UpdateSettings
 
     batch = synthetic_batch(4, 4, 8, 16, vocab, seed=seed)
     settings = UpdateSettings(LossConfig(), 1.0, updates_per_epoch=2, micro_batch_size=4)
@@ -105,10 +105,10 @@ def scenario(work: Path) -> dict[str, Any]:
     from rlep.data.tokenizer import build_tokenizer
     from rlep.tasks.bench.update import model_config
     from rlep.tasks.training.backend_config import BackendConfig
-    from rlep.tasks.training.checkpoint import load_trainer_state, save_checkpoint
+    from rlep.tasks.training.backends.checkpoint import load_trainer_state, save_checkpoint
+    from rlep.tasks.training.backends.distributed import DistributedBackend
+    from rlep.tasks.training.backends.policy import PolicySpec
     from rlep.tasks.training.config import OptimizerConfig
-    from rlep.tasks.training.distributed import DistributedBackend
-    from rlep.tasks.training.policy import PolicySpec
 
     hf = model_config("tiny")
     config = BackendConfig(nproc=1, strategy="fsdp2", precision="auto", collective_timeout=120)
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError("device cuda asked for, but torch sees no GPU")
             deterministic_cuda()
         from rlep.tasks.training.backend_config import BackendConfig
-        from rlep.tasks.training.distributed import init_distributed, shutdown
+        from rlep.tasks.training.backends.distributed import init_distributed, shutdown
 
         init_distributed(BackendConfig(nproc=1, strategy="fsdp2", collective_timeout=120))
         try:

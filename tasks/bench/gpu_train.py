@@ -97,7 +97,7 @@ def run_training(work: Path, device: str, engine: str = "transformers") -> dict[
     from safetensors.torch import load_file
 
     from rlep.data.run_layout import TrainRunLayout
-    from rlep.tasks.training.precision import recorded_precision
+    from rlep.tasks.training.backends.precision import recorded_precision
     from rlep.tasks.training.trainer import train
 
     model = tiny_policy(work / "tiny_policy")

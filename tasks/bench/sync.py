@@ -61,9 +61,9 @@ def measure(model: str, mode: str, engine_dtype: str, bucket_mb: int, repeats: i
     import torch
 
     from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-    from rlep.tasks.training.backend import LocalBackend
+    from rlep.tasks.training.backends.backend import LocalBackend
+    from rlep.tasks.training.backends.policy import PolicySpec
     from rlep.tasks.training.config import OptimizerConfig
-    from rlep.tasks.training.policy import PolicySpec
 
     settings = {"backend": "vllm", "dtype": engine_dtype, "max_model_len": 256, "gpu_memory_utilization": 0.3}
     if "sync_bucket_mb" in EngineConfig.model_fields:
@@ -73,7 +73,7 @@ def measure(model: str, mode: str, engine_dtype: str, bucket_mb: int, repeats: i
     if mode == "sync":
         engine = make_engine(model, config)
     else:
-        from rlep.tasks.training.async_gen import GeneratorProcess
+        from rlep.tasks.training.generation.async_gen import GeneratorProcess
 
         engine = GeneratorProcess(model, config, version=0)
     streamed = hasattr(backend, "named_weights")

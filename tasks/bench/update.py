@@ -15,7 +15,7 @@ step), the KL reference's forward or activation checkpointing's recomputed forwa
 of the work done. Answers are all `response_tokens` long, or (`--response-lengths varied`) of lengths drawn
 once for the run from 1..response_tokens, the same every step. Per rank the bytes of parameters, gradients,
 optimizer state and KL reference (`--kl`) it holds (the figures FSDP2 divides by the number of ranks) and its
-peak memory (VmHWM on the CPU, CUDA's peak allocation on a GPU: tasks/training/memory.py) twice: while the
+peak memory (VmHWM on the CPU, CUDA's peak allocation on a GPU: tasks/training/backends/memory.py) twice: while the
 model is built and loaded, and during the steps (old-log-prob pass, reference forward and update included:
 `--updates-per-epoch 2 --kl`). Writes the report as JSON.
 
@@ -129,7 +129,7 @@ def synthetic_batch(
     import torch  # here, not at module level: `rlep --help` must not load torch
 
     from rlep.data.rollout import Rollout
-    from rlep.tasks.training.batch import build_batch
+    from rlep.tasks.training.maths.batch import build_batch
 
     g = torch.Generator().manual_seed(seed)
     rollouts, groups = [], []
@@ -189,11 +189,11 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from rlep.tasks.training.backend import make_backend
     from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+    from rlep.tasks.training.backends.backend import make_backend
+    from rlep.tasks.training.backends.policy import PolicySpec
     from rlep.tasks.training.config import LossConfig, OptimizerConfig
-    from rlep.tasks.training.policy import PolicySpec
-    from rlep.tasks.training.update import UpdateSettings
+    from rlep.tasks.training.maths.update import UpdateSettings
 
     hf = config.hf_config()
     backend_config = BackendConfig(
@@ -295,7 +295,7 @@ def _memory(backend, device, reset: bool = False) -> list[dict[str, float]]:
     """Per rank: the training state and KL reference held, and the peak memory since the last reset."""
     if hasattr(backend, "memory"):
         return backend.memory(reset)
-    from rlep.tasks.training.memory import rank_memory, reset_peak
+    from rlep.tasks.training.backends.memory import rank_memory, reset_peak
 
     facts = [rank_memory(backend.model, backend.optimizer, device, backend.reference)]
     if reset:
@@ -340,7 +340,7 @@ def summary(report: dict[str, Any]) -> str:
 def bench_update(config: UpdateBenchConfig) -> dict[str, Any]:
     """Run the benchmark (launching `nproc` processes when more than one) and return rank 0's report."""
     if config.nproc > 1 and "RANK" not in os.environ:
-        from rlep.tasks.training.launch import launch
+        from rlep.tasks.training.backends.launch import launch
 
         request = config.out.with_suffix(".request.json")
         request.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 def _rank(config: UpdateBenchConfig) -> int:
     """One process of a launched benchmark: rank 0 measures and writes, the others follow."""
     from rlep.tasks.training.backend_config import BackendConfig
-    from rlep.tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
+    from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
 
     rank = init_distributed(BackendConfig(nproc=config.nproc, strategy=config.strategy))
     try:

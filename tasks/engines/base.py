@@ -44,8 +44,8 @@ class GenerationEngine(Protocol):
     weight_dtype: torch.dtype  # the dtype it holds its weights in: what a weight sync sends
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the policy weights (same architecture) without restarting the engine, from (HF name, tensor)
-        pairs taken one at a time (a stream: tasks/training/weight_sync.py; `state_dict.items()` works too)."""
+        """Replace the policy weights (same architecture) without restarting the engine, from (HF name, tensor) pairs
+        taken one at a time (a stream: tasks/training/generation/weight_sync.py; `state_dict.items()` works too)."""
         ...
 
     def close(self) -> None:

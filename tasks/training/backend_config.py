@@ -1,7 +1,7 @@
 """Settings of the training backend: how many processes update the policy, how they share it, in what precision.
 
 Kept free of torch so that the configuration can be read (CLI, Prefect forms) without it; the backends
-themselves are in tasks/training/backend.py and tasks/training/distributed.py (docs/distributed.md).
+themselves are in tasks/training/backends/backend.py and tasks/training/backends/distributed.py (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class BackendConfig(BaseModel):
         "ratio move by up to ~6e-3 (docs/distributed.md). "
         "`auto`: bf16 where the update's device computes it natively (a GPU with native bf16; a CPU with AVX512-BF16 "
         "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "
-        "logged and recorded in OUT/resolved_settings.json (tasks/training/precision.py).",
+        "logged and recorded in OUT/resolved_settings.json (tasks/training/backends/precision.py).",
     )
     fsdp_param_dtype: Literal["float32", "bfloat16"] = Field(
         "float32",

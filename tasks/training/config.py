@@ -16,7 +16,7 @@ from rlep.tasks.engines import EngineConfig, RolloutSampling, sampling_field
 from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
 from rlep.tasks.settings_upgrade import SavedSettings
 from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
-from rlep.tasks.training.perturb import PerturbConfig, sampling_seed
+from rlep.tasks.training.loop.perturb import PerturbConfig, sampling_seed
 from rlep.verifiers import RewardConfig, VerifierConfig
 
 _OBJECTIVE = {"cli_flag": "objective"}
@@ -296,16 +296,15 @@ class TrainConfig(SavedSettings):
     )
     tracker: Literal["none", "tensorboard", "mlflow"] = Field(
         "none",
-        description="Also write every step's metrics and each evaluation for a tracker (tasks/tracking.py): "
-        "TensorBoard event "
-        "files in OUT/tensorboard (`tensorboard --logdir OUT`), or an MLflow store in the file OUT/mlflow.db (needs "
-        "mlflow installed).",
+        description="Also write every step's metrics and each evaluation for a tracker "
+        "(tasks/training/loop/tracking.py): TensorBoard event files in OUT/tensorboard (`tensorboard --logdir OUT`), "
+        "or an MLflow store in the file OUT/mlflow.db (needs mlflow installed).",
     )
 
     @field_validator("tracker")
     @classmethod
     def _tracker_installed(cls, kind: str) -> str:
-        from rlep.tasks.tracking import check_tracker
+        from rlep.tasks.training.loop.tracking import check_tracker
 
         check_tracker(kind)  # a missing package fails here, before anything runs
         return kind
@@ -339,7 +338,7 @@ class TrainConfig(SavedSettings):
             raise ValueError(f"lora: one training process only (backend.nproc is {self.backend.nproc}); not built")
         if self.sampling_seeds == "per-prompt" and self.mode != "sync":
             raise ValueError("sampling_seeds per-prompt: applies to mode sync (engines in this run's processes)")
-        if self.colocated:  # every rank generates a share with its own engine (tasks/training/colocated.py)
+        if self.colocated:  # every rank generates a share with its own engine (tasks/training/generation/colocated.py)
             if self.sampling_seeds == "per-step":
                 raise ValueError(
                     f"sampling_seeds per-step with backend.nproc {self.backend.nproc} in mode sync: the ranks' "
@@ -442,7 +441,7 @@ class TrainConfig(SavedSettings):
         return max(1, len(self.generator_gpus) // self.engine.tensor_parallel_size)
 
     def sampling_seed(self, step: int) -> int:
-        """The seed training step `step` samples its rollouts with (`tasks.training.perturb.sampling_seed`)."""
+        """The seed training step `step` samples its rollouts with (`tasks.training.loop.perturb.sampling_seed`)."""
         return sampling_seed(self.seed, step, self.perturb)
 
     def resolved_run_id(self) -> str:

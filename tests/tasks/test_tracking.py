@@ -9,7 +9,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.tracking import (
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.loop.tracking import (
     StepReport,
     TrackerUnavailable,
     check_tracker,
@@ -17,7 +18,6 @@ from rlep.tasks.tracking import (
     numeric_columns,
     step_line,
 )
-from rlep.tasks.training.config import TrainConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6}
 
@@ -83,7 +83,7 @@ def test_tensorboard_events_are_the_metrics_rows_and_survive_a_resume(fixture_mo
     _assert_events_match_parquet(tmp_path / "run")
 
     # Resumed from the step-2 checkpoint: step 3 is computed again, and its first events are purged.
-    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
     resumed = TrainRunLayout(tmp_path / "run")
     import shutil

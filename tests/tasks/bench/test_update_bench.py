@@ -60,7 +60,8 @@ def test_named_shapes_match_the_public_models():
 
 def test_update_bench_imports_neither_vllm_nor_prefect():
     code = (
-        "import sys, rlep.tasks.bench.update, rlep.tasks.training.backend, rlep.tasks.training.distributed; "
+        "import sys, rlep.tasks.bench.update, rlep.tasks.training.backends.backend, "
+        "rlep.tasks.training.backends.distributed; "
         "print(sorted({m.split('.')[1] if m.startswith('rlep.') else m.split('.')[0] for m in sys.modules} & "
         "{'vllm', 'prefect', 'ray', 'flows'}))"
     )

@@ -13,12 +13,12 @@ from rlep.data.rollout import Group, Rollout
 from rlep.tasks.engines import Completion, SamplingConfig
 from rlep.tasks.replay import ExGRPOReplayConfig, make_replay
 from rlep.tasks.replay.exgrpo import ExGRPOReplay, bucket_weights, sample_from_buckets
-from rlep.tasks.training.advantages import fill_advantages
-from rlep.tasks.training.async_gen import generate_counts
-from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import LossConfig, TrainConfig
-from rlep.tasks.training.logprobs import mean_completion_entropy, token_logprobs
-from rlep.tasks.training.losses import PolicyShaping, clipped_policy_loss
+from rlep.tasks.training.generation.async_gen import generate_counts
+from rlep.tasks.training.maths.advantages import fill_advantages
+from rlep.tasks.training.maths.batch import build_batch
+from rlep.tasks.training.maths.logprobs import mean_completion_entropy, token_logprobs
+from rlep.tasks.training.maths.losses import PolicyShaping, clipped_policy_loss
 
 K = 4
 

@@ -14,8 +14,8 @@ import pytest
 from rlep.data.problem import render_prompt
 from rlep.tasks.engines import Completion
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.logprobs import completion_logprobs
-from rlep.tasks.training.loop import Trainer
+from rlep.tasks.training.loop.steps import Trainer
+from rlep.tasks.training.maths.logprobs import completion_logprobs
 
 PROMPTS, G = 4, 4
 

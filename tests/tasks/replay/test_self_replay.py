@@ -8,9 +8,9 @@ import pytest
 from rlep.data.rollout import Group, Rollout
 from rlep.tasks.replay import RefillReplayConfig, ReuseReplayConfig, make_replay
 from rlep.tasks.replay.self_replay import RefillReplay, ReuseReplay
-from rlep.tasks.training.advantages import fill_advantages
 from rlep.tasks.training.config import LossConfig
-from rlep.tasks.training.step_metrics import PhaseTimer, step_row
+from rlep.tasks.training.loop.step_metrics import PhaseTimer, step_row
+from rlep.tasks.training.maths.advantages import fill_advantages
 
 
 def rollout(pid, step, reward, name, source="d"):

@@ -13,7 +13,7 @@ from conftest import judged_row, write_rows
 
 from rlep.data.sources import load_problems, problem_source
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop import Trainer
+from rlep.tasks.training.loop.steps import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 8}
 

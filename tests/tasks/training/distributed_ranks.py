@@ -10,11 +10,11 @@ import torch.multiprocessing as mp
 from conftest import free_port
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.update import UpdateSettings
+from rlep.tasks.training.maths.update import UpdateSettings
 
 TINY = model_config("tiny")
 # Adam's step is ~lr whatever the gradient, so parameters with a near-zero gradient (key biases: softmax ignores
@@ -62,7 +62,7 @@ def rank_main(rank, world, port, scenario, args, out, follower=None):
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    from rlep.tasks.training import distributed
+    from rlep.tasks.training.backends import distributed
 
     distributed.init_distributed(BackendConfig(nproc=world, collective_timeout=15))
     assert "RANK" not in os.environ and "MASTER_ADDR" not in os.environ  # nothing left for a vLLM engine to join

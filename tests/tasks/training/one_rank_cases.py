@@ -10,10 +10,10 @@ from conftest import free_port
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.policy import PolicySpec
+from rlep.tasks.training.backends.sharding import Sharding
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.sharding import Sharding
-from rlep.tasks.training.update import UpdateSettings
+from rlep.tasks.training.maths.update import UpdateSettings
 
 TINY = model_config("tiny")
 
@@ -21,7 +21,7 @@ TINY = model_config("tiny")
 @pytest.fixture
 def one_rank(monkeypatch):
     """This process as rank 0 of a gloo group of 1, joined the way torchrun's ranks join."""
-    from rlep.tasks.training import distributed
+    from rlep.tasks.training.backends import distributed
 
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
         monkeypatch.setenv(name, value)
@@ -34,7 +34,7 @@ def one_rank(monkeypatch):
 def test_the_metric_reduction_hands_nccl_a_tensor_on_the_groups_device(one_rank, monkeypatch):
     """The group declared on another device (`meta` stands in for the rank's GPU) and an all-reduce that, like
     NCCL, refuses tensors elsewhere: the metrics' sums must reach it on that device."""
-    from rlep.tasks.training import collectives
+    from rlep.tasks.training.backends import collectives
 
     class Reduced(Exception):
         """Raised by the stand-in once it has seen a tensor it accepts (a meta tensor holds no values to read)."""
@@ -52,7 +52,7 @@ def test_the_metric_reduction_hands_nccl_a_tensor_on_the_groups_device(one_rank,
 
 
 def test_the_metric_reduction_sums_on_a_gloo_group(one_rank):
-    from rlep.tasks.training import collectives
+    from rlep.tasks.training.backends import collectives
 
     assert collectives.GROUP.device == torch.device("cpu")
     assert Sharding(0, 1).all_reduce([1.0, 2.5]) == [1.0, 2.5]
@@ -116,7 +116,7 @@ def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
     """A gloo group's worker threads must end in `shutdown`, not at interpreter exit: a worker still holding its
     last finished broadcast then needs the GIL, is stopped inside a destructor, and the rank aborts
     ("terminate called without an active exception"; one launched benchmark in five on 2 CPUs)."""
-    from rlep.tasks.training import distributed
+    from rlep.tasks.training.backends import distributed
 
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
         monkeypatch.setenv(name, value)
@@ -132,7 +132,7 @@ def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
 def test_a_tensor_the_weights_lack_is_named_not_left_as_allocated(one_rank):
     """Rank 0 loads in chunks with strict=False (each chunk names only its tensors), so a name no chunk held is
     checked at the end: an error naming it, not a parameter left holding `to_empty`'s garbage."""
-    from rlep.tasks.training.meta_load import build_on_meta_and_load, read_state_dict_chunks
+    from rlep.tasks.training.backends.meta_load import build_on_meta_and_load, read_state_dict_chunks
 
     def without_a_norm(weights, dtype, init_seed):
         for chunk in read_state_dict_chunks(weights, dtype, init_seed):

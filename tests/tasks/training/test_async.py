@@ -21,7 +21,9 @@ from safetensors.torch import load_file
 from rlep.data.problem import Problem
 from rlep.data.sources import load_problems, problem_source
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
-from rlep.tasks.training.async_gen import (
+from rlep.tasks.training.backends.checkpoint import latest_checkpoint
+from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.generation.async_gen import (
     CoreShare,
     GeneratorError,
     GeneratorProcess,
@@ -29,11 +31,9 @@ from rlep.tasks.training.async_gen import (
     generator_gpu_env,
     update_device,
 )
-from rlep.tasks.training.checkpoint import latest_checkpoint
-from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.generator_worker import DELAY_ENV
-from rlep.tasks.training.loop import Trainer
-from rlep.tasks.training.weight_sync import GatheredWeights
+from rlep.tasks.training.generation.generator_worker import DELAY_ENV
+from rlep.tasks.training.generation.weight_sync import GatheredWeights
+from rlep.tasks.training.loop.steps import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
 
@@ -119,7 +119,7 @@ def test_every_strategy_trains_in_async_mode(fixture_model, gold_pool, tmp_path,
 
 def _slow_trainer(seconds):
     def spy(trainer):
-        import rlep.tasks.training.backend as module
+        import rlep.tasks.training.backends.backend as module
 
         update = module.policy_update
 
@@ -139,7 +139,7 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
     monkeypatch.setenv(DELAY_ENV, "0.4")  # the generator sleeps before each request
     slow_generator = _run(_config(fixture_model, tmp_path / "slow-gen", **common))
     monkeypatch.delenv(DELAY_ENV)
-    import rlep.tasks.training.backend as module
+    import rlep.tasks.training.backends.backend as module
 
     monkeypatch.setattr(module, "policy_update", module.policy_update)  # restored after the test
     slow_trainer = _run(_config(fixture_model, tmp_path / "slow-train", **common), spy=_slow_trainer(0.4))
@@ -155,7 +155,7 @@ def test_staleness_bound_holds_whichever_side_is_slowed(fixture_model, tmp_path,
 
 @pytest.mark.slow
 def test_truncated_is_weights_apply_to_stale_fresh_rollouts(fixture_model, tmp_path, monkeypatch):
-    import rlep.tasks.training.update as update
+    import rlep.tasks.training.maths.update as update
 
     weights, parts = [], []
     loss_fn = update.clipped_policy_loss
@@ -227,7 +227,7 @@ def restore_threads():
 
 
 def test_core_share_gives_the_update_every_core_while_the_generator_waits(monkeypatch, restore_threads):
-    import rlep.tasks.training.async_gen as module
+    import rlep.tasks.training.generation.async_gen as module
 
     monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     torch.set_num_threads(4)
@@ -308,7 +308,7 @@ def test_the_generator_is_busy_from_a_request_until_its_answers_arrive_and_waits
 
 @pytest.mark.slow
 def test_an_error_on_either_side_stops_both(fixture_model, tmp_path, monkeypatch):
-    import rlep.tasks.training.backend as module
+    import rlep.tasks.training.backends.backend as module
 
     update = module.policy_update
     calls = []

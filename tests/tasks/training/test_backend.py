@@ -7,12 +7,12 @@ import torch
 from transformers import Qwen2Config
 
 from rlep.data.rollout import Rollout
-from rlep.tasks.training.backend import LocalBackend, make_backend
 from rlep.tasks.training.backend_config import BackendConfig
-from rlep.tasks.training.batch import build_batch
+from rlep.tasks.training.backends.backend import LocalBackend, make_backend
+from rlep.tasks.training.backends.policy import PolicySpec, build_optimizer, load_policy
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec, build_optimizer, load_policy
-from rlep.tasks.training.update import UpdateSettings, policy_update
+from rlep.tasks.training.maths.batch import build_batch
+from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 
 TINY = Qwen2Config(
     hidden_size=64,
@@ -118,7 +118,7 @@ def test_activation_checkpointing_gives_the_same_update():
 def test_a_distributed_runs_optimizer_state_is_refused_by_one_process_with_the_nproc_to_use():
     import pytest
 
-    from rlep.tasks.training.checkpoint import CheckpointError
+    from rlep.tasks.training.backends.checkpoint import CheckpointError
 
     backend = make_backend(_spec())
     state = {

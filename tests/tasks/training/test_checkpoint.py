@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlep.tasks.training.checkpoint import (
+from rlep.tasks.training.backends.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,
@@ -64,7 +64,7 @@ WRITER = """
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_checkpoint import _Model, _Tokenizer
-from rlep.tasks.training.checkpoint import save_checkpoint
+from rlep.tasks.training.backends.checkpoint import save_checkpoint
 save_checkpoint({out!r}, 1, _Model(), _Tokenizer(), {{"step": 1}})
 save_checkpoint({out!r}, 2, _Model(pause=60), _Tokenizer(), {{"step": 2}})
 """
@@ -96,7 +96,7 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     import transformers
 
     from rlep.tasks.training.config import TrainConfig
-    from rlep.tasks.training.loop import Trainer
+    from rlep.tasks.training.loop.steps import Trainer
 
     out = tmp_path / "run"
     config = TrainConfig.model_validate(

@@ -12,16 +12,16 @@ import torch.distributed as dist
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.update import UpdateSettings
+from rlep.tasks.training.maths.update import UpdateSettings
 
 TINY = model_config("tiny")
 
 
 def test_on_a_gpu_the_training_group_is_nccl_on_the_ranks_gpu(monkeypatch):
     """No GPU here: CUDA and the process group are stubbed; the group's device must be the rank's GPU."""
-    from rlep.tasks.training import collectives, distributed
+    from rlep.tasks.training.backends import collectives, distributed
 
     joined = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -56,7 +56,7 @@ def test_the_cases_on_a_real_gloo_group_pass_in_an_interpreter_of_their_own():
 
 
 def test_one_process_names_the_micro_batch_size_when_out_of_memory(monkeypatch):
-    from rlep.tasks.training import backend as backend_module
+    from rlep.tasks.training.backends import backend as backend_module
 
     def policy_update(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")

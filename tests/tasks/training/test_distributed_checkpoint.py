@@ -17,17 +17,17 @@ from conftest import free_port
 from distributed_ranks import LR, TINY, TINY_INIT, NoTokenizer, rank_main, run_update, spawn, spec
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
 
 
 def _save_and_resume(strategy, out, precision="fp32", weight_dtype=torch.float32):
     """Train, write checkpoint step-1 as the trainer does (HF export, each rank's shards, trainer_state.pt),
     train on ("straight"); then a fresh policy resumed from the checkpoint trains on the same batch."""
-    from rlep.tasks.training.checkpoint import load_trainer_state, save_checkpoint
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.checkpoint import load_trainer_state, save_checkpoint
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     first = DistributedBackend.lead(spec(strategy, precision=precision))
     run_update(first, "token-mean", seed=0)
@@ -49,8 +49,8 @@ def _save_and_resume(strategy, out, precision="fp32", weight_dtype=torch.float32
 
 
 def _killed_rank(directory):
-    from rlep.tasks.training.checkpoint import save_checkpoint
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.checkpoint import save_checkpoint
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     backend = DistributedBackend.lead(spec("fsdp2"))
     run_update(backend, "token-mean")
@@ -113,8 +113,8 @@ def test_a_sharded_checkpoint_holds_each_ranks_shards_and_resumes_in_one_process
     """Under FSDP2 each of 2 ranks writes its own half of the weights and AdamW moments (DCP; nothing gathered,
     trainer_state.pt holds no optimizer), and one process goes on from those shards (DCP reshards 2 -> 1): the
     same update as the 2 ranks' to float32 reduction noise, from the float32 masters."""
-    from rlep.tasks.training.checkpoint import TRAINER_STATE_FILE, load_trainer_state
-    from rlep.tasks.training.sharded_checkpoint import SHARDED_DIR
+    from rlep.tasks.training.backends.checkpoint import TRAINER_STATE_FILE, load_trainer_state
+    from rlep.tasks.training.backends.sharded_checkpoint import SHARDED_DIR
 
     results = spawn(_save_and_resume, "fsdp2", tmp_path / "run", tmp_path=tmp_path)
     checkpoint = Path(results["checkpoint"])
@@ -137,7 +137,7 @@ def test_a_sharded_checkpoint_holds_each_ranks_shards_and_resumes_in_one_process
 
 def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
     results = spawn(_killed_rank, tmp_path / "run", tmp_path=tmp_path, follower=_die_on_second_update)
-    from rlep.tasks.training.distributed import DistributedError
+    from rlep.tasks.training.backends.distributed import DistributedError
 
     assert isinstance(results["error"], DistributedError), results["error"]
     assert "another training process stopped" in str(results["error"]) and "--resume" in str(results["error"])
@@ -154,7 +154,7 @@ def test_a_killed_rank_stops_the_others_with_one_clear_error(tmp_path):
 def _loaded_once(weights):
     """Rank 0: DDP then FSDP2 policies (with the same weights as KL reference) from `weights`: their gathered
     state, replica digests, whether the head is still the embedding's parameter, and the same after an update."""
-    from rlep.tasks.training.distributed import DistributedBackend
+    from rlep.tasks.training.backends.distributed import DistributedBackend
 
     results = {}
     for strategy in ("ddp", "fsdp2"):
@@ -182,7 +182,7 @@ def _rank_counting_reads(rank, world, port, weights, out):
     import safetensors.torch
     import transformers
 
-    from rlep.tasks.training import meta_load
+    from rlep.tasks.training.backends import meta_load
 
     reads, chunks = [], []
     opened, load_file = safetensors.safe_open, safetensors.torch.load_file

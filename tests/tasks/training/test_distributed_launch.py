@@ -15,7 +15,7 @@ from rlep.tasks.training.config import TrainConfig
 def test_several_processes_generate_colocated_in_sync_mode_or_in_a_process_of_its_own_in_async():
     from rlep.tasks.training.config import TrainConfig
 
-    colocated = TrainConfig(backend={"nproc": 2})  # sync: an engine per rank (tasks/training/colocated.py)
+    colocated = TrainConfig(backend={"nproc": 2})  # sync: an engine per rank (tasks/training/generation/colocated.py)
     assert colocated.mode == "sync" and colocated.colocated and colocated.per_prompt_seeds
     with pytest.raises(ValueError, match="ranks use GPUs 0..1"):
         TrainConfig(backend={"nproc": 2}, mode="async", generator_gpus=[1])
@@ -23,21 +23,25 @@ def test_several_processes_generate_colocated_in_sync_mode_or_in_a_process_of_it
 
 
 def test_each_rank_starts_at_tasks_training_launch():
-    """The launch (torchrun command, Ray actors' entry point, each rank's main) lives in tasks/training/launch.py;
-    tasks/training/distributed.py keeps the backend and stays under 400 lines."""
+    """The launch (torchrun command, Ray actors' entry point, each rank's main) lives in
+    tasks/training/backends/launch.py; tasks/training/backends/distributed.py keeps the backend and stays under 400
+    lines."""
     import subprocess
     import sys
 
-    import rlep.tasks.training.distributed as distributed
-    from rlep.tasks.training import launch
+    import rlep.tasks.training.backends.distributed as distributed
+    from rlep.tasks.training.backends import launch
 
     assert not hasattr(distributed, "main") and not hasattr(distributed, "train_distributed")
     assert callable(launch.main) and callable(launch.train_distributed)
     assert len(Path(distributed.__file__).read_text().splitlines()) < 400
     done = subprocess.run(
-        [sys.executable, "-m", "rlep.tasks.training.launch", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "rlep.tasks.training.backends.launch", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert "python -m rlep.tasks.training.launch" in done.stdout and "--config" in done.stdout
+    assert "python -m rlep.tasks.training.backends.launch" in done.stdout and "--config" in done.stdout
 
 
 def _small_distributed_run(model: str) -> list[str]:
@@ -127,7 +131,7 @@ def test_ranks_as_ray_actors_then_resumed_under_torchrun_at_the_same_and_another
 
 
 def test_rank_environments_number_ranks_per_node():
-    from rlep.tasks.training.ray_launch import rank_environments
+    from rlep.tasks.training.backends.ray_launch import rank_environments
 
     envs = rank_environments([("a", "10.0.0.1"), ("a", "10.0.0.1"), ("b", "10.0.0.2")], 29500, one_gpu_each=False)
     assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in envs] == [
@@ -154,7 +158,7 @@ def test_async_fsdp2_survives_a_generator_slower_than_the_collective_timeout(tmp
     import pyarrow.parquet as pq
 
     from rlep.data.tiny_model import TinyModelConfig, build_tiny_model
-    from rlep.tasks.training.generator_worker import DELAY_ENV
+    from rlep.tasks.training.generation.generator_worker import DELAY_ENV
 
     wide = TinyModelConfig.fixture().model_copy(update={"num_layers": 2, "intermediate_size": 2048})
     model = build_tiny_model(config=wide, progress=False)

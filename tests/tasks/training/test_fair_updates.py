@@ -22,12 +22,12 @@ from rlep.tasks.replay.config import (
     RLEPReplayConfig,
 )
 from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
-from rlep.tasks.training.advantages import fill_advantages
-from rlep.tasks.training.batch import build_batch, group_ids, mini_batches
 from rlep.tasks.training.config import LossConfig, PPOClipObjective, TrainConfig
-from rlep.tasks.training.logprobs import token_logprobs
-from rlep.tasks.training.losses import aggregate
-from rlep.tasks.training.update import UpdateSettings, off_policy_terms, policy_update
+from rlep.tasks.training.maths.advantages import fill_advantages
+from rlep.tasks.training.maths.batch import build_batch, group_ids, mini_batches
+from rlep.tasks.training.maths.logprobs import token_logprobs
+from rlep.tasks.training.maths.losses import aggregate
+from rlep.tasks.training.maths.update import UpdateSettings, off_policy_terms, policy_update
 
 G, PROMPTS = 4, 8
 

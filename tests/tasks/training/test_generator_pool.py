@@ -6,12 +6,12 @@ import torch
 from conftest import assert_samples_from, process_running
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig
-from rlep.tasks.training.async_gen import GeneratorProcess
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import OptimizerConfig, TrainConfig
-from rlep.tasks.training.generator_pool import GeneratorPool, engine_shares, slices, start_generator
-from rlep.tasks.training.policy import PolicySpec
+from rlep.tasks.training.generation.async_gen import GeneratorProcess
+from rlep.tasks.training.generation.generator_pool import GeneratorPool, engine_shares, slices, start_generator
 
 PROMPTS = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: ", "Q: 9-5=?\nA: "]
 
@@ -88,7 +88,7 @@ def test_every_engine_samples_from_the_streamed_weights(pool, fixture_model):
 def test_an_async_run_trains_on_two_engines_within_the_staleness_bound(fixture_model, tmp_path):
     import pyarrow.parquet as pq
 
-    from rlep.tasks.training.loop import Trainer
+    from rlep.tasks.training.loop.steps import Trainer
 
     config = TrainConfig.model_validate(
         dict(

@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from rlep.tasks.training.logprobs import (
+from rlep.tasks.training.maths.logprobs import (
     LOGPROB_CHUNK_ELEMENTS,
     _body_and_head,
     logprobs_from_logits,
@@ -78,7 +78,7 @@ def test_the_heads_slices_give_the_whole_logits_values_entropies_and_gradients(
 
 def test_under_lora_and_with_the_adapters_off_the_head_path_is_the_whole_logits_path(fixture_model):
     from rlep.tasks.training.backend_config import LoraConfig
-    from rlep.tasks.training.lora import AdaptersOff, with_lora
+    from rlep.tasks.training.backends.lora import AdaptersOff, with_lora
 
     base = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
     model = with_lora(base, LoraConfig(rank=4, alpha=8.0))

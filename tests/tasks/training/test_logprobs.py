@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rlep.tasks.training.logprobs import logprobs_from_logits
+from rlep.tasks.training.maths.logprobs import logprobs_from_logits
 
 B, T, V = 3, 10, 50
 

@@ -7,11 +7,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import OptimizerConfig, TrainConfig
-from rlep.tasks.training.logprobs import completion_logprobs, pad_sequences, token_logprobs
-from rlep.tasks.training.policy import PolicySpec
+from rlep.tasks.training.maths.logprobs import completion_logprobs, pad_sequences, token_logprobs
 
 PROMPTS = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -86,7 +86,7 @@ def test_under_bf16_the_frozen_base_is_held_in_bf16_with_the_same_log_probs_and_
     """Autocast rounds a linear layer's weight to bf16 at every product: a frozen base held in bf16 computes the
     same log-probs and adapter gradients, bit for bit, as the float32 base it was read as, in half the memory (the
     7B shape with LoRA held 28.4 GiB of float32 frozen weights on an H100, docs/gpu.md)."""
-    import rlep.tasks.training.lora as lora_module
+    import rlep.tasks.training.backends.lora as lora_module
 
     spec = PolicySpec(fixture_model, OptimizerConfig(lr=1e-2), BackendConfig(precision="bf16"), lora=LORA)
     held = LocalBackend(spec)
@@ -151,7 +151,7 @@ def test_lora_settings_are_checked():
 def _backend_for_missing_module():
     from transformers import AutoConfig
 
-    from rlep.tasks.training.lora import with_lora
+    from rlep.tasks.training.backends.lora import with_lora
 
     config = AutoConfig.for_model(
         "llama",
@@ -169,8 +169,8 @@ def test_kl_under_lora_is_to_the_base_with_the_adapters_off_and_holds_no_second_
     """The reference's log-probs are the starting model's exactly (float32), after the adapters have moved; the
     policy's own log-probs (adapters on) differ and still carry gradients after the reference's forward; and the
     reference holds no weights of its own."""
-    from rlep.tasks.training.lora import AdaptersOff
-    from rlep.tasks.training.memory import rank_memory
+    from rlep.tasks.training.backends.lora import AdaptersOff
+    from rlep.tasks.training.backends.memory import rank_memory
 
     spec = PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32"), fixture_model, lora=LORA)
     backend = LocalBackend(spec)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from rlep.tasks.training.advantages import asymre_advantages, group_advantages
-from rlep.tasks.training.losses import (
+from rlep.tasks.training.maths.advantages import asymre_advantages, group_advantages
+from rlep.tasks.training.maths.losses import (
     aggregate,
     asymre_loss,
     clipped_policy_loss,

@@ -9,14 +9,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.tracking import step_line
-from rlep.tasks.training.advantages import fill_advantages, zero_variance_advantages
-from rlep.tasks.training.batch import build_batch
 from rlep.tasks.training.config import AsymREObjective, LossConfig
-from rlep.tasks.training.logprobs import token_logprobs
-from rlep.tasks.training.losses import m2po_loss, m2po_mask
-from rlep.tasks.training.step_metrics import PhaseTimer, step_row
-from rlep.tasks.training.update import UpdateSettings, policy_update
+from rlep.tasks.training.loop.step_metrics import PhaseTimer, step_row
+from rlep.tasks.training.loop.tracking import step_line
+from rlep.tasks.training.maths.advantages import fill_advantages, zero_variance_advantages
+from rlep.tasks.training.maths.batch import build_batch
+from rlep.tasks.training.maths.logprobs import token_logprobs
+from rlep.tasks.training.maths.losses import m2po_loss, m2po_mask
+from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 
 # Two rows of four tokens: row 0 has A = +1, row 1 A = -1 and a padding token (log r -3 there must not count).
 LOG_RATIO = torch.tensor([[0.1, 0.5, -0.2, 0.3], [-0.4, 0.2, -0.05, -3.0]])

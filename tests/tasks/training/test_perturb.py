@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop import Trainer
-from rlep.tasks.training.perturb import RESEEDED_OFFSET, PerturbConfig, sampling_seed
+from rlep.tasks.training.loop.perturb import RESEEDED_OFFSET, PerturbConfig, sampling_seed
+from rlep.tasks.training.loop.steps import Trainer
 
 STEPS, RESEED_AT = 4, 3
 

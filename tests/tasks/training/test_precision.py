@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import Qwen2Config
 
-from rlep.tasks.training import precision
-from rlep.tasks.training.backend import make_backend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends import precision
+from rlep.tasks.training.backends.backend import make_backend
+from rlep.tasks.training.backends.policy import PolicySpec
+from rlep.tasks.training.backends.precision import record_precision, recorded_precision, resolve_precision
 from rlep.tasks.training.config import OptimizerConfig, TrainConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.precision import record_precision, recorded_precision, resolve_precision
 
 # /proc/cpuinfo of the two machines of FIELD_NOTES ("Checked 2026-11-26"), cut to the lines that matter.
 XEON_WITHOUT_BF16 = """processor\t: 0
@@ -141,12 +141,12 @@ def test_a_run_records_the_resolved_precision_and_keeps_auto_in_its_settings(mon
     """Trainer wiring: OUT/resolved_settings.json says what `auto` became, train_config.json still says `auto`,
     and the execute checks see the same settings (no restart of a killed run, no retraining of a finished one)."""
     from rlep.tasks import execute
-    from rlep.tasks.training.loop import Trainer
+    from rlep.tasks.training.loop.steps import Trainer
 
     _cpu(monkeypatch, XEON_WITHOUT_BF16)
     monkeypatch.setattr(Trainer, "_start_engine", lambda self, weights: None)
-    monkeypatch.setattr("rlep.tasks.training.loop.RolloutFeed", lambda *a, **k: None)
-    monkeypatch.setattr("rlep.tasks.training.loop.resolve_model", lambda model, progress: model)
+    monkeypatch.setattr("rlep.tasks.training.loop.steps.RolloutFeed", lambda *a, **k: None)
+    monkeypatch.setattr("rlep.tasks.training.loop.steps.resolve_model", lambda model, progress: model)
     model = tmp_path / "model"
     _save_tiny_model(model)
     config = TrainConfig.model_validate(

@@ -8,7 +8,7 @@ from rlep.data.problem import render_prompt
 from rlep.data.prompt_length import PromptTooLongError
 from rlep.data.sources import load_problems
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.prompts import fitting
+from rlep.tasks.training.loop.prompts import fitting
 
 
 def test_training_prompts_must_leave_room_for_an_answer(fixture_model):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rlep.tasks.training.collectives import DistributedError
-from rlep.tasks.training.ray_launch import gpus_per_rank
+from rlep.tasks.training.backends.collectives import DistributedError
+from rlep.tasks.training.backends.ray_launch import gpus_per_rank
 
 
 def test_ray_ranks_get_gpus_when_the_cluster_has_them():

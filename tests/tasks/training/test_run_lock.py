@@ -8,7 +8,7 @@ import pytest
 
 from rlep.data.store import StoreError
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop import train_in_process
+from rlep.tasks.training.loop.steps import train_in_process
 
 
 def _config(model, out):

@@ -4,8 +4,8 @@ rank."""
 
 import torch
 
-from rlep.tasks.training.batch import micro_batch_rows
-from rlep.tasks.training.sharding import Sharding, deal_by_load
+from rlep.tasks.training.backends.sharding import Sharding, deal_by_load
+from rlep.tasks.training.maths.batch import micro_batch_rows
 
 
 def test_heaviest_first_onto_the_least_loaded_rank():

@@ -23,9 +23,9 @@ from rlep.data.pool import PoolStore
 from rlep.data.run_layout import TrainRunLayout
 from rlep.data.sources import load_problems, problem_source
 from rlep.data.trajectory import COLUMNS
-from rlep.tasks.training.checkpoint import latest_checkpoint
+from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop import Trainer
+from rlep.tasks.training.loop.steps import Trainer
 
 METRIC_COLUMNS = [
     "step",
@@ -183,8 +183,8 @@ def test_default_updates_make_the_clip_act(fixture_model, tmp_path):
 
 @pytest.mark.slow
 def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_pool, tmp_path, monkeypatch):
-    import rlep.tasks.training.backend as backend_module
-    from rlep.tasks.training.advantages import group_advantages
+    import rlep.tasks.training.backends.backend as backend_module
+    from rlep.tasks.training.maths.advantages import group_advantages
 
     # The batch each real step trains on (what `policy_update` receives) and the scored groups behind it.
     groups_seen, batches = [], []
@@ -232,7 +232,7 @@ def test_rlep_replayed_answers_enter_the_group_statistics(fixture_model, gold_po
 
 @pytest.mark.slow
 def test_truncated_is_weights_apply_to_stale_rows_only(fixture_model, tmp_path, monkeypatch):
-    import rlep.tasks.training.update as update
+    import rlep.tasks.training.maths.update as update
 
     weights, parts = [], []
     loss_fn, add = update.clipped_policy_loss, update._Accumulator.add

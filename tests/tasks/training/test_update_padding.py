@@ -10,10 +10,10 @@ from conftest import update_rollout
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-import rlep.tasks.training.update as update
-from rlep.tasks.training.batch import build_batch, micro_batch_rows
+import rlep.tasks.training.maths.update as update
 from rlep.tasks.training.config import LossConfig
-from rlep.tasks.training.update import UpdateSettings, policy_update
+from rlep.tasks.training.maths.batch import build_batch, micro_batch_rows
+from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 
 
 def test_micro_batches_are_cut_longest_first_and_keep_every_row_once():
@@ -115,7 +115,7 @@ class _HostReads(TorchDispatchMode):
 
 @pytest.mark.parametrize("micro", [1, 3])
 def test_the_update_reads_the_device_only_once_per_optimizer_step(base_model, monkeypatch, micro):
-    """policy_update's own code and its loss (tasks/training/logprobs.py and transformers are not counted) read
+    """policy_update's own code and its loss (tasks/training/maths/logprobs.py and transformers are not counted) read
     nothing from the device per micro-batch: one read a step."""
     counter = _HostReads()
 
@@ -149,7 +149,7 @@ def test_the_update_reads_the_device_only_once_per_optimizer_step(base_model, mo
 def test_no_loss_reads_the_device():
     """Every objective's loss and metrics (the clip's, AsymRE's, M2PO's mask, ExGRPO's shaping) stay on the device:
     the update reads them once a step with the rest (`_Accumulator.to_host`)."""
-    from rlep.tasks.training.losses import PolicyShaping, asymre_loss, clipped_policy_loss, m2po_loss
+    from rlep.tasks.training.maths.losses import PolicyShaping, asymre_loss, clipped_policy_loss, m2po_loss
 
     generator = torch.Generator().manual_seed(0)
     logp = -torch.rand(3, 5, generator=generator)

@@ -11,12 +11,12 @@ import torch
 from conftest import assert_samples_from
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import OptimizerConfig
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.weight_sync import named_weights, nbytes, receive_weights, send_weights
-from rlep.tasks.training.weight_transport import SharedMemoryBucket, open_bucket
+from rlep.tasks.training.generation.weight_sync import named_weights, nbytes, receive_weights, send_weights
+from rlep.tasks.training.generation.weight_transport import SharedMemoryBucket, open_bucket
 
 KIB = 1024
 
@@ -211,7 +211,7 @@ def _sleeping_engine(sleeps):
 
 def test_the_engine_sleeps_through_the_update_and_wakes_for_sync_and_generation():
     from rlep.data.problem import Problem
-    from rlep.tasks.training.async_gen import RolloutFeed
+    from rlep.tasks.training.generation.async_gen import RolloutFeed
 
     engine = _sleeping_engine(sleeps=True)
     problem = Problem(id="p", problem="1+1", answer="2", data_source="s")
@@ -240,7 +240,7 @@ def test_sleep_mode_is_on_where_vllm_has_it_and_refused_where_it_has_not():
 def test_the_generator_process_samples_from_the_streamed_weights(policy, fixture_model):
     """Perturbed trainer weights, streamed in 16 KiB buckets to the generator process's vLLM: its behaviour log-probs
     are the trainer's own (as test_weight_sync_changes_vllm_to_match_the_torch_model checks in process)."""
-    from rlep.tasks.training.async_gen import GeneratorProcess
+    from rlep.tasks.training.generation.async_gen import GeneratorProcess
 
     prompts = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]
     generator = GeneratorProcess(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64), version=0)

@@ -16,13 +16,13 @@ from conftest import assert_samples_from, process_running
 
 from rlep.tasks.engines import EngineConfig, SamplingConfig
 from rlep.tasks.runner import module_env
-from rlep.tasks.training.async_gen import GeneratorError, GeneratorProcess
-from rlep.tasks.training.backend import LocalBackend
 from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.config import OptimizerConfig
-from rlep.tasks.training.generator_pool import GeneratorPool, start_generator
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.weight_transport import (
+from rlep.tasks.training.generation.async_gen import GeneratorError, GeneratorProcess
+from rlep.tasks.training.generation.generator_pool import GeneratorPool, start_generator
+from rlep.tasks.training.generation.weight_transport import (
     MEMFD_NAME,
     CudaIpcBucket,
     SharedMemoryBucket,
@@ -104,7 +104,7 @@ def test_a_cuda_ipc_bucket_opens_in_another_process():  # pragma: no cover - no 
     script = textwrap.dedent(
         """
         import pickle, sys
-        from rlep.tasks.training.weight_transport import open_bucket
+        from rlep.tasks.training.generation.weight_transport import open_bucket
         buffer = open_bucket(pickle.loads(sys.stdin.buffer.read()))
         print(buffer[:4].tolist(), buffer.numel())
         """
@@ -202,10 +202,10 @@ def test_the_shared_buffer_is_gone_after_the_trainer_is_killed(fixture_model):
         f"""
         import os, sys, time
         from rlep.tasks.engines import EngineConfig, SamplingConfig
-        from rlep.tasks.training.async_gen import GeneratorProcess
-        from rlep.tasks.training.backend import LocalBackend
+        from rlep.tasks.training.generation.async_gen import GeneratorProcess
+        from rlep.tasks.training.backends.backend import LocalBackend
         from rlep.tasks.training.config import OptimizerConfig
-        from rlep.tasks.training.policy import PolicySpec
+        from rlep.tasks.training.backends.policy import PolicySpec
         policy = LocalBackend(PolicySpec({fixture_model!r}, OptimizerConfig()))
         generator = GeneratorProcess({fixture_model!r}, EngineConfig(backend="transformers"), version=0)
         generator.push_weights(policy.named_weights(generator.weight_dtype), version=1)

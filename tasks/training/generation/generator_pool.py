@@ -1,15 +1,14 @@
 """Generation on several engines at once (data-parallel): one generator process per engine, each with its own
 GPUs (`tensor_parallel_size` of `generator_gpus` each) or its own share of the generator's cores.
 
-`GeneratorPool` is a drop-in for one `GeneratorProcess` (`submit` / `receive` / `busy` / `push_weights` /
-`generate` / `close`): a request's prompts are cut into contiguous, near-equal slices, slice i goes to engine i
-(sampling with its own seed, `seed + SLICE_SEED_STRIDE * i`, so two engines never draw the same stream), and the
-answers are put back in prompt order. The weights are read from the trainer once into one bucket buffer that every
-engine's process maps (tasks/training/weight_transport.py); each bucket is announced to all of them at once, they
-load it in parallel, and the next is written once every one has acknowledged: a sync holds one bucket of host
-memory, not one per engine, and takes about as long as the slowest engine's load, not their sum. Every engine
-handles one ordered stream, as a single generator does, so all of them answer a request with the same policy
-version.
+`GeneratorPool` is a drop-in for one `GeneratorProcess` (`submit` / `receive` / `busy` / `push_weights` / `generate` /
+`close`): a request's prompts are cut into contiguous, near-equal slices, slice i goes to engine i (sampling with its
+own seed, `seed + SLICE_SEED_STRIDE * i`, so two engines never draw the same stream), and the answers are put back in
+prompt order. The weights are read from the trainer once into one bucket buffer that every engine's process maps
+(tasks/training/generation/weight_transport.py); each bucket is announced to all of them at once, they load it in
+parallel, and the next is written once every one has acknowledged: a sync holds one bucket of host memory, not one per
+engine, and takes about as long as the slowest engine's load, not their sum. Every engine handles one ordered stream, as
+a single generator does, so all of them answer a request with the same policy version.
 
 What changes with the count: a request sampled on k engines draws other random numbers than on one, so a run's
 answers depend on `generator_engines` (a resume keeps them only at the same count).
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
-from rlep.tasks.training.async_gen import AnsweredLater, GeneratorProcess
-from rlep.tasks.training.weight_transport import bucket_for
+from rlep.tasks.training.generation.async_gen import AnsweredLater, GeneratorProcess
+from rlep.tasks.training.generation.weight_transport import bucket_for
 
 SLICE_SEED_STRIDE = 1 << 40  # beyond generate_counts' per-count streams (2^31 apart) and any step's seed
 

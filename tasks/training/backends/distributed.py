@@ -1,20 +1,18 @@
 """The torch.distributed training backend: DDP or FSDP2 over the processes torchrun started on one node.
 
-Rank 0 is the trainer: it generates, verifies, writes every file, talks to Prefect and owns the engine.
-Ranks > 0 hold a copy (ddp) or a shard (fsdp2) of the policy and follow rank 0's requests (`serve`): build
-the policy, update it on a batch, stream the weights to the engine (one gathered tensor at a time) or gather
-them all for a checkpoint, save or load the optimizer, report memory,
-stop. Each request is one object broadcast on a gloo group whose timeout (`command_timeout`) covers rank 0's
-generation between two updates; the collectives of a request run on the default group, whose timeout
-(`collective_timeout`) bounds how long a lost rank can stall the others, with tensors on its device, and a
-failure is told apart as out of memory, a lost rank or a bug (tasks/training/collectives.py).
+Rank 0 is the trainer: it generates, verifies, writes every file, talks to Prefect and owns the engine. Ranks > 0 hold a
+copy (ddp) or a shard (fsdp2) of the policy and follow rank 0's requests (`serve`): build the policy, update it on a
+batch, stream the weights to the engine (one gathered tensor at a time) or gather them all for a checkpoint, save or
+load the optimizer, report memory, stop. Each request is one object broadcast on a gloo group whose timeout
+(`command_timeout`) covers rank 0's generation between two updates; the collectives of a request run on the default
+group, whose timeout (`collective_timeout`) bounds how long a lost rank can stall the others, with tensors on its
+device, and a failure is told apart as out of memory, a lost rank or a bug (backends/collectives.py).
 
-The update: every rank receives the step's whole batch and the update's settings, and trains on its share of
-each mini-batch (`Sharding`, tasks/training/sharding.py). A rank's policy and KL reference are built on the meta
-device, sharded, and loaded from rank 0's one read of the weights (tasks/training/meta_load.py).
+The update: every rank receives the step's whole batch and the update's settings, and trains on its share of each
+mini-batch (`Sharding`, tasks/training/backends/sharding.py). A rank's policy and KL reference are built on the meta
+device, sharded, and loaded from rank 0's one read of the weights (tasks/training/backends/meta_load.py).
 
-Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun standalone, gloo on CPU, NCCL on GPU); the launch and each
-rank's entry point are in tasks/training/launch.py.
+Run: `rlep train --nproc 2 --strategy fsdp2` (torchrun, gloo on CPU, NCCL on GPU); ranks start in backends/launch.py.
 """
 
 from __future__ import annotations
@@ -33,20 +31,20 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.training.backend_config import BackendConfig
-from rlep.tasks.training.batch import TrainingBatch
-from rlep.tasks.training.checkpoint import CheckpointError
-from rlep.tasks.training.collectives import GROUP as _GROUP
-from rlep.tasks.training.collectives import DistributedError, collective
-from rlep.tasks.training.fsdp import autocast_bf16, shard_fsdp2
-from rlep.tasks.training.memory import rank_memory, reset_peak
-from rlep.tasks.training.meta_load import build_on_meta_and_load
-from rlep.tasks.training.policy import PolicySpec, build_optimizer, checkpoint_activations
-from rlep.tasks.training.precision import PrecisionChoice
-from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
-from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
-from rlep.tasks.training.sharding import Sharding
-from rlep.tasks.training.update import UpdateSettings, policy_update
-from rlep.tasks.training.weight_sync import GatheredWeights, named_weights
+from rlep.tasks.training.backends.checkpoint import CheckpointError
+from rlep.tasks.training.backends.collectives import GROUP as _GROUP
+from rlep.tasks.training.backends.collectives import DistributedError, collective
+from rlep.tasks.training.backends.fsdp import autocast_bf16, shard_fsdp2
+from rlep.tasks.training.backends.memory import rank_memory, reset_peak
+from rlep.tasks.training.backends.meta_load import build_on_meta_and_load
+from rlep.tasks.training.backends.policy import PolicySpec, build_optimizer, checkpoint_activations
+from rlep.tasks.training.backends.precision import PrecisionChoice
+from rlep.tasks.training.backends.rng import process_rng_state, set_process_rng_state
+from rlep.tasks.training.backends.sharded_checkpoint import SHARDED_FORMAT, load_sharded, save_sharded
+from rlep.tasks.training.backends.sharding import Sharding
+from rlep.tasks.training.generation.weight_sync import GatheredWeights, named_weights
+from rlep.tasks.training.maths.batch import TrainingBatch
+from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 
 # torchrun's variables: none may reach a vLLM engine (or the generator process), or it would try to join the
 # trainer's process group. They are read once, when the group forms, then removed from this process.
@@ -118,7 +116,7 @@ def _meet() -> None:
 
 
 # Requests a rank > 0 follows besides the backend's own: name -> handler(backend, *payload). Colocated generation
-# registers its engine's (tasks/training/colocated.py); a follower's engine is `backend.engine`.
+# registers its engine's (tasks/training/generation/colocated.py); a follower's engine is `backend.engine`.
 FOLLOWER_REQUESTS: dict[str, Callable[..., None]] = {}
 
 
@@ -138,14 +136,14 @@ class DistributedBackend:
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
         fsdp2 = spec.backend.strategy == "fsdp2"
-        gathers = spec.backend.fsdp_param_dtype  # FSDP2's gathers: float32, or bf16 (tasks/training/fsdp.py)
+        gathers = spec.backend.fsdp_param_dtype  # FSDP2's gathers: float32, or bf16 (tasks/training/backends/fsdp.py)
         shard = partial(shard_fsdp2, param_dtype=gathers) if fsdp2 else _replicated  # DDP wraps the loaded module
-        # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/meta_load.py)
+        # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/backends/meta_load.py)
         self.module = build_on_meta_and_load(
             spec.weights, self.device, torch.float32, shard, spec.init_seed, before_load=_meet
         )
         checkpoint_activations(self.module, spec.backend)
-        if spec.backend.precision == "bf16":  # one bf16 meaning for every strategy (tasks/training/fsdp.py)
+        if spec.backend.precision == "bf16":  # one bf16 meaning for every strategy (tasks/training/backends/fsdp.py)
             autocast_bf16(self.module, self.device)
         if not fsdp2:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -228,9 +226,8 @@ class DistributedBackend:
 
     def named_weights(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy for the engine, one whole tensor at a time in `dtype` (FSDP2: each gathered when asked for, a
-        `GatheredWeights` stream, tasks/training/weight_sync.py); every rank runs the gathers, rank 0 keeps the
-        tensors, and a rank > 0 with an engine of its own (colocated) loads them into it. Lazy: the request goes
-        out with the first tensor asked for."""
+        `GatheredWeights` stream); every rank runs the gathers, rank 0 keeps the tensors, and a rank > 0 with an engine
+        of its own (colocated) loads them into it. Lazy: the request goes out with the first tensor asked for."""
         stream = self._named_weights(dtype)
         return GatheredWeights(stream) if self.spec.backend.strategy == "fsdp2" else stream
 
@@ -255,7 +252,7 @@ class DistributedBackend:
 
     def training_state(self) -> dict[str, Any]:
         """What rank 0 keeps in trainer_state.pt: the scheduler and how the run was sharded. The weights and the
-        optimizer are each rank's shards, written by `save_state` (tasks/training/sharded_checkpoint.py)."""
+        optimizer are each rank's shards, written by `save_state` (tasks/training/backends/sharded_checkpoint.py)."""
         return {
             "format": SHARDED_FORMAT,
             "scheduler": self.scheduler.state_dict(),
@@ -314,7 +311,7 @@ class DistributedBackend:
 
     def memory(self, reset: bool = False) -> list[dict[str, float]]:
         """Per rank: bytes of parameters, gradients, optimizer state and KL reference this rank holds, and its
-        peak memory; `reset`: every rank's peak starts again afterwards (tasks/training/memory.py)."""
+        peak memory; `reset`: every rank's peak starts again afterwards (tasks/training/backends/memory.py)."""
         if self.rank == 0:
             _send("memory", reset)
         facts: list[Any] = [None] * self.world_size
@@ -326,6 +323,11 @@ class DistributedBackend:
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
+
+    def mean_entropies(self, *args, **kwargs) -> list[float]:  # TrainConfig refuses ExGRPO on several ranks first
+        raise NotImplementedError(
+            f"answer entropies on {self.world_size} ranks: not built (ExGRPO trains in one process)"
+        )
 
     def replica_digests(self) -> list[str]:
         """Per rank, a digest of the full policy as that rank holds it (DDP: its replica; FSDP2: the gathered

@@ -7,7 +7,7 @@ import torch
 
 from rlep.data.rollout import Rollout
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.losses import overlong_penalty
+from rlep.tasks.training.maths.losses import overlong_penalty
 from rlep.verifiers import rewards, verify_batch
 
 

@@ -39,9 +39,9 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig, make_engine
-from rlep.tasks.training.collectives import GROUP, collective
-from rlep.tasks.training.distributed import FOLLOWER_REQUESTS, _send
-from rlep.tasks.training.generator_pool import slices
+from rlep.tasks.training.backends.collectives import GROUP, collective
+from rlep.tasks.training.backends.distributed import FOLLOWER_REQUESTS, _send
+from rlep.tasks.training.generation.generator_pool import slices
 
 log = logging.getLogger(__name__)
 

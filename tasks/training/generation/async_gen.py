@@ -2,7 +2,7 @@
 ahead by a generator process while the trainer updates (`mode: async`, the setting of the FIFO replay
 paper, arXiv 2604.08706, and of verl's fully-async mode / PipelineRL / AReaL on GPU clusters).
 
-Async, with `max_staleness` = L: the generator process (tasks.training.generator_worker) owns its own
+Async, with `max_staleness` = L: the generator process (tasks.training.generation.generator_worker) owns its own
 engine and handles one ordered stream of messages: prompts to generate, and the new weights after each
 update. The request for step t is sent only once the weights of version t-1-L have been sent before it, so
 its rollouts come from a policy at most L updates older than the one that trains on them (staleness =
@@ -37,12 +37,12 @@ import torch
 from rlep.data.problem import Problem, render_prompt
 from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
 from rlep.tasks.runner import module_env
-from rlep.tasks.training.placement import CoreShare as CoreShare  # re-exported: where async training runs
-from rlep.tasks.training.placement import generator_gpu_env
-from rlep.tasks.training.placement import split_cores as split_cores
-from rlep.tasks.training.placement import update_device as update_device
-from rlep.tasks.training.weight_sync import Entry, GatheredWeights, send_weights
-from rlep.tasks.training.weight_transport import Bucket, bucket_for
+from rlep.tasks.training.generation.placement import CoreShare as CoreShare  # re-exported: where async training runs
+from rlep.tasks.training.generation.placement import generator_gpu_env
+from rlep.tasks.training.generation.placement import split_cores as split_cores
+from rlep.tasks.training.generation.placement import update_device as update_device
+from rlep.tasks.training.generation.weight_sync import Entry, GatheredWeights, send_weights
+from rlep.tasks.training.generation.weight_transport import Bucket, bucket_for
 
 STOP_TIMEOUT_SECONDS = 10.0  # an orderly stop of the generator; after that it is killed
 
@@ -72,17 +72,17 @@ class AnsweredLater:
         return self.receive(tag)[0]
 
     processes: list[GeneratorProcess]  # the generator processes behind it (one, or a pool's)
-    transport: Bucket  # the buffer every process reads the weights from (tasks/training/weight_transport.py)
+    transport: Bucket  # the buffer every process reads the weights from (tasks/training/generation/weight_transport.py)
     bucket_bytes: int  # the most one bucket holds (at most the buffer's size)
 
     def push_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Policy `version`'s weights, streamed (tasks/training/weight_sync.py): read once, a bucket at a time, into
-        the one buffer every process maps; each bucket's header goes to every process at once and they load it in
-        parallel, after the requests sent before; the next bucket is written once all have acknowledged (the last
+        """Policy `version`'s weights, streamed (tasks/training/generation/weight_sync.py): read once, a bucket at a
+        time, into the one buffer every process maps; each bucket's header goes to every process at once and they load
+        it in parallel, after the requests sent before; the next bucket is written once all have acknowledged (the last
         one's acknowledgements are waited for by the next write, not here). Weights gathered by collectives of the
-        training ranks (`GatheredWeights`, FSDP2) are read only once every process has answered the requests sent
-        before (`wait_idle`, outside any collective): the buckets then go to processes already listening, and no
-        rank waits inside a gather for a generation."""
+        training ranks (`GatheredWeights`, FSDP2) are read only once every process has answered the requests sent before
+        (`wait_idle`, outside any collective): the buckets then go to processes already listening, and no rank waits
+        inside a gather for a generation."""
         what = f"policy version {version}'s weights"
         if isinstance(weights, GatheredWeights):
             for process in self.processes:
@@ -145,7 +145,7 @@ class GeneratorProcess(AnsweredLater):
         args = [
             sys.executable,
             "-m",
-            "rlep.tasks.training.generator_worker",
+            "rlep.tasks.training.generation.generator_worker",
             str(theirs.fileno()),
             str(os.getpid()),
             str(model),

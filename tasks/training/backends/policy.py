@@ -1,8 +1,8 @@
 """The policy a backend trains: what it is (`PolicySpec`, all a rank needs to build its copy) and how a backend
 builds it: the float32 policy, its frozen KL reference, activation checkpointing, and the optimizer.
 
-Both backends (tasks/training/backend.py, tasks/training/distributed.py) build from here; a distributed rank
-builds on the meta device instead of reading the weights itself (tasks/training/meta_load.py).
+Both backends (tasks/training/backends/backend.py, tasks/training/backends/distributed.py) build from here; a
+distributed rank builds on the meta device instead of reading the weights itself (tasks/training/backends/meta_load.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.training.backends.precision import PrecisionChoice, resolve_precision
 from rlep.tasks.training.config import OptimizerConfig
-from rlep.tasks.training.precision import PrecisionChoice, resolve_precision
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class PolicySpec:
     # means KL to the base the adapters sit on (lora.AdaptersOff: no second copy), which `of_run` makes the start
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU
     init_seed: int = 0  # seeds the random weights of a policy given as a config (the same on every rank)
-    lora: LoraConfig | None = None  # adapters on a frozen base (tasks/training/lora.py); None: every weight trains
+    lora: LoraConfig | None = None  # adapters on a frozen base (backends/lora.py); None: every weight trains
 
     @classmethod
     def of_run(cls, config, weights: str, base_model: str) -> PolicySpec:
@@ -36,7 +36,7 @@ class PolicySpec:
         as KL reference when KL is on, on the CPU or the first GPU the generator does not use. With LoRA the base
         is always the starting model (and so the KL reference, with the adapters off): a resume's adapters come
         from its trainer state, not from `weights` (the checkpoint's merged model)."""
-        from rlep.tasks.training.async_gen import update_device
+        from rlep.tasks.training.generation.async_gen import update_device
 
         device = update_device(config.generator_gpus, torch.cuda.device_count())
         reference = base_model if config.loss.kl_coef > 0 else None
@@ -66,7 +66,7 @@ def load_policy(
             model = AutoModelForCausalLM.from_config(weights, dtype=torch.float32)
     model = checkpoint_activations(model, config)
     if lora is not None:
-        from rlep.tasks.training.lora import frozen_base_in_bf16, with_lora
+        from rlep.tasks.training.backends.lora import frozen_base_in_bf16, with_lora
 
         model = with_lora(model, lora)
         if config.precision == "bf16":
@@ -95,7 +95,7 @@ def load_reference(path: Any, device: torch.device, precision: str = "fp32") -> 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     else:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # as tasks/training/meta_load.py draws it for a distributed rank
+            torch.manual_seed(0)  # as tasks/training/backends/meta_load.py draws it for a distributed rank
             model = AutoModelForCausalLM.from_config(path, dtype=dtype).to(device)
     return model.requires_grad_(False).eval()
 

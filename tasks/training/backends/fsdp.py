@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from rlep.tasks.training.collectives import DistributedError
+from rlep.tasks.training.backends.collectives import DistributedError
 
 
 def autocast_bf16(model: torch.nn.Module, device: torch.device) -> None:

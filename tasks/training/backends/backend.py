@@ -1,19 +1,19 @@
 """The training backend: the one seam between the training step and the processes that update the policy.
 
-The step asks a backend to `update` the policy on a batch (the maths stays in `tasks.training.update`), for
-the `named_weights` the engine loads (HF names, streamed in the engine's dtype: tasks/training/weight_sync.py),
-to `save_pretrained` the weights, for the optimizer's
-`training_state` and the RNG streams of every process; it never learns how many processes there are.
+The step asks a backend to `update` the policy on a batch (the maths stays in `tasks.training.maths.update`), for the
+`named_weights` the engine loads (HF names, streamed in the engine's dtype: tasks/training/generation/weight_sync.py),
+to `save_pretrained` the weights, for the optimizer's `training_state` and the RNG streams of every process; it never
+learns how many processes there are.
 
 - `LocalBackend`: one process, one device, no torch.distributed (the default).
-- `DistributedBackend` (tasks/training/distributed.py): torch.distributed with `ddp` or `fsdp2`, launched by
+- `DistributedBackend` (tasks/training/backends/distributed.py): torch.distributed with `ddp` or `fsdp2`, launched by
   `rlep train --nproc N` (torchrun). Rank 0 runs the trainer and drives; ranks > 0 follow its requests.
 
-`make_backend(spec)` picks one from `spec.backend.nproc`. A backend resolves `precision: auto` once, for its
-device, when it is built (tasks/training/precision.py) and keeps the choice as `precision`. What both build, the
-policy, its KL reference and optimizer from a `PolicySpec`, is in tasks/training/policy.py; the random streams
-they save and restore are in tasks/training/rng.py.
-"""
+`make_backend(spec)` builds the one `spec.backend` asks for, through the table of kinds that the launch reads too
+(tasks/training/backends/registry.py). A backend resolves `precision: auto` once, for its device, when it is built
+(tasks/training/backends/precision.py) and keeps the choice as `precision`. What both build, the policy, its KL
+reference and optimizer from a `PolicySpec`, is in tasks/training/backends/policy.py; the random streams they save and
+restore are in tasks/training/backends/rng.py."""
 
 from __future__ import annotations
 
@@ -22,18 +22,19 @@ from typing import Any, Protocol
 
 import torch
 
-from rlep.tasks.training.batch import TrainingBatch
-from rlep.tasks.training.checkpoint import CheckpointError
-from rlep.tasks.training.collectives import named_out_of_memory
-from rlep.tasks.training.distributed import DistributedBackend
-from rlep.tasks.training.fsdp import autocast_bf16
-from rlep.tasks.training.lora import AdaptersOff, adapter_state, is_lora, load_adapter_state, merged_weights
-from rlep.tasks.training.policy import PolicySpec, build_optimizer, load_policy, load_reference
-from rlep.tasks.training.precision import PrecisionChoice
-from rlep.tasks.training.rng import process_rng_state, set_process_rng_state
-from rlep.tasks.training.sharded_checkpoint import SHARDED_FORMAT, load_sharded
-from rlep.tasks.training.update import UpdateSettings, policy_update
-from rlep.tasks.training.weight_sync import named_weights
+from rlep.tasks.training.backends.checkpoint import CheckpointError
+from rlep.tasks.training.backends.collectives import named_out_of_memory
+from rlep.tasks.training.backends.fsdp import autocast_bf16
+from rlep.tasks.training.backends.lora import AdaptersOff, adapter_state, is_lora, load_adapter_state, merged_weights
+from rlep.tasks.training.backends.policy import PolicySpec, build_optimizer, load_policy, load_reference
+from rlep.tasks.training.backends.precision import PrecisionChoice
+from rlep.tasks.training.backends.registry import kind_of
+from rlep.tasks.training.backends.rng import process_rng_state, set_process_rng_state
+from rlep.tasks.training.backends.sharded_checkpoint import SHARDED_FORMAT, load_sharded
+from rlep.tasks.training.generation.weight_sync import named_weights
+from rlep.tasks.training.maths.batch import TrainingBatch
+from rlep.tasks.training.maths.logprobs import mean_completion_entropy
+from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 
 
 class TrainingBackend(Protocol):
@@ -58,14 +59,16 @@ class TrainingBackend(Protocol):
     def rng_state(self) -> dict[str, Any]: ...
     def load_rng_state(self, state: dict[str, Any]) -> None: ...
     def lr(self) -> float: ...
+    def mean_entropies(
+        self, prompt: list[int], answers: list[list[int]], pad_token_id: int, temperature: float, micro_batch: int
+    ) -> list[float]: ...  # each answer's mean token entropy under the policy (what ExGRPO chooses by)
     def close(self) -> None: ...
 
 
 def make_backend(spec: PolicySpec) -> TrainingBackend:
-    """One process (`nproc` 1) or rank 0 of a torch.distributed group already started by torchrun."""
-    if spec.backend.nproc == 1:
-        return LocalBackend(spec)
-    return DistributedBackend.lead(spec)
+    """The backend of `spec`'s kind (tasks/training/backends/registry.py): one process (`nproc` 1), or rank 0 of a
+    torch.distributed group already started by torchrun or Ray."""
+    return kind_of(spec.backend).build(spec)
 
 
 class LocalBackend:
@@ -97,7 +100,7 @@ class LocalBackend:
         before_micro_batch: Callable[[], None] | None = None,
     ) -> dict[str, float]:
         """`policy_update` of this policy on `batch`, against its KL reference. Out of memory is reported with the
-        micro-batch size to lower (tasks/training/collectives.py)."""
+        micro-batch size to lower (tasks/training/backends/collectives.py)."""
         with named_out_of_memory("the policy update", settings.micro_batch_size):
             return policy_update(
                 self.model,
@@ -165,6 +168,11 @@ class LocalBackend:
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
+
+    def mean_entropies(
+        self, prompt: list[int], answers: list[list[int]], pad_token_id: int, temperature: float, micro_batch: int
+    ) -> list[float]:
+        return mean_completion_entropy(self.model, prompt, answers, pad_token_id, temperature, micro_batch)
 
     def close(self) -> None:
         pass

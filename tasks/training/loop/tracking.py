@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.training.step_metrics import PHASES
+from rlep.tasks.training.loop.step_metrics import PHASES
 
 Tracker = Literal["none", "tensorboard", "mlflow"]
 MLFLOW_EXPERIMENT = "rlep"
@@ -41,7 +41,7 @@ MLFLOW_EXPERIMENT = "rlep"
 log = logging.getLogger("rlep.train")
 
 OnStep = Callable[[dict, "list[dict] | None"], None]
-# Phase timings shown in a step's log line, in the step's order (tasks/training/step_metrics.py PHASES).
+# Phase timings shown in a step's log line, in the step's order (tasks/training/loop/step_metrics.py PHASES).
 
 
 class TrackerUnavailable(ValueError):

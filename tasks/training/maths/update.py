@@ -10,11 +10,11 @@ from typing import Protocol
 
 import torch
 
-from rlep.tasks.training.advantages import zero_variance_advantages
-from rlep.tasks.training.batch import TrainingBatch, micro_batch_rows, mini_batches, row_lengths
 from rlep.tasks.training.config import LossConfig, TrainConfig
-from rlep.tasks.training.logprobs import token_logprobs
-from rlep.tasks.training.losses import (
+from rlep.tasks.training.maths.advantages import zero_variance_advantages
+from rlep.tasks.training.maths.batch import TrainingBatch, micro_batch_rows, mini_batches, row_lengths
+from rlep.tasks.training.maths.logprobs import token_logprobs
+from rlep.tasks.training.maths.losses import (
     PolicyShaping,
     aggregate,
     asymre_loss,
@@ -28,7 +28,7 @@ from rlep.tasks.training.losses import (
 @dataclass(frozen=True)
 class UpdateSettings:
     """How `policy_update` trains on a step's batch: the same for every step of a run, and for every rank (rank 0
-    sends it to the others as it is: tasks/training/distributed.py)."""
+    sends it to the others as it is: tasks/training/backends/distributed.py)."""
 
     loss: LossConfig
     grad_clip: float  # the global gradient norm is clipped to this
@@ -136,7 +136,7 @@ def policy_update(
     mini-batch's fresh tokens.
     `before_micro_batch` is called before each micro-batch's forward (async mode sets the thread count there).
 
-    `data_parallel` (one rank of several, each holding the same `batch`: tasks/training/distributed.py): the
+    `data_parallel` (one rank of several, each holding the same `batch`: tasks/training/backends/distributed.py): the
     rank trains on its rows of each mini-batch, every rank running the same number of micro-batches (padded
     with a fully masked row); shares stay those of the whole mini-batch and the loss is scaled by its
     `loss_scale` (the ranks' gradients are averaged), and metrics are summed over ranks before averaging.
@@ -293,7 +293,7 @@ def _reference_logprobs(ref_model: torch.nn.Module, part: TrainingBatch, tempera
 
 
 class DataParallel(Protocol):
-    """One rank's view of a data-parallel update (implemented by tasks.training.sharding.Sharding)."""
+    """One rank's view of a data-parallel update (implemented by tasks.training.backends.sharding.Sharding)."""
 
     loss_scale: float
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.training.logprobs import pad_sequences
+from rlep.tasks.training.maths.logprobs import pad_sequences
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """How a data-parallel update splits a step's batch over the ranks (`Sharding`: the `DataParallel` that
-tasks/training/update.py's `policy_update` takes on each rank of tasks/training/distributed.py).
+tasks/training/maths/update.py's `policy_update` takes on each rank of tasks/training/backends/distributed.py).
 
 Every rank receives the step's whole batch (token ids, small next to the model), forms the same mini-batches as
 one process would, and trains on its share of each mini-batch's prompt groups; the token-mean normaliser is the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlep.tasks.training.collectives import all_reduce_sum, all_reduce_tensor
+from rlep.tasks.training.backends.collectives import all_reduce_sum, all_reduce_tensor
 
 
 def deal_by_load(sizes: list[int], loads: list[float], world_size: int) -> list[list[int]]:

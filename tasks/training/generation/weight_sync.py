@@ -10,7 +10,7 @@ its reader must not wait on a generation between two tensors). The consumer take
   a decoder layer until all of its weights have come, then processes it) or copies each tensor into the
   transformers model's parameter;
 - the generator processes of async mode receive it through one bucket-sized buffer they share with the trainer
-  (tasks/training/weight_transport.py: shared memory on the CPU, CUDA IPC on a shared GPU), reused for every
+  (tasks/training/generation/weight_transport.py: shared memory on the CPU, CUDA IPC on a shared GPU), reused for every
   bucket (`send_weights` / `receive_weights`): the trainer copies a bucket's tensors into the buffer and sends
   each generator only the bucket's header (each tensor's name, dtype, shape and offset); every generator loads
   the tensors as views of the buffer, at the same time, and acknowledges; the next bucket is written once all
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from rlep.tasks.training.weight_transport import bucket_read
+from rlep.tasks.training.generation.weight_transport import bucket_read
 
 Named = Iterable[tuple[str, torch.Tensor]]
 # One tensor, or one piece of a tensor larger than a bucket, in a bucket: (name, dtype, shape, offset in the bucket,

@@ -18,10 +18,9 @@ Two kinds, chosen from the placement alone (`choose_transport`):
   its own uses `shared-memory` (device -> shared host buffer -> its device); CUDA IPC across devices (peer access)
   is not implemented.
 
-The protocol on top (tasks/training/weight_sync.py: `send_weights` / `receive_weights`): the trainer waits until
-every generator has acknowledged the previous bucket, copies the next one into the buffer, announces its header to
-every generator at once, and the generators read it in parallel.
-"""
+The protocol on top (tasks/training/generation/weight_sync.py: `send_weights` / `receive_weights`): the trainer waits
+until every generator has acknowledged the previous bucket, copies the next one into the buffer, announces its header to
+every generator at once, and the generators read it in parallel."""
 
 from __future__ import annotations
 
@@ -115,7 +114,7 @@ def make_bucket(kind: TransportKind, size: int, device: str = "cpu") -> Bucket:
 def bucket_for(generator_gpus: Sequence[int], size: int) -> Bucket:
     """The bucket of a generator placed on `generator_gpus` (none: the trainer's default GPU, or the CPU), chosen by
     `choose_transport` from the update's device as the policy places it (`placement.update_device`)."""
-    from rlep.tasks.training.placement import update_device
+    from rlep.tasks.training.generation.placement import update_device
 
     device = update_device(generator_gpus, torch.cuda.device_count())
     return make_bucket(choose_transport(generator_gpus, device), size, device)

@@ -19,9 +19,9 @@ Each step reads top to bottom as named, timed phases:
 
 With several training ranks in `mode: sync` every rank generates a share of the step's prompts with an engine of
 its own, each prompt from a seed of its own, and loads the new weights into it after the update (colocated:
-tasks/training/colocated.py, docs/distributed.md). `mode: async` moves generation into its own process, which
+tasks/training/generation/colocated.py, docs/distributed.md). `mode: async` moves generation into its own process, which
 samples the next step's answers while this one trains, within `max_staleness` policy versions
-(tasks/training/async_gen.py, docs/async.md); the rest of the step is the same code in both modes.
+(tasks/training/generation/async_gen.py, docs/async.md); the rest of the step is the same code in both modes.
 
 How it departs from the papers it implements (all explicit settings): the default model is a tiny
 character-level model and the batch is small (32 prompts x 8 answers, not 512 x 16); there is no
@@ -58,28 +58,27 @@ from rlep.tasks.models import resolve_model
 from rlep.tasks.progress import progress_bar
 from rlep.tasks.replay import make_replay, pinned
 from rlep.tasks.run_lock import TRAIN_LOCK_FILE, release_lock, take_lock
-from rlep.tasks.training.advantages import fill_advantages
-from rlep.tasks.training.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
-from rlep.tasks.training.backend import make_backend
-from rlep.tasks.training.batch import build_batch, group_ids
-from rlep.tasks.training.checkpoint import (
+from rlep.tasks.training.backends.backend import make_backend
+from rlep.tasks.training.backends.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     load_trainer_state,
     rewind_run,
     save_checkpoint,
 )
-from rlep.tasks.training.colocated import ColocatedEngines
+from rlep.tasks.training.backends.policy import PolicySpec
+from rlep.tasks.training.backends.precision import record_precision
+from rlep.tasks.training.backends.rng import seed_process
 from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.generator_pool import GeneratorPool, start_generator
-from rlep.tasks.training.logprobs import mean_completion_entropy
-from rlep.tasks.training.policy import PolicySpec
-from rlep.tasks.training.precision import record_precision
-from rlep.tasks.training.prompts import PromptSampler, fitting
-from rlep.tasks.training.rng import seed_process
-from rlep.tasks.training.scoring import score_rollouts
-from rlep.tasks.training.step_metrics import PhaseTimer, step_row
-from rlep.tasks.training.update import UpdateSettings
+from rlep.tasks.training.generation.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
+from rlep.tasks.training.generation.colocated import ColocatedEngines
+from rlep.tasks.training.generation.generator_pool import GeneratorPool, start_generator
+from rlep.tasks.training.loop.prompts import PromptSampler, fitting
+from rlep.tasks.training.loop.step_metrics import PhaseTimer, step_row
+from rlep.tasks.training.maths.advantages import fill_advantages
+from rlep.tasks.training.maths.batch import build_batch, group_ids
+from rlep.tasks.training.maths.scoring import score_rollouts
+from rlep.tasks.training.maths.update import UpdateSettings
 
 
 @dataclass
@@ -207,16 +206,11 @@ class Trainer:
         return self._metrics_row(step, fresh, groups, rollouts, zero_std_frac, train_metrics, timer, arrival, start)
 
     def _mean_entropies(self, prompt: list[int], answers: list[list[int]]) -> list[float]:
-        """Each answer's mean token entropy under the current policy (ExGRPO's choice among stored answers). One
-        process's model: ExGRPO runs sync in one process (TrainConfig refuses it on several ranks)."""
-        return mean_completion_entropy(
-            self.backend.model,
-            prompt,
-            answers,
-            self.tokenizer.pad_token_id,
-            self.config.sampling.temperature,
-            self.config.micro_batch_size,
-        )
+        """Each answer's mean token entropy under the current policy (ExGRPO's choice among stored answers), asked
+        of the backend (ExGRPO runs sync in one process: TrainConfig refuses it on several ranks)."""
+        config = self.config
+        pad = self.tokenizer.pad_token_id
+        return self.backend.mean_entropies(prompt, answers, pad, config.sampling.temperature, config.micro_batch_size)
 
     def _share_cores(self) -> None:
         self.cores.adjust(generator_busy=self.engine.busy())
@@ -390,7 +384,7 @@ def train_in_process(
     """A whole run in this process (one process, or rank 0 of a distributed run): train (or resume) to
     `config.steps`, reporting every step (tracker, log line, `on_step`), then draw OUT/learning_curve.png."""
     from rlep.tasks.plots import plot_learning_curves
-    from rlep.tasks.tracking import step_report
+    from rlep.tasks.training.loop.tracking import step_report
 
     try:
         trainer = Trainer(config, resume=resume, progress=progress)

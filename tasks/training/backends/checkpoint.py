@@ -1,6 +1,6 @@
 """Checkpoints: HF-format weights + tokenizer (loadable by transformers and vLLM) and the trainer state
 (optimizer, scheduler, replay buffer, RNG streams, counters) needed to resume exactly; a torch.distributed
-run's weights and optimizer are each rank's shards besides (tasks/training/sharded_checkpoint.py).
+run's weights and optimizer are each rank's shards besides (tasks/training/backends/sharded_checkpoint.py).
 
 `OUT/checkpoints/step-N/` appears only complete: it is written as `.step-N.{pid}.tmp` and renamed
 (data.fs.atomic_dir). A resumed run first rewinds its directory to the checkpoint's step (`rewind_run`)."""
@@ -16,7 +16,7 @@ import torch
 
 from rlep.data.fs import atomic_dir, write_parquet_atomic
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.training.sharded_checkpoint import SHARDED_DIR, SHARDED_FORMAT
+from rlep.tasks.training.backends.sharded_checkpoint import SHARDED_DIR, SHARDED_FORMAT
 
 TRAINER_STATE_FILE = "trainer_state.pt"
 

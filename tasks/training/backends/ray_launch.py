@@ -3,10 +3,10 @@ themselves, on one node or over a cluster's nodes (as verl and open-instruct sta
 torchrun on this node.
 
 A placement group reserves one bundle per rank (`cpus_per_rank` CPUs, `gpus_per_rank` GPUs, by default 1 when the
-cluster has GPUs and 0 when it has none; strategy PACK: as few nodes as fit) and one actor runs in each. Rank 0's
-actor names its node's address and a free port there; every actor then gets the variables torchrun would have set
-(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the entry point it is given,
-the one torchrun runs (`launch.main`, tasks/training/launch.py): rank 0 trains, the others serve. The run directory
+cluster has GPUs and 0 when it has none; strategy PACK: as few nodes as fit) and one actor runs in each. Rank 0's actor
+names its node's address and a free port there; every actor then gets the variables torchrun would have set (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and runs the entry point it is given, the one
+torchrun runs (`launch.main`, tasks/training/backends/launch.py): rank 0 trains, the others serve. The run directory
 must be on storage every node sees (rank 0 writes it; every rank reads the launch config from it).
 
 A rank that fails stops the others at once (as torchrun does) and the launch raises one DistributedError that
@@ -78,7 +78,7 @@ def gpus_per_rank(setting: float | str, cluster: dict[str, float]) -> float:
     """Each rank's GPUs on a cluster whose resources are `cluster` (`ray.cluster_resources()`): `auto` is 1 where it
     has GPUs (else the ranks would run on the CPU with gloo, silently), 0 where it has none; GPUs asked of a cluster
     without any are refused now rather than left to time out unplaced."""
-    from rlep.tasks.training.collectives import DistributedError
+    from rlep.tasks.training.backends.collectives import DistributedError
 
     has = cluster.get("GPU", 0)
     if setting == "auto":
@@ -98,7 +98,7 @@ def launch_on_ray(entry: Entry, argv: list[str], backend: BackendConfig) -> None
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rlep.tasks.runner import worker_threads
-    from rlep.tasks.training.collectives import DistributedError
+    from rlep.tasks.training.backends.collectives import DistributedError
 
     n, cpus = backend.nproc, backend.cpus_per_rank
     started = not ray.is_initialized()

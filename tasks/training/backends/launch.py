@@ -1,9 +1,9 @@
 """Launching torch.distributed training: `rlep train --nproc N` as N processes on this node (torchrun
---standalone) or as Ray actors (tasks/training/ray_launch.py), and each rank's entry point (`main`): rank 0
-trains in its own process (tasks.training.loop.train_in_process) through the DistributedBackend, the others serve
-its requests (tasks/training/distributed.py).
+--standalone) or as Ray actors (tasks/training/backends/ray_launch.py), and each rank's entry point (`main`): rank 0
+trains in its own process (tasks.training.loop.steps.train_in_process) through the DistributedBackend, the others serve
+its requests (tasks/training/backends/distributed.py).
 
-Run one rank by hand: `python -m rlep.tasks.training.launch --config launch_config.json [--resume]` under
+Run one rank by hand: `python -m rlep.tasks.training.backends.launch --config launch_config.json [--resume]` under
 torchrun (`train_distributed` writes that file into the run directory and starts every rank).
 """
 
@@ -16,10 +16,10 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
-from rlep.tasks.training.collectives import DistributedError
-from rlep.tasks.training.distributed import init_distributed, serve, shutdown, stop_serving
-from rlep.tasks.training.loop import TrainResult, train_in_process
-from rlep.tasks.training.ray_launch import launch_on_ray
+from rlep.tasks.training.backends.collectives import DistributedError
+from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
+from rlep.tasks.training.backends.ray_launch import launch_on_ray
+from rlep.tasks.training.loop.steps import TrainResult, train_in_process
 
 
 def launch(module: str, arguments: list[str], nproc: int) -> None:
@@ -48,7 +48,7 @@ def train_distributed(config, resume: bool = False) -> TrainResult:
     actors: `backend.launcher`); returns rank 0's TrainResult."""
     from rlep.data.fs import write_text_atomic
     from rlep.data.run_layout import TrainRunLayout
-    from rlep.tasks.training.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,14 +58,14 @@ def train_distributed(config, resume: bool = False) -> TrainResult:
     if config.backend.launcher == "ray":
         launch_on_ray(main, arguments, config.backend)
     else:
-        launch("rlep.tasks.training.launch", arguments, config.backend.nproc)
+        launch("rlep.tasks.training.backends.launch", arguments, config.backend.nproc)
     layout = TrainRunLayout(out)
     return TrainResult(out, config.steps, latest_checkpoint(out), layout.metrics, layout.eval)
 
 
 def main(argv: list[str] | None = None) -> None:
     """One rank of `rlep train --nproc N`: rank 0 trains (`train_in_process`), the others serve."""
-    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.launch")
+    parser = argparse.ArgumentParser(prog="python -m rlep.tasks.training.backends.launch")
     parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
@@ -88,5 +88,6 @@ def main(argv: list[str] | None = None) -> None:
         shutdown()
 
 
-if __name__ == "__main__":  # the group's state lives in tasks/training/collectives.py, so running as __main__ is safe
+# The group's state lives in tasks/training/backends/collectives.py, so running this module as __main__ is safe.
+if __name__ == "__main__":
     main()

@@ -1,15 +1,15 @@
 """The generator process of async training: one engine, fed prompts and new weights in one ordered stream.
 
-Run by `tasks.training.async_gen.GeneratorProcess` as a fresh interpreter (`python -m
-tasks.training.generator_worker FD`), not a `multiprocessing` child: a spawned child re-imports the
+Run by `tasks.training.generation.async_gen.GeneratorProcess` as a fresh interpreter (`python -m
+tasks.training.generation.generator_worker FD`), not a `multiprocessing` child: a spawned child re-imports the
 caller's `__main__` (a user's script without a main guard would run again), and a forked one inherits
 torch's and vLLM's threads. It talks over the socket FD with `multiprocessing.connection` messages:
 
     in:  ("weights_buffer", opening) first: the bucket buffer shared with the trainer, opened once
-                                          (tasks/training/weight_transport.py: shared memory, or CUDA IPC)
+                                          (tasks/training/generation/weight_transport.py: shared memory, or CUDA IPC)
          ("weights", version), then ("weights_bucket", header) per bucket written into that buffer,
                                           ("weights_end",): policy `version`, loaded in place as the buckets arrive
-                                          (tasks/training/weight_sync.py: never the whole model at once)
+                                          (tasks/training/generation/weight_sync.py: never the whole model at once)
          ("generate", tag, prompts, sampling) answers with the weights loaded *now*
          ("stop",)
     out: ("ready", pid, dtype) once the engine is up (dtype: what weights are sent in);
@@ -52,8 +52,8 @@ def _watch_parent(parent: int) -> None:
 
 def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> None:
     from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-    from rlep.tasks.training.weight_sync import receive_weights
-    from rlep.tasks.training.weight_transport import open_bucket
+    from rlep.tasks.training.generation.weight_sync import receive_weights
+    from rlep.tasks.training.generation.weight_transport import open_bucket
 
     engine = make_engine(model, EngineConfig.model_validate(engine_settings))
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)
