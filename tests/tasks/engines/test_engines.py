@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from rlep.tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
-from rlep.tasks.training.logprobs import completion_logprobs
-from rlep.tasks.training.weight_sync import named_weights
+from rlep.tasks.training.generation.weight_sync import named_weights
+from rlep.tasks.training.maths.logprobs import completion_logprobs
 
 PROMPTS = ["Q: 3+4=?\nPut the final answer in \\boxed{}.\nA: ", "Q: 12*3=?\nPut the final answer in \\boxed{}.\nA: "]
 # float32 on both sides; the remaining gap comes from different kernels (vLLM's CPU attention vs torch
@@ -140,3 +140,17 @@ def test_the_context_limit_is_the_models_positions_where_the_engine_holds_to_the
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
     assert context_limit(tmp_path, EngineConfig(backend="vllm")) == 256  # vLLM refuses a longer max_model_len
     assert context_limit(tmp_path, EngineConfig(backend="transformers")) is None  # runs past them (RoPE)
+
+
+def test_a_one_gpu_engine_goes_to_the_current_device_not_gpu_0(monkeypatch):
+    """vLLM 0.32's one-process executor takes its GPU from the device config (`cuda`, so index 0); a colocated
+    training rank's engine must share its rank's GPU, the current device (run on a GPU: not verified here, where
+    the executor's own placement is shown with the device stubbed)."""
+    from types import SimpleNamespace
+
+    from rlep.tasks.engines.vllm_engine import on_current_device
+
+    executor = object.__new__(on_current_device())  # no engine built: only where it would place one
+    executor.vllm_config = SimpleNamespace(device_config=SimpleNamespace(device=torch.device("cuda")))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert executor._distributed_args()[1:] == (0, 3)  # rank 0 of its own one-process group, on GPU 3
