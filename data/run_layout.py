@@ -245,6 +245,7 @@ STUDY_PLOTS = {
     "tokens_charged": "accuracy_vs_charged_tokens.png",
     "wall_seconds": "accuracy_vs_wall.png",
 }
+ENTROPY_PLOT = "entropy_vs_step.png"  # each arm's policy entropy per training step
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,11 @@ class StudyLayout:
     def plot(self, x: str) -> Path:
         """The held-out accuracy plotted against `x` (`step`, `tokens_generated`, `tokens_charged`, `wall_seconds`)."""
         return self.root / STUDY_PLOTS[x]
+
+    @property
+    def entropy_plot(self) -> Path:
+        """Each arm's policy entropy per training step (`tasks.study.curves`)."""
+        return self.root / ENTROPY_PLOT
 
     @property
     def report(self) -> Path:

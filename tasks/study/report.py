@@ -1,5 +1,6 @@
 """A study's outputs: study.parquet, final.parquet, summary.parquet, claims.parquet, endpoints.parquet,
-answer_check.parquet, four plots with interval bands, report.md."""
+answer_check.parquet, stability.parquet and curves.parquet (`tasks.study.curves`), four plots of accuracy with
+interval bands and one of entropy, report.md."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
-from rlep.data.run_layout import STUDY_PLOTS, StudyLayout
+from rlep.data.run_layout import ENTROPY_PLOT, STUDY_PLOTS, StudyLayout
 from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
 from rlep.tasks.study.config import StudyConfig
+from rlep.tasks.study.curves import evaluation_noise, plot_entropy, run_curves, stability, stability_markdown
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
 
@@ -43,6 +45,9 @@ def write_study_outputs(
     )
     ends = endpoints(study, final, config.baseline_arm)
     checks = pd.DataFrame(columns=CHECK_COLUMNS) if checks is None else checks
+    arms = sorted(config.arms)
+    curves = run_curves(config.out, arms, config.seeds)
+    stable = stability(study, curves)
     frames = {
         "study": study,
         "final": final,
@@ -50,6 +55,8 @@ def write_study_outputs(
         "claims": table,
         "endpoints": ends,
         "answer_check": checks,
+        "stability": stable,
+        "curves": curves,
     }
     if table is None:  # an interim report: no claim is tested on part of the runs
         layout.table("claims").unlink(missing_ok=True)
@@ -59,8 +66,10 @@ def write_study_outputs(
         write_parquet_atomic(paths[name], pa.Table.from_pandas(frame, preserve_index=False))
     for x, name in STUDY_PLOTS.items():
         paths[name] = _plot(summary, x, layout.plot(x))
+    paths["entropy_plot"] = plot_entropy(curves, layout.entropy_plot)
     paths["report"] = layout.report
-    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim))
+    held = stability_markdown(stable, evaluation_noise(config.out, arms, config.seeds))
+    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim, held))
     return paths
 
 
@@ -183,7 +192,9 @@ def report_markdown(
     command: str | None = None,
     checks: pd.DataFrame | None = None,
     interim: tuple[list[str], int] | None = None,
+    held: str | None = None,
 ) -> str:
+    """`held`: the runs' stability section (`tasks.study.curves.stability_markdown`), when given."""
     lines = [
         "# rlep study" + (f" (interim: {len(interim[0])} of {interim[1]} training runs finished)" if interim else ""),
         "",
@@ -232,6 +243,15 @@ def report_markdown(
             f"{row.tokens_charged:,.0f} | {row.wall_seconds:.1f} |"
         )
     lines += ["", *(f"![{name}]({name})" for name in STUDY_PLOTS.values()), ""]
+    if held is not None:
+        lines += [
+            "## Did each run keep improving? (descriptive: best and last held-out accuracy, policy entropy)",
+            "",
+            held,
+            "",
+            f"![{ENTROPY_PLOT}]({ENTROPY_PLOT})",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -322,6 +322,10 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
     assert "| rlep-ahead-at-end | rlep vs baseline | accuracy at step 2 | 2 |" in text and "| pass@2 |" in text
     assert "Plan fixed at " in text and "before any run (claims.json" in text  # recorded as the study started
     assert pd.read_parquet(paths["claims"]).claim.tolist() == ["rlep-ahead-at-end"]
+    # Each run's stability: its best and last evaluation, and its entropy per step read from its metrics.
+    stable = pd.read_parquet(paths["stability"]).set_index(["arm", "seed"])
+    assert stable.loc[("rlep", 1), "entropy_last"] == metrics.sort_values("step").entropy.iloc[-1]
+    assert "## Did each run keep improving?" in text and paths["entropy_plot"].is_file()
     # The reward-hack check read every run's answers: each collection's pool, each arm run's rollouts and final answers.
     checks = pd.read_parquet(paths["answer_check"])
     assert sorted(set(zip(checks.run, checks.answers))) == sorted(
