@@ -18,6 +18,7 @@ from rlep.data.run_layout import checkpoint_step
 from rlep.data.source_config import ProblemSourceConfig, default_task
 from rlep.tasks.engines import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
 from rlep.tasks.settings_upgrade import SavedSettings
+from rlep.tasks.training.loop.perturb import stream_seed
 from rlep.verifiers import RewardConfig, VerifierConfig
 
 
@@ -91,5 +92,5 @@ class CollectConfig(SavedSettings):
     def request(self, shard: int) -> SamplingConfig:
         """The sampling request of shard number `shard`."""
         return SamplingConfig(
-            **self.sampling.model_dump(), n=self.samples_per_prompt, seed=self.seed * 1_000_003 + shard
+            **self.sampling.model_dump(), n=self.samples_per_prompt, seed=stream_seed(self.seed, shard)
         )

@@ -26,6 +26,7 @@ from rlep.data.pool import PoolStore
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.tasks.collect import collection_cost
 from rlep.tasks.collect_config import CollectConfig
+from rlep.tasks.training.loop.perturb import stream_seed
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class LivingPool:
                 "model": str(TrainRunLayout(run_out).checkpoint(step)),
                 "out": PoolStore(self.store).collection_run(f"after-step-{step}"),
                 "run_id": f"{Path(run_out).name}-after-step-{step}",
-                "seed": self.collect.seed * 1_000_003 + step,
+                "seed": stream_seed(self.collect.seed, step),
             }
         )
 

@@ -40,8 +40,14 @@ class PerturbConfig(BaseModel):
     )
 
 
+def stream_seed(seed: int, index: int) -> int:
+    """The sampling seed of draw `index` of a run with seed `seed`: a training step, a collection's shard, the
+    re-collection after a step. Every seed of the project's sampling streams is made here."""
+    return seed * SEED_STRIDE + index
+
+
 def sampling_seed(seed: int, step: int, perturb: PerturbConfig | None = None) -> int:
-    """The sampling seed of training step `step` (from 1) of a run with seed `seed`: `seed * SEED_STRIDE + step`,
+    """The sampling seed of training step `step` (from 1) of a run with seed `seed`: `stream_seed(seed, step)`,
     plus RESEEDED_OFFSET from `perturb.reseed_at` on."""
     reseeded = perturb is not None and step >= perturb.reseed_at
-    return seed * SEED_STRIDE + step + (RESEEDED_OFFSET if reseeded else 0)
+    return stream_seed(seed, step) + (RESEEDED_OFFSET if reseeded else 0)
