@@ -95,6 +95,8 @@ def test_the_launch_reads_the_same_table(monkeypatch, tmp_path):
     """A kind with processes of its own is launched by `train()` through its table entry (none started here)."""
     launched = []
     monkeypatch.setitem(BACKENDS, "ddp", BackendKind(build=ToySGD, launch=lambda config, resume: launched.append(1)))
+    # as a command starts: no process group yet (a test before this one in the same process may have left one)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     config = TrainConfig(out=str(tmp_path / "run"), backend={"nproc": 2, "strategy": "ddp"})
     assert kind_name(config.backend) == "ddp"
     train(config)
