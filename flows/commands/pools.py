@@ -32,10 +32,14 @@ def run_collect(args: argparse.Namespace) -> int:
 
         preflight(config)  # user errors surface here, before Prefect starts or anything is generated
         result = collect_flow(config, runner)
-    else:  # the executor's plain stage (which collects every collection of a plan too) preflights first itself
-        from rlep.tasks.execute import local_stages
+    else:  # the collection's own function, which preflights first itself
+        from rlep.tasks.collect import run_collection
+        from rlep.tasks.engines.cache import release_engines
 
-        result = local_stages().collect(config)
+        try:
+            result = run_collection(config)
+        finally:
+            release_engines()
     pool, timings = result["pool"], result["timings"]
     print(f"run directory: {result['run_dir']} ({result['shards']} shards, {result['skipped_shards']} already done)")
     print(

@@ -1,5 +1,5 @@
-"""`rlep train`, `rlep eval`: train a policy, evaluate a model; each runs as a Prefect flow or directly (through
-the executor's plain stages, `tasks.execute.local_stages`, which carry out every run of a plan too)."""
+"""`rlep train`, `rlep eval`: train a policy, evaluate a model; each runs as a Prefect flow or, with --no-prefect,
+calls its own function directly (`tasks.training.trainer.train`, `tasks.evaluate.evaluate`)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def run_train(args: argparse.Namespace) -> int:
 
         result = train_flow(config, resume=bool(args.resume))
     else:
-        from rlep.tasks.execute import local_stages
+        from rlep.tasks.training.trainer import train
 
-        result = local_stages().train(config, bool(args.resume))
+        result = train(config, resume=bool(args.resume))
     _print_train(result)
     return 0
 
@@ -71,9 +71,13 @@ def run_eval(args: argparse.Namespace) -> int:
 
         result = evaluate_flow(config)
     else:
-        from rlep.tasks.execute import local_stages
+        from rlep.tasks.engines.cache import release_engines
+        from rlep.tasks.evaluate import evaluate
 
-        result = local_stages().evaluate(config)
+        try:
+            result = evaluate(config)
+        finally:
+            release_engines()
     _print_eval(result.rows, config)
     return 0
 
