@@ -6,11 +6,11 @@
       -> train each arm (Phase II, rlep restarted from the start; the baseline) and evaluate its last checkpoint
       -> report (report.md + held-out accuracy PNG comparing the arms)
 
-The runs come from the study's planner and execute through its executor (`tasks.pipeline.run_pipeline`); this
-flow only hands them the Prefect subflows (`flows/subflows.py`). Each run is a process of its own, as without
-Prefect, so the step times the report compares carry nothing an earlier run left behind: the new process enters
-this flow run's context again, so its subflow is still a child of this run in the UI, with its logs and
-artifacts.
+The runs come from the study's planner and execute through its executor (`tasks.pipeline.run_pipeline`), which
+decides each run's actions; this flow only hands it the carrier of those actions, Prefect subflows
+(`flows/subflows.py`). Each action is a process of its own, as without Prefect, so the step times the report
+compares carry nothing an earlier run left behind: a `carry-out` task of this run on a process pool made for it,
+so its subflow is still a child of this run in the UI, with its logs and artifacts.
 `rlep pipeline --config flows/configs/demo.yaml` runs it (that is `make demo`); `pipeline_flow(PipelineConfig())`
 in Python; or the `pipeline` deployment of `rlep serve` from the UI.
 """
@@ -38,6 +38,6 @@ def report_task(out: Path, arms: dict, evaluations: dict, collect_dir: Path | No
 def pipeline_flow(config: PipelineConfig = PipelineConfig()) -> str:
     """Run evaluate -> [explore] -> collect -> train (replay, baseline) -> evaluate -> report; returns the report's
     path."""
-    report = run_pipeline(config, Subflows.of_this_flow_run().stages(), report_task).report
+    report = run_pipeline(config, Subflows(isolate=True), report_task).report
     print(f"report: {report}")
     return str(report)

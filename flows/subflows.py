@@ -1,69 +1,90 @@
-"""The executor's stages as Prefect subflows: every run of a plan (the pipeline's, a study's) a subflow of the
-flow run carrying the plan out, with its own logs and artifacts in the UI.
+"""The executor's actions carried out as Prefect subflows: each collect, train or evaluate a subflow of the flow run
+carrying a plan out (the pipeline's, a study's), with its own logs and artifacts in the UI.
 
-`Subflows` is made in that flow run and pickles, so a run carried out in a process of its own
-(`tasks.execute.execute_in_process`) enters the flow run's context again (Prefect's `serialize_context` /
-`hydrated_context`, what its own task runners do) and its collect, train or evaluate flow is still a child of
-that run.
+The executor (`tasks.execute`) decides each run's next action; `Subflows` carries it out and returns, calling
+nothing back: in this process, or (`isolate`) as a `carry-out` task on a process pool of one made for it
+(Prefect's `ProcessPoolTaskRunner`, a fresh spawned process), so its timings carry nothing an earlier run left
+behind while its flow is still a child of this flow run. The study submits the same task to Ray
+(`flows/study.py`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-import cloudpickle
-from prefect.context import hydrated_context, serialize_context
+from prefect import task
+from prefect.cache_policies import NONE
 
 from rlep.flows.collect import collect_flow
 from rlep.flows.evaluate import evaluate_flow
+from rlep.flows.runlog import flush_prefect_logs, send_logs_to_prefect
 from rlep.flows.train import train_flow
-from rlep.tasks.execute import Stages
+from rlep.tasks.carry import Action, Outcome
+from rlep.tasks.runner import limit_threads
+
+log = logging.getLogger("rlep.carry")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Subflows:
-    """The stages as subflows of the flow run that made this object, callable from another process (it pickles:
-    the context is cloudpickled, since it holds the flow object)."""
+    """Carries an action out as a subflow of the flow run it is called in; with `isolate`, in a fresh process."""
 
-    context: bytes  # cloudpickle of prefect.context.serialize_context()
-    api_url: str  # the server's, which an ephemeral server (`rlep pipeline` without one) gives only in memory
+    isolate: bool = False
 
-    @classmethod
-    def of_this_flow_run(cls) -> Subflows:
-        from prefect.client.orchestration import get_client
-
-        with get_client(sync_client=True) as client:
-            api_url = str(client.api_url)
-        return cls(context=cloudpickle.dumps(serialize_context()), api_url=api_url)
-
-    def stages(self) -> Stages:
-        return Stages(collect=self.collect, train=self.train, evaluate=self.evaluate)
-
-    @contextmanager
-    def _in_flow_run(self) -> Iterator[None]:
-        os.environ["PREFECT_API_URL"] = self.api_url
-        with hydrated_context(cloudpickle.loads(self.context)):
-            yield
+    def __call__(self, action: Action) -> Outcome:
+        if self.isolate:
+            return _in_fresh_process(replace(self, isolate=False), action)
+        if action.kind == "train":
+            return Outcome(self.train(action.config, action.resume), os.getpid())
+        stage = self.collect if action.kind == "collect" else self.evaluate
+        return Outcome(stage(action.config), os.getpid())
 
     def collect(self, config: Any) -> Any:
-        with self._in_flow_run():
-            return collect_flow(config)
+        return collect_flow(config)
 
     def train(self, config: Any, resume: bool) -> Any:
-        with self._in_flow_run():
-            return train_flow(config, resume=resume)
+        return train_flow(config, resume=resume)
 
     def evaluate(self, config: Any) -> Any:
-        with self._in_flow_run():
-            return evaluate_flow(config)
+        return evaluate_flow(config)
 
 
-def subflow_stages() -> Stages:
-    """The stages as subflows of the flow run they are called in, in its own process."""
-    return Stages(
-        collect=collect_flow, train=lambda config, resume: train_flow(config, resume=resume), evaluate=evaluate_flow
-    )
+@task(name="carry-out", task_run_name="{action.key}", cache_policy=NONE)
+def carry_out_task(action: Action, carrier: Subflows, threads: int | None = None) -> Outcome:
+    """One action in a worker process (a process pool's, a Ray worker's) with `threads` torch threads, its subflow
+    a child of the flow run through this task run."""
+    send_logs_to_prefect()  # in this process: the worker's
+    if threads is not None:  # one action per Ray worker: its share of the cores, not all of them
+        limit_threads(threads)
+    log.info(f"{action.kind} run {action.key}: {action.config.out}")
+    try:
+        outcome = carrier(action)
+        log.info(f"{action.key} done")
+        return outcome
+    finally:
+        flush_prefect_logs()  # a worker may be stopped as soon as its last task returns
+
+
+def _in_fresh_process(carrier: Subflows, action: Action) -> Outcome:
+    """`carrier(action)` as a `carry-out` task of this flow run on a process pool of one, made for it: a fresh
+    spawned process, gone after it."""
+    from prefect.client.orchestration import get_client
+    from prefect.task_runners import ProcessPoolTaskRunner
+
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    # The worker reports to this flow's server, whose address an ephemeral server (`rlep pipeline` without one)
+    # holds only in memory: the pool passes this process's environment on.
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api_url
+    try:
+        with ProcessPoolTaskRunner(max_workers=1) as runner:
+            return runner.submit(carry_out_task, {"action": action, "carrier": carrier}).result()
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before

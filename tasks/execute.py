@@ -1,27 +1,27 @@
-"""One executor for the runs of a plan (`tasks.plan`), for the pipeline and the study alike.
+"""One executor for the runs of a plan (`tasks.plan`), for the pipeline and the study alike: it decides, the
+caller does.
 
-`execute_plan` carries a plan out, each run after the runs it needs: in this process, through Prefect and on
-Ray alike. `execute_run` does one run (train and evaluate the last checkpoint, collect, or evaluate a model)
-given the results of the runs it needs, through `Stages`: plain functions here (`local_stages`), Prefect
-subflows in `flows/subflows.py`; `execute_in_process` does it in a process of its own. A living-pool arm's parts
-(`tasks.plan`, `tasks.living_pool`) are runs too: a training part trains through the same stage to its last
-step, a re-collection collects through the same stage and publishes a new version of the arm's store, and the
-last part is evaluated like any training run. A run that finished with the same settings from the same
-starting weights is not run again (its record, written last, says so; a living-pool part, when its checkpoint
-or its store's version exists), and a killed training run resumes from its last checkpoint, so a killed
-pipeline or study goes on where it stopped. A finished or killed run whose settings differ is started over
-(a living-pool arm by its first part, store included), never mixed.
+`decide` turns one run (train and evaluate the last checkpoint, collect, or evaluate a model), given the results
+of the runs it needs, into its actions one at a time (`tasks.carry.Action`: collect, train or evaluate) and
+records what they gave; the caller carries each action out with a carrier (`tasks.carry`: plain functions here
+or in a fresh process; Prefect subflows, here or on Ray, in `flows/subflows.py`) and sends back its outcome.
+`execute_run` is that loop for one run, `execute_plan` for a plan, each run after the runs it needs (one after
+another, or each in a thread of its own once they have finished). A living-pool arm's parts (`tasks.plan`,
+`tasks.living_pool`) are runs too: a training part trains to its last step, a re-collection collects and
+publishes a new version of the arm's store, and the last part is evaluated like any training run. A run that
+finished with the same settings from the same starting weights is not run again (its record, written last, says
+so; a living-pool part, when its checkpoint or its store's version exists), and a killed training run resumes
+from its last checkpoint, so a killed pipeline or study goes on where it stopped. A finished or killed run whose
+settings differ is started over (a living-pool arm by its first part, store included), never mixed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -29,82 +29,79 @@ from pydantic import ValidationError
 
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
+from rlep.tasks.carry import Action, Carrier, Outcome, local_stages
 from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.plan import Run
-from rlep.tasks.runner import limit_threads
 from rlep.tasks.training.config import TrainConfig
 
-
-@dataclass
-class Stages:
-    """How each kind of run is carried out (plain functions, or Prefect subflows)."""
-
-    collect: Callable[[CollectConfig], Any]  # -> anything; the run's directory holds the result
-    train: Callable[[TrainConfig, bool], Any]  # (settings, resume) -> an object with `.final_checkpoint`
-    evaluate: Callable[[EvalConfig], Any]
+# A run's actions, one at a time: each yielded for the caller to carry out, its `Outcome` sent back; the run's
+# record returned.
+Decision = Generator[Action, Outcome, dict]
 
 
-def local_stages(progress: bool = True) -> Stages:
-    """Plain (Prefect-free) stage functions: each stage runs in this process."""
-    from rlep.tasks.collect import run_collection
-    from rlep.tasks.engines.cache import release_engines
-    from rlep.tasks.evaluate import evaluate
-    from rlep.tasks.training.trainer import train
-
-    def collect(config: CollectConfig) -> Any:
-        try:
-            return run_collection(config, progress=progress)
-        finally:
-            release_engines()
-
-    def evaluate_released(config: EvalConfig) -> Any:
-        try:
-            return evaluate(config, progress=progress)
-        finally:
-            release_engines()
-
-    return Stages(
-        collect=collect,
-        train=lambda config, resume: train(config, resume=resume, progress=progress),
-        evaluate=evaluate_released,
-    )
-
-
-def execute_plan(runs: list[Run], execute: Callable[[Run, dict[str, Any]], Any]) -> dict[str, Any]:
+def execute_plan(
+    runs: list[Run], execute: Callable[[Run, dict[str, Any]], Any], parallel: bool = False
+) -> dict[str, Any]:
     """Carry out a plan's `runs` (listed in an order that respects `needs`): `execute(run, the results of the runs
-    it needs, by key)` for each in turn; returns every run's result by key. `execute` is `execute_run` or
-    `execute_in_process` with their options, a Prefect task, or a task's submission to Ray (whose results are
-    futures the next submissions wait for)."""
+    it needs, by key)` for each, one after another or, with `parallel`, each in a thread of its own as soon as the
+    runs it needs have finished (for carriers that wait on other machines: Ray); returns every run's result by
+    key. `execute` is `execute_run` with a carrier."""
+    if parallel:
+        return _execute_concurrently(runs, execute)
     results: dict[str, Any] = {}
     for run in runs:
         results[run.key] = execute(run, {key: results[key] for key in run.needs})
     return results
 
 
+def _execute_concurrently(runs: list[Run], execute: Callable[[Run, dict[str, Any]], Any]) -> dict[str, Any]:
+    """Each run in a thread of its own (with the caller's context: a Prefect flow run's), waiting for the runs it
+    needs; an error in a run is raised by the runs that need it, and here."""
+    import contextvars
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    def after(run: Run, needs: dict[str, Future]) -> Any:
+        return execute(run, {key: future.result() for key, future in needs.items()})
+
+    futures: dict[str, Future] = {}
+    with ThreadPoolExecutor(max_workers=max(len(runs), 1), thread_name_prefix="run") as pool:
+        for run in runs:  # one thread per run: a run waiting for another never holds up one that could go
+            needs = {key: futures[key] for key in run.needs}
+            futures[run.key] = pool.submit(contextvars.copy_context().run, after, run, needs)
+    return {key: future.result() for key, future in futures.items()}
+
+
 def execute_run(
-    run: Run,
-    results: dict[str, dict],
-    stages: Stages | None = None,
-    progress: bool = True,
-    threads: int | None = None,
-    reuse: bool = True,
+    run: Run, results: dict[str, dict], carry_out: Carrier | None = None, progress: bool = True, reuse: bool = True
 ) -> dict:
-    """Carry out `run` (the records of the runs it needs in `results`) unless it already finished; returns its
-    record: `key`, `out`, and `final_checkpoint` / `final_eval` (train), `pool_source` (collect). With `reuse`
-    False (a benchmark, which must measure) anything in the run's directory is removed first."""
-    if threads is not None:  # one run per Ray worker: its share of the cores, not all of them
-        limit_threads(threads)
-    stages = stages or local_stages(progress)
+    """Carry out `run` (the records of the runs it needs in `results`) unless it already finished: each action
+    `decide` gives, by `carry_out` (default: plain functions in this process); returns its record: `key`, `out`,
+    and `final_checkpoint` / `final_eval` (train), `pool_source` (collect). With `reuse` False (a benchmark,
+    which must measure) anything in the run's directory is removed first."""
+    carry_out = carry_out or local_stages(progress)
+    actions = decide(run, results, reuse)
+    try:
+        action = next(actions)
+        while True:
+            action = actions.send(carry_out(action))
+    except StopIteration as finished:
+        return finished.value
+
+
+def decide(run: Run, results: dict[str, dict], reuse: bool = True) -> Decision:
+    """`run`'s actions, each decided from what its directory holds and what the one before gave: yielded for the
+    caller to carry out, its `Outcome` sent back; returns the run's record, written last (a run that finished
+    with the same settings from the same starting weights yields nothing). With `reuse` False the run's directory
+    is removed first."""
     if not reuse and not run.continues:  # a living-pool arm is started over by its first part
         _start_over(run)
     if run.kind in ("collect", "recollect"):
-        return _collect(run, results, stages)
+        return (yield from _collect(run, results))
     if run.kind == "evaluate":
-        return _finished_or(run, lambda: _evaluate(run, stages))
+        return (yield from _finished_or(run, lambda: _evaluate(run)))
     if run.span is not None and run.span[1] < run.config.steps:
-        return _train_part(run, stages)
-    return _finished_or(run, lambda: _train(run, stages), lambda final: _evaluated(run, stages, final))
+        return (yield from _train_part(run))
+    return (yield from _finished_or(run, lambda: _train(run), lambda final: _evaluated(run, final)))
 
 
 def settings_digest(run: Run) -> str:
@@ -141,7 +138,11 @@ def _matches(record: dict, identity: dict) -> bool:
     return all(record.get(name) == value for name, value in identity.items())
 
 
-def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callable[[str], dict] | None = None) -> dict:
+def _finished_or(
+    run: Run, carry_out: Callable[[], Decision], evaluate_again: Callable[[str], Decision] | None = None
+) -> Decision:
+    """The run's record if it finished with its settings, else what `carry_out` decides (only the evaluation again,
+    `evaluate_again`, where the same training finished), then its record, written."""
     out = Path(run.config.out)
     identity = _identity(run)
     done = EvalRunLayout(out).record
@@ -166,7 +167,9 @@ def _finished_or(run: Run, carry_out: Callable[[], dict], evaluate_again: Callab
     elif run.kind == "train" and not _same_training(out, run.config):
         print(f"{run.key}: {out} holds a run with other settings; starting it over")
         _start_over(run)
-    record = {"key": run.key, "out": str(out), **carry_out(), **identity, "process": os.getpid()}
+    carried = yield from carry_out()
+    process = carried.pop("process", os.getpid())  # where the run's own action ran (none: here)
+    record = {"key": run.key, "out": str(out), **carried, **identity, "process": process}
     write_text_atomic(done, json.dumps(record, indent=2))
     return record
 
@@ -178,15 +181,17 @@ def _start_over(run: Run) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _train(run: Run, stages: Stages) -> dict:
+def _train(run: Run) -> Decision:
     """Train `run` (a whole run, or a living-pool arm's last part) to its last step, resuming its checkpoint."""
     from rlep.tasks.training.backends.checkpoint import latest_checkpoint
 
-    final_checkpoint = stages.train(run.config, latest_checkpoint(run.config.out) is not None).final_checkpoint
-    return _evaluated(run, stages, str(final_checkpoint))
+    resume = latest_checkpoint(run.config.out) is not None
+    trained = yield Action("train", run.config, run.key, resume=resume)
+    record = yield from _evaluated(run, str(trained.result.final_checkpoint))
+    return {**record, "process": trained.process}
 
 
-def _train_part(run: Run, stages: Stages) -> dict:
+def _train_part(run: Run) -> Decision:
     """A living-pool arm's part before its last: train to its end unless a checkpoint there or later exists. The
     first part checks that the arm's directory and store hold this arm's run (or clears them) and starts the
     store from the collected pool."""
@@ -198,7 +203,8 @@ def _train_part(run: Run, stages: Stages) -> dict:
         _same_arm_or_start_over(run)
         start_store(run.living, out)
     if last_saved_step(out) < end:
-        stages.train(run.config.model_copy(update={"steps": end}), latest_checkpoint(out) is not None)
+        resume = latest_checkpoint(out) is not None
+        yield Action("train", run.config.model_copy(update={"steps": end}), run.key, resume=resume)
     return {"key": run.key, "out": str(out), "final_checkpoint": str(TrainRunLayout(out).checkpoint(end))}
 
 
@@ -217,21 +223,21 @@ def _same_arm_or_start_over(run: Run) -> None:
         _start_over(run)
 
 
-def _evaluated(run: Run, stages: Stages, final_checkpoint: str) -> dict:
+def _evaluated(run: Run, final_checkpoint: str) -> Decision:
     """The training run's record, once its final checkpoint is evaluated (if the plan evaluates it)."""
     record = {"final_checkpoint": final_checkpoint}
     if run.evaluate is not None:
-        stages.evaluate(run.evaluate.model_copy(update={"model": final_checkpoint}))
-        record["final_eval"] = str(run.evaluate.out)
+        evaluated = yield Action("evaluate", run.evaluate.model_copy(update={"model": final_checkpoint}), run.key)
+        record.update(final_eval=str(run.evaluate.out), process=evaluated.process)
     return record
 
 
-def _evaluate(run: Run, stages: Stages) -> dict:
-    stages.evaluate(run.config)
-    return {"final_eval": str(run.config.out)}
+def _evaluate(run: Run) -> Decision:
+    evaluated = yield Action("evaluate", run.config, run.key)
+    return {"final_eval": str(run.config.out), "process": evaluated.process}
 
 
-def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
+def _collect(run: Run, results: dict[str, dict]) -> Decision:
     """Collect from the checkpoint of the run it needs (the exploration, or a living-pool arm's part), or from
     its own model; a finished collection with the same settings is kept, a killed one resumes its own shards. A
     living-pool arm's re-collection is published as a new version of its store, once."""
@@ -248,7 +254,7 @@ def _collect(run: Run, results: dict[str, dict], stages: Stages) -> dict:
         print(f"{run.key}: {out.root} was collected with other settings or from another model; collecting again")
         shutil.rmtree(out.root)
     if not out.manifest.is_file():
-        stages.collect(config)
+        yield Action("collect", config, run.key)
     if run.kind == "recollect":
         publish_recollection(run.living, config, run.span[1])
     return record
@@ -311,53 +317,3 @@ def _start_weights(model: str) -> str | None:
     from rlep.data.fs import weights_hash
 
     return weights_hash(model) if Path(model).is_dir() else None
-
-
-def execute_in_process(
-    run: Run, results: dict[str, dict], progress: bool = True, reuse: bool = True, stages: Stages | None = None
-) -> dict:
-    """`execute_run` in a fresh process (spawned, so nothing of this one is inherited): the run's timings carry
-    nothing that earlier runs left behind (threads, caches, allocator state). `stages` (default: plain
-    functions) must pickle: the pipeline flow's are subflows of its own run, entered again in the new process
-    (`flows/subflows.py`). Its log records come back and are handled here, in the calling thread, so they reach
-    whatever this thread logs to (a Prefect task run's Logs tab included); an exception in the run is raised
-    here."""
-    import multiprocessing
-    import queue as queue_module
-
-    context = multiprocessing.get_context("spawn")
-    records = context.Queue()
-
-    def forward() -> None:
-        while True:
-            try:
-                record = records.get_nowait()
-            except queue_module.Empty:
-                return
-            logging.getLogger(record.name).handle(record)
-
-    pool = context.Pool(1, initializer=_log_to_queue, initargs=(records,))
-    try:
-        pending = pool.apply_async(execute_run, (run, results, stages), {"progress": progress, "reuse": reuse})
-        while not pending.ready():
-            pending.wait(0.2)
-            forward()
-        forward()
-        record = pending.get()
-        pool.close()  # a clean exit of the worker, then of its queues (nothing left for the resource tracker)
-        pool.join()
-        return record
-    finally:
-        pool.terminate()  # after an error or Ctrl-C: stop the run's process
-        records.close()
-        records.join_thread()
-
-
-def _log_to_queue(records) -> None:
-    """In the spawned process: every record of the `rlep` loggers goes back to the parent."""
-    from logging.handlers import QueueHandler
-
-    logger = logging.getLogger("rlep")
-    logger.addHandler(QueueHandler(records))
-    logger.setLevel(logging.INFO)
-    logger.propagate = False

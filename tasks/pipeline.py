@@ -12,10 +12,11 @@ same seed, same steps), the baseline run is reused as the exploration and nothin
 The pipeline is the one-seed preset of the study's planner (`PipelineConfig.experiment`, laid out by
 `tasks.plan.plan_experiment`): the start evaluated first, the pool collected even when no arm replays it, its
 own layout, the baseline arm optional. Its runs execute through the study's executor
-(`tasks.execute.execute_run`): one place decides RLEP's order and what is evaluated, one carries runs out. The
-loop has no Prefect in it: `flows/pipeline.py` passes Prefect subflows as the stages; without stages (`rlep
-pipeline --no-prefect`, `rlep bench train`) each run is carried out by plain functions in a fresh process of
-its own. A finished run with the same settings is not run again, so a killed pipeline resumes.
+(`tasks.execute.execute_run`): one place decides RLEP's order and what is evaluated, one decides each run's
+actions. The loop has no Prefect in it: `flows/pipeline.py` passes Prefect subflows as the carrier of those
+actions; without one (`rlep pipeline --no-prefect`, `rlep bench train`) each action is carried out by plain
+functions in a fresh process of its own. A finished run with the same settings is not run again, so a killed
+pipeline resumes.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
+from rlep.tasks.carry import Carrier, InFreshProcess
 from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.evaluate import EvalConfig
-from rlep.tasks.execute import Stages, execute_in_process, execute_plan
+from rlep.tasks.execute import execute_plan, execute_run
 from rlep.tasks.plan import Experiment, Run, SeedSettings, plan_experiment
 from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.training.config import TrainConfig
@@ -143,22 +145,21 @@ def plan(config: PipelineConfig) -> list[Run]:
 
 def run_pipeline(
     config: PipelineConfig,
-    stages: Stages | None = None,
+    carry_out: Carrier | None = None,
     report: Callable[..., Any] | None = None,
     reuse: bool = True,
     progress: bool = True,
 ) -> PipelineResult:
     """Run the pipeline of `config`, then `report(out, arms, evaluations, collect_dir, pool_source)` (default
-    `tasks.report.write_report`); see the module docstring for the order. Each run is carried out in a fresh
-    process of its own (`tasks.execute.execute_in_process`), so the step times the report compares carry
-    nothing an earlier run left behind: by `stages` (the Prefect flow's subflows, which pickle) or by plain
-    functions. `reuse`: keep finished runs with the same settings (False: run everything again)."""
+    `tasks.report.write_report`); see the module docstring for the order. Each run's actions are carried out by
+    `carry_out` (the Prefect flow's subflows) or, by default, by plain functions each in a fresh process of its
+    own (`tasks.carry.InFreshProcess`), so the step times the report compares carry nothing an earlier run left
+    behind. `reuse`: keep finished runs with the same settings (False: run everything again)."""
     if report is None:
         from rlep.tasks.report import write_report as report
     runs = plan(config)
-    records = execute_plan(
-        runs, lambda run, needs: execute_in_process(run, needs, progress=progress, reuse=reuse, stages=stages)
-    )
+    carry_out = carry_out or InFreshProcess(progress)
+    records = execute_plan(runs, lambda run, needs: execute_run(run, needs, carry_out, reuse=reuse))
     result = PipelineResult(report=config.layout().report)
     by_key = {run.key: run for run in runs}
     arm_runs = [run for run in runs if not run.continues]  # a living-pool arm: its first part stands for it

@@ -9,17 +9,18 @@
 - `answer_check`: the reward-hack check of every run's pool, rollouts and final answers;
 - `report`: study.parquet, summary.parquet, claims, the answer check, plots, report.md.
 
-`run_study` runs a plan here, one run after another; `flows/study.py` runs it through Prefect, each run's
-stages subflows of the study's flow run, the runs one after another or, when `runner.kind` is `ray`, as
-Prefect tasks in parallel on Ray; both through the executor's one loop (`tasks.execute.execute_plan`), as
-the pipeline does.
+`run_study` is the study's one sequence (resolve the models, plan, record the plan, execute, gather, write):
+here each run's actions are carried out by plain functions, one run after another; `flows/study.py` hands it
+Prefect subflows as the carrier, or Prefect tasks on Ray in parallel when `runner.kind` is `ray` (the executor,
+`tasks.execute`, decides each action either way), as `flows/pipeline.py` does `run_pipeline`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rlep.tasks.execute import execute_in_process, execute_plan, execute_run, finished_record
+from rlep.tasks.carry import Carrier, InFreshProcess, local_stages
+from rlep.tasks.execute import execute_plan, execute_run, finished_record
 from rlep.tasks.plan import Run
 from rlep.tasks.study.answer_check import accepted_answers
 from rlep.tasks.study.claims import fix_record
@@ -32,9 +33,6 @@ __all__ = [
     "accepted_answers",
     "StudyConfig",
     "StudyError",
-    "execute_in_process",
-    "execute_plan",
-    "execute_run",
     "fix_record",
     "gather",
     "plan",
@@ -45,14 +43,23 @@ __all__ = [
 ]
 
 
-def run_study(config: StudyConfig, progress: bool = True, command: str | None = None) -> dict[str, Path]:
-    """Record the plan (`fix_record`), run every run of the study one after another (each in a fresh process
-    unless `runner.isolate` is off; finished runs are skipped), then write the outputs."""
+def run_study(
+    config: StudyConfig,
+    progress: bool = True,
+    command: str | None = None,
+    carry_out: Carrier | None = None,
+    parallel: bool = False,
+) -> dict[str, Path]:
+    """Record the plan (`fix_record`), carry out every run of the study (finished runs are skipped), then write
+    the outputs. Each run's actions are carried out by `carry_out` (the study flow's: Prefect subflows, or tasks
+    on Ray with `parallel`, each run started once the runs it needs have finished) or by plain functions, one run
+    after another, each action in a fresh process unless `runner.isolate` is off."""
     config = with_models_resolved(config, progress)
     runs = plan(config)
     fix_record(config, runs)  # before the first run: the plan and claims the report will test, with their digest
-    execute = execute_in_process if config.runner.isolate else execute_run
-    execute_plan(runs, lambda run, needs: execute(run, needs, progress=progress))
+    if carry_out is None:
+        carry_out = InFreshProcess(progress) if config.runner.isolate else local_stages(progress)
+    execute_plan(runs, lambda run, needs: execute_run(run, needs, carry_out), parallel=parallel)
     study, final = gather(runs)
     return write_study_outputs(config, study, final, command, accepted_answers(runs))
 

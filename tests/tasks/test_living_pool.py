@@ -12,7 +12,8 @@ from conftest import judged_row, write_rows
 from rlep.data.pool import PoolStore
 from rlep.data.problem import Problem
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
-from rlep.tasks.execute import Stages, execute_run
+from rlep.tasks.carry import Stages
+from rlep.tasks.execute import execute_run
 from rlep.tasks.study import StudyConfig, plan
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 6}
