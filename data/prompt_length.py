@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rlep.data.source_rows import ProblemSourceError
 
 log = logging.getLogger(__name__)
@@ -33,19 +31,6 @@ P = TypeVar("P")
 class PromptTooLongError(ProblemSourceError):
     """Prompts that leave no room for a full answer; the one-line message says which and what to change.
     A problem-set error like any other the CLI reports in one line (exit code 2)."""
-
-
-class PromptLengthConfig(BaseModel):
-    """What to do with prompts too long for the model's context."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    overlong_prompts: Literal["error", "filter"] = Field(
-        "error",
-        description="A prompt whose tokens plus max new tokens exceed the model's context: `error` stops "
-        "before sampling, naming the longest; `filter` leaves such problems out and reports how many (as "
-        "verl's data.filter_overlong_prompts).",
-    )
 
 
 @dataclass(frozen=True)

@@ -167,10 +167,8 @@ def _strict_filter(
 ) -> tuple[int, int]:
     """Keep, per problem, only the answers verl's scorer for its row will score 1: returns (refused by the
     boxed re-check, dropped because the row's scorer reads another format)."""
-    from rlep.verifiers import (  # the verifier's strict mode; data stays free of it otherwise
-        VerifierConfig,
-        verify_batch,
-    )
+    from rlep.tasks.settings.verifier import VerifierConfig
+    from rlep.verifiers import verify_batch  # the verifier's strict mode; data stays free of it otherwise
 
     base = verifier if verifier is not None else VerifierConfig()
     strict = base.model_copy(update={"answer_format": "boxed", "fallback_last_number": False})

@@ -1,7 +1,7 @@
 """Loading a problem source: its rows read and turned into `Problem` records, with what was left out and why.
 
 `load_problems(problem_source(...))` is the one entry point (`load_source` also returns what was left
-out and why); the settings, one model per kind of source, are data/source_config.py's. A file is read in one
+out and why); the settings, one model per kind of source, are tasks/settings/source.py's. A file is read in one
 of two layouts: `columns` (a text column per field, named by the `*_column` settings) or verl's preprocessed
 layout (data/verl_format.py: chat `prompt`, `reward_model.ground_truth`, `extra_info.index`), detected when a
 file has verl's columns; its raw rows come from data/source_rows.py. Gold answers are read by the
@@ -42,15 +42,6 @@ from rlep.data.columns import (
 )
 from rlep.data.gold_answers import difficulty_level, gsm8k_final_answer, last_boxed_answer
 from rlep.data.problem import Problem
-from rlep.data.source_config import (
-    SPLIT_COLUMNS,
-    FileSource,
-    HfSource,
-    ProblemSourceConfig,
-    TinyMathSource,
-    default_task,
-    problem_source,
-)
 from rlep.data.source_rows import (
     HF_PREFIX,
     LOCAL_SUFFIXES,
@@ -59,17 +50,21 @@ from rlep.data.source_rows import (
     hf_rows,
 )
 from rlep.data.verl_format import VERL_COLUMNS, looks_like_verl, verl_extra
+from rlep.tasks.settings.source import (
+    SPLIT_COLUMNS,
+    FileSource,
+    HfSource,
+    ProblemSourceConfig,
+    TinyMathSource,
+)
 
-# The documented entry point is `load_problems(problem_source(...))`: the settings' builder, their union, the
-# default task and the error are importable from here too (the CLI and the training settings name them here).
+# The documented entry point is `load_problems(problem_source(...))`, `problem_source` being the settings'
+# (rlep.tasks.settings.source); the error is importable from here too.
 __all__ = [
-    "ProblemSourceConfig",
     "ProblemSourceError",
     "SourceLoad",
-    "default_task",
     "load_problems",
     "load_source",
-    "problem_source",
     "write_problems",
 ]
 

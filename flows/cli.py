@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _config_commands() -> dict[str, tuple[type, Callable]]:
     """Commands whose settings are one pydantic model: name -> (model, runner(args))."""
     from rlep.tasks.collect import CollectConfig
-    from rlep.tasks.evaluate import EvalConfig
-    from rlep.tasks.pipeline import PipelineConfig
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.evaluate import EvalConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     return {
         "collect": (CollectConfig, pools.run_collect),

@@ -32,9 +32,10 @@ from rlep.data.run_layout import CollectRunLayout
 from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import send_logs_to_prefect
 from rlep.tasks.collect import finalize, generate_shard, run_collection, verify_shard
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
-from rlep.tasks.runner import RunnerConfig, limit_threads, worker_threads
+from rlep.tasks.runner import limit_threads, worker_threads
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.runner import RunnerConfig
 
 generate_task = task(generate_shard, name="generate-shard", task_run_name="generate-shard-{shard}")
 verify_task = task(verify_shard, name="verify-shard", task_run_name="verify-shard-{shard}")

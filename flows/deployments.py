@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlep.tasks.recollect import RecollectConfig
+from rlep.tasks.settings.recollect import RecollectConfig
 
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 

@@ -14,7 +14,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from rlep.data.run_layout import EvalRunLayout
 from rlep.flows.runlog import send_logs_to_prefect
-from rlep.tasks.evaluate import EvalConfig, EvalResult, evaluate
+from rlep.tasks.evaluate import EvalResult, evaluate
+from rlep.tasks.settings.evaluate import EvalConfig
 
 evaluate_task = task(evaluate, name="evaluate-model")
 log = logging.getLogger("rlep.evaluate")

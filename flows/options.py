@@ -11,8 +11,8 @@ still accepted, with a note on stderr. Help text is the field's description. A c
 come from fields too: `json_schema_extra` `cli_positional` (an operand, optional when the field has a default),
 `cli_switch` (a bool set by its flag alone: `--json`; on a field that defaults to true, the flag, e.g.
 `--no-schedule`, clears it), `cli_metavar`. A field without a default is a required flag unless `--config` YAML
-may give it. `build_config` merges defaults < YAML (read in today's layout: `tasks.settings_upgrade`) < flags
-(`tasks.settings.merge_settings`) and validates once, so a bad value, or a setting of another kind of section,
+may give it. `build_config` merges defaults < YAML (read in today's layout: `tasks.settings.migrate`) < flags
+(`tasks.settings.layering.merge_settings`) and validates once, so a bad value, or a setting of another kind of section,
 gets one message naming its field, wherever it came from; `build_from_flags` is the same for the settings of a
 command without a file (`rlep inspect`), or a second model beside the file's.
 """
@@ -31,15 +31,9 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
-from rlep.tasks.settings import (
-    field_type,
-    format_validation_error,
-    in_current_layout,
-    merge_settings,
-    refused_choices,
-    section_migration,
-    section_types,
-)
+from rlep.tasks.settings.layering import format_validation_error, merge_settings, refused_choices
+from rlep.tasks.settings.migrate import in_current_layout, section_migration
+from rlep.tasks.settings.sections import field_type, section_types
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -23,8 +23,9 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from rlep.flows.subflows import Subflows
-from rlep.tasks.pipeline import PipelineConfig, run_pipeline
+from rlep.tasks.pipeline import run_pipeline
 from rlep.tasks.report import write_report
+from rlep.tasks.settings.pipeline import PipelineConfig
 
 
 @task(name="write-report")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlep.tasks.runner import RunnerConfig
+from rlep.tasks.settings.runner import RunnerConfig
 
 
 def ray_task_runner(runner: RunnerConfig):

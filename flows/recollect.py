@@ -16,7 +16,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlep.data.pool import PoolStore
 from rlep.data.run_layout import CollectRunLayout, PoolVersionLayout
 from rlep.flows.collect import collect_flow
-from rlep.tasks.recollect import RecollectConfig
+from rlep.tasks.recollect import collection as recollection
+from rlep.tasks.settings.recollect import RecollectConfig
 
 
 @task(name="publish-pool-version")
@@ -45,7 +46,7 @@ def pool_artifacts(version_dir: str) -> None:
 @flow(name="recollect", log_prints=True)
 def recollect_flow(config: RecollectConfig = RecollectConfig()) -> str:
     """Sample the newest policy, verify, and add its verified successes as a new pool version."""
-    collection = config.collection()
+    collection = recollection(config)
     result = collect_flow(collection)
     run = CollectRunLayout(result["run_dir"])
     contribution = {

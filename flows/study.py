@@ -30,7 +30,8 @@ from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import send_logs_to_prefect
 from rlep.flows.subflows import Subflows, carry_out_task
 from rlep.tasks.carry import Action, Outcome
-from rlep.tasks.runner import RunnerConfig, worker_threads
+from rlep.tasks.runner import worker_threads
+from rlep.tasks.settings.runner import RunnerConfig
 from rlep.tasks.study import StudyConfig, run_study
 from rlep.tasks.study.report import claims_markdown
 

@@ -21,7 +21,7 @@ from prefect.artifacts import (
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.flows.runlog import send_logs_to_prefect
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.trainer import TrainResult, train
 
 METRIC_COLUMNS = (

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from rlep.tasks.collect_config import CollectConfig
-    from rlep.tasks.evaluate import EvalConfig
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.collect import CollectConfig
+    from rlep.tasks.settings.evaluate import EvalConfig
+    from rlep.tasks.settings.train import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ and DIR/manifest.json, which also counts the rows of the source left out, per re
 (and reuses finished staging files), so nothing is generated twice and no row is written twice.
 
 Before any of it, `preflight` (tasks/collect_preflight.py) plans the shards and makes every check a user can
-fail; the settings are `CollectConfig` (tasks/collect_config.py). Pool rule and defaults follow RLEP (arXiv
+fail; the settings are `CollectConfig` (tasks/settings/collect.py). Pool rule and defaults follow RLEP (arXiv
 2507.07451): 64 samples per problem at temperature 0.7 there; 8 here by default so a CPU collection takes minutes.
 """
 
@@ -32,11 +32,11 @@ from rlep.data.problem import Problem, render_prompt
 from rlep.data.prompting import chat_tokenizer
 from rlep.data.store import ExperienceStore, StoreError, read_trajectory_files
 from rlep.data.trajectory import rows_for_problem, to_table
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.collect_preflight import preflight
 from rlep.tasks.engines.cache import shared_engine
 from rlep.tasks.progress import progress_bar
 from rlep.tasks.run_lock import release_lock
+from rlep.tasks.settings.collect import CollectConfig
 from rlep.verifiers import rewards, verify_batch
 
 # The collection's API: its settings and preflight (rlep collect checks before it starts the run elsewhere) are

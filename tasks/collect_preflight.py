@@ -23,10 +23,10 @@ from rlep.data.prompt_length import fitting_problems
 from rlep.data.prompting import chat_tokenizer
 from rlep.data.sources import SourceLoad, load_source
 from rlep.data.store import ExperienceStore, StoreError
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines import context_limit
 from rlep.tasks.models import resolve_model
 from rlep.tasks.run_lock import release_lock, take_lock
+from rlep.tasks.settings.collect import CollectConfig
 
 OVERLONG = "prompt too long"  # the reason counted for a problem left out by `overlong_prompts: filter`
 

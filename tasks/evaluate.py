@@ -12,91 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
-
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.metrics import ALL_SOURCES, majority_correct, pass_at_k
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
-from rlep.data.prompt_length import PromptLengthConfig, fitting_problems
-from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode, chat_tokenizer
+from rlep.data.prompt_length import fitting_problems
+from rlep.data.prompting import chat_tokenizer
 from rlep.data.run_layout import EvalRunLayout
-from rlep.data.source_config import ProblemSourceConfig, default_task
 from rlep.data.sources import load_problems
-from rlep.tasks.engines import (
-    EngineConfig,
-    EvalSampling,
-    GenerationEngine,
-    SamplingConfig,
-    context_limit,
-    make_engine,
-    sampling_field,
-)
+from rlep.tasks.engines import GenerationEngine, context_limit, make_engine
 from rlep.tasks.models import resolve_model
-from rlep.tasks.settings_upgrade import SavedSettings
-from rlep.verifiers import VerifierConfig, verify_batch
-
-
-class EvalProtocol(SavedSettings):
-    """What an evaluation measures, whichever model it evaluates: on which problems, with which engine, how many
-    answers per problem and how they are drawn. EvalConfig adds the model, its seed, prompt and answer checking,
-    and where the results go; a study's final evaluation (`tasks.study.config.StudyEvalConfig`) states how its
-    settings differ from these and takes the others from each training run it evaluates."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    problems: ProblemSourceConfig = Field(
-        default_factory=lambda: default_task("test", tiny_math_size=500),
-        description="Which problems to evaluate on.",
-    )
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Generation engine.")
-    samples: int = Field(1, ge=1, le=1024, description="K: answers sampled per problem (avg@K, pass@K, maj@K).")
-    sampling: EvalSampling = sampling_field(
-        EvalSampling, "How answers are drawn.", temperature=None, top_p=1.0, max_tokens=32
-    )
-
-    @model_validator(mode="after")
-    def _k_answers_differ(self) -> EvalProtocol:
-        if self.samples > 1 and self.sampling.temperature == 0:
-            raise ValueError("samples > 1 with temperature 0 gives K identical answers: raise temperature")
-        return self
-
-
-class EvalConfig(EvalProtocol):
-    """Evaluate one model on a problem split."""
-
-    model: str = Field(
-        "tiny",
-        min_length=1,
-        description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
-    )
-    seed: int = Field(0, ge=0, description="Sampling seed.")
-    prompt_template: str = Field(
-        DEFAULT_PROMPT_TEMPLATE,
-        description="Prompt with a `{problem}` placeholder.",
-        json_schema_extra={"cli_flag": "prompt-template"},
-    )
-    chat_template: ChatTemplateMode = Field(
-        "auto", description=CHAT_TEMPLATE_HELP, json_schema_extra={"cli_flag": "chat-template"}
-    )
-    prompt_length: PromptLengthConfig = Field(
-        default_factory=PromptLengthConfig,
-        description="Prompts with less than max_tokens of room in the engine's max_model_len.",
-    )
-    verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
-    out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
-
-    @model_validator(mode="after")
-    def _check(self) -> EvalConfig:
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain the `{problem}` placeholder")
-        return self
-
-    def request(self) -> SamplingConfig:
-        """The evaluation's sampling request; no temperature set: greedy (0) for K=1, 1.0 for K>1."""
-        sampling = self.sampling.model_dump()
-        if sampling["temperature"] is None:
-            sampling["temperature"] = 0.0 if self.samples == 1 else 1.0
-        return SamplingConfig(**sampling, n=self.samples, seed=self.seed)
+from rlep.tasks.settings.engine import SamplingConfig
+from rlep.tasks.settings.evaluate import EvalConfig
+from rlep.tasks.settings.verifier import VerifierConfig
+from rlep.verifiers import verify_batch
 
 
 @dataclass

@@ -30,9 +30,9 @@ from pydantic import ValidationError
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
 from rlep.tasks.carry import Action, Carrier, Outcome, local_stages
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.plan import Run
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.train import TrainConfig
 
 # A run's actions, one at a time: each yielded for the caller to carry out, its `Outcome` sent back; the run's
 # record returned.

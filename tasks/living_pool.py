@@ -25,8 +25,8 @@ from pathlib import Path
 from rlep.data.pool import PoolStore
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.tasks.collect import collection_cost
-from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.training.loop.perturb import stream_seed
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.perturb import stream_seed
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The whole pipeline: settings (`PipelineConfig`) and the loop (`run_pipeline`).
+"""The whole pipeline: its runs (`experiment`) and the loop (`run_pipeline`); its settings are
+`rlep.tasks.settings.pipeline.PipelineConfig`.
 
     evaluate the start -> [explore: GRPO from the start] -> collect (Phase I pool) -> train each arm
     (Phase II) and evaluate its last checkpoint -> report
@@ -9,7 +10,7 @@ GRPO run from `train.model` explores first, the collection samples its final che
 trains from `train.model` again. When that exploration run would be the baseline arm itself (same settings,
 same seed, same steps), the baseline run is reused as the exploration and nothing is trained twice.
 
-The pipeline is the one-seed preset of the study's planner (`PipelineConfig.experiment`, laid out by
+The pipeline is the one-seed preset of the study's planner (`experiment`, laid out by
 `tasks.plan.plan_experiment`): the start evaluated first, the pool collected even when no arm replays it, its
 own layout, the baseline arm optional. Its runs execute through the study's executor
 (`tasks.execute.execute_run`): one place decides RLEP's order and what is evaluated, one decides each run's
@@ -24,87 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
 
 from rlep.data.run_layout import CollectRunLayout, PipelineLayout
 from rlep.tasks.carry import Carrier, InFreshProcess
-from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.execute import execute_plan, execute_run
 from rlep.tasks.plan import Experiment, Run, SeedSettings, plan_experiment
-from rlep.tasks.replay.config import NoReplayConfig, RLEPReplayConfig
-from rlep.tasks.training.config import TrainConfig
-
-
-class PipelineConfig(BaseModel):
-    """Collect a pool, train with replay (and a baseline), evaluate, report."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    out: Path = Field(
-        Path("runs/pipeline"),
-        description="Directory of the whole run: collect/, <replay>/, baseline/, eval/, report.md.",
-    )
-    collect: CollectConfig = Field(
-        default_factory=CollectConfig, description="Phase I settings (its `out` is set to OUT/collect)."
-    )
-    train: TrainConfig = Field(
-        default_factory=lambda: TrainConfig(replay=RLEPReplayConfig(pool=None)),
-        description="Phase II settings; an rlep replay without a pool uses the pool this pipeline collects.",
-    )
-    baseline: bool = Field(True, description="Also train a `replay: none` arm with the same seed and budget.")
-    evaluate: EvalConfig = Field(
-        default_factory=lambda: EvalConfig(samples=4),
-        description="Final evaluation of every arm (its `model` is set per arm).",
-    )
-    pool_from: Literal["explore", "collect-model"] = Field(
-        "explore",
-        description="Where an rlep arm's pool comes from. `explore` (RLEP paper): a plain GRPO run from train.model, "
-        "then "
-        "collection from its final checkpoint, then RLEP from train.model again. `collect-model`: collection from "
-        "collect.model as given (the start, or any checkpoint you name).",
-    )
-    explore_steps: int | None = Field(
-        None,
-        ge=1,
-        description="Steps of the exploration run (default: train.steps, so the baseline arm doubles as it).",
-    )
-
-    @model_validator(mode="after")
-    def _wire(self) -> PipelineConfig:
-        self.collect = self.collect.model_copy(update={"out": self.layout().collect.root})
-        return self
-
-    def layout(self) -> PipelineLayout:
-        return PipelineLayout(self.out)
-
-    def arm_settings(self) -> dict[str, TrainConfig]:
-        """Training settings per arm, as given (no pool filled in yet), with their output directories."""
-        replay = self.train.replay
-        arms = {replay.kind: self.train.model_copy(update={"out": self.layout().arm(replay.kind)})}
-        if self.baseline and not isinstance(replay, NoReplayConfig):
-            arms["baseline"] = self.train.model_copy(
-                update={"replay": NoReplayConfig(), "out": self.layout().arm("baseline")}
-            )
-        return arms
-
-    def experiment(self) -> Experiment:
-        """The pipeline as the planner's one-seed preset: `train.seed` with the arms above, `train` as the
-        exploration's start and `collect` as given, each evaluated with `evaluate`; the start evaluated first, the
-        pool collected even when no arm replays it (Phase I, reported on its own), in this pipeline's layout."""
-        layout = self.layout()
-        return Experiment(
-            seeds={self.train.seed: SeedSettings(self.arm_settings(), self.train, self.collect)},
-            evaluation=lambda train, name, out: self.evaluate.model_copy(update={"out": out}),
-            layout=_PlanLayout(layout),
-            baseline="baseline",
-            explore_steps=self.explore_steps,
-            pool_from=self.pool_from,
-            always_collect=True,
-            start=self.evaluate.model_copy(update={"model": self.train.model, "out": layout.evaluation("base").root}),
-        )
+from rlep.tasks.settings.pipeline import PipelineConfig
 
 
 @dataclass
@@ -138,9 +65,26 @@ class _PlanLayout:
         return self.layout.evaluation(name).root
 
 
+def experiment(config: PipelineConfig) -> Experiment:
+    """The pipeline as the planner's one-seed preset: `config.train.seed` with its arms (`arm_settings`), `train` as the
+    exploration's start and `collect` as given, each evaluated with `evaluate`; the start evaluated first, the
+    pool collected even when no arm replays it (Phase I, reported on its own), in this pipeline's layout."""
+    layout = config.layout()
+    return Experiment(
+        seeds={config.train.seed: SeedSettings(config.arm_settings(), config.train, config.collect)},
+        evaluation=lambda train, name, out: config.evaluate.model_copy(update={"out": out}),
+        layout=_PlanLayout(layout),
+        baseline="baseline",
+        explore_steps=config.explore_steps,
+        pool_from=config.pool_from,
+        always_collect=True,
+        start=config.evaluate.model_copy(update={"model": config.train.model, "out": layout.evaluation("base").root}),
+    )
+
+
 def plan(config: PipelineConfig) -> list[Run]:
     """The pipeline's runs: the start's evaluation, then one seed of the planner's runs."""
-    return plan_experiment(config.experiment())
+    return plan_experiment(experiment(config))
 
 
 def run_pipeline(

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from rlep.data.run_layout import CollectRunLayout
-from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.living_pool import LivingPool
 from rlep.tasks.rlep_order import exploration, rlep_order
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.evaluate import EvalConfig
+from rlep.tasks.settings.train import TrainConfig
 
 
 class PlanError(ValueError):

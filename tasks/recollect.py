@@ -1,57 +1,33 @@
-"""Settings of a re-collection: sample from the latest checkpoint of a training run, verify, and add the
-new verified successes to a versioned pool store (`data.pool.PoolStore`). Run on a schedule by the
-`recollect` deployment of `rlep serve`."""
+"""A re-collection's run: sample from the latest checkpoint of a training run (or the collection's model), in a
+fresh run directory of a pool store (`data.pool.PoolStore`), as a new version of the store once verified. Its
+settings are `rlep.tasks.settings.recollect.RecollectConfig`; run on a schedule by the `recollect` deployment of
+`rlep serve`."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.pool import PoolStore
-from rlep.tasks.collect_config import CollectConfig
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.recollect import RecollectConfig
 
 
-class RecollectConfig(BaseModel):
-    """Collect from the newest policy and publish a new pool version."""
+def collection(config: RecollectConfig, now: datetime | None = None) -> CollectConfig:
+    """The collection settings of a run of `config`: the newest checkpoint, a fresh run directory under the store."""
+    model = config.collect.model
+    if config.train_dir is not None:
+        # here, not at the top: only a re-collection from a training run's checkpoint loads torch
+        from rlep.tasks.training.backends.checkpoint import CheckpointError, latest_checkpoint
 
-    model_config = ConfigDict(extra="forbid")
-
-    train_dir: Path | None = Field(
-        None, description="Training run whose latest checkpoint is sampled; empty: `collect.model` is sampled."
+        checkpoint = latest_checkpoint(config.train_dir)
+        if checkpoint is None:
+            raise CheckpointError(f"train_dir {config.train_dir}: no checkpoint to collect from yet")
+        model = str(checkpoint)
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return config.collect.model_copy(
+        update={
+            "model": model,
+            "out": PoolStore(config.pool_store).collection_run(stamp),
+            "run_id": f"recollect-{stamp}",
+        }
     )
-    pool_store: Path = Field(
-        Path("runs/pools"), description="Pool store: versions v0001, v0002, ... and the collection runs behind them."
-    )
-    collect: CollectConfig = Field(
-        default_factory=CollectConfig, description="Collection settings (model and out are set per run)."
-    )
-    keep_versions: int | None = Field(
-        None,
-        ge=1,
-        le=1_000_000,
-        description="After publishing, keep only this many newest pool versions (null: keep all). A training run that "
-        "pinned, or is resuming with, a removed version stops with an error naming it; one following the store moves "
-        "on.",
-    )
-
-    def collection(self, now: datetime | None = None) -> CollectConfig:
-        """This run's collection settings: the newest checkpoint, a fresh run directory under the store."""
-        model = self.collect.model
-        if self.train_dir is not None:
-            # here, not at the top: `rlep serve`'s flags are built from this model without loading torch
-            from rlep.tasks.training.backends.checkpoint import CheckpointError, latest_checkpoint
-
-            checkpoint = latest_checkpoint(self.train_dir)
-            if checkpoint is None:
-                raise CheckpointError(f"train_dir {self.train_dir}: no checkpoint to collect from yet")
-            model = str(checkpoint)
-        stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-        return self.collect.model_copy(
-            update={
-                "model": model,
-                "out": PoolStore(self.pool_store).collection_run(stamp),
-                "run_id": f"recollect-{stamp}",
-            }
-        )

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlep.tasks.replay import needs
-from rlep.tasks.replay.config import NoReplayConfig
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.replay import NoReplayConfig
+from rlep.tasks.settings.train import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,8 @@ def chat_model(fixture_model, tmp_path_factory) -> str:
 def vllm_engine(fixture_model):
     """One in-process vLLM engine for the whole session (start-up costs seconds). Tests that change its
     weights must restore them (see `restore_weights`)."""
-    from rlep.tasks.engines import EngineConfig, make_engine
+    from rlep.tasks.engines import make_engine
+    from rlep.tasks.settings.engine import EngineConfig
 
     engine = make_engine(fixture_model, EngineConfig(backend="vllm", max_num_seqs=64))
     yield engine
@@ -350,7 +351,7 @@ def _train_here(args: list[str]):
     the suite per run), and the processes a test kills and resumes still start from nothing."""
     from rlep.flows.cli import build_parser, parse_args
     from rlep.flows.commands.common import config_from_args
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
     from rlep.tasks.training.trainer import train
 
     parsed = parse_args(build_parser(), ["train", "--no-prefect", *args])

@@ -22,7 +22,7 @@ KNOWN_CIRCLES: list[set[str]] = []
 
 
 def project_modules(root: Path = REPO) -> dict[str, Path]:
-    """Every module of the project by its import name (`tasks/training/config.py` -> `rlep.tasks.training.config`)."""
+    """Every module of the project by its import name (`tasks/settings/train.py` -> `rlep.tasks.settings.train`)."""
     found = {}
     for top in PROJECT:
         for path in sorted((root / top).rglob("*.py")):

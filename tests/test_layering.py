@@ -1,5 +1,10 @@
 """Dependencies point one way: flows -> tasks -> data -> verifiers. Prefect lives in flows/ only.
 
+The settings (`rlep.tasks.settings`, tasks/settings/) are a layer of their own that every other reads (data's
+sources and the verifiers take settings models): they import no other part of tasks, nothing of flows and no
+heavy library, only data's light modules (constants such as the default prompt, the tiny-math families);
+tests/tasks/settings/test_import_light.py checks what importing them loads.
+
 Read statically from every module's imports (lazy ones inside functions included), so a layer breach is found
 even on a code path no other test runs.
 """
@@ -14,15 +19,29 @@ FORBIDDEN = {
     "verifiers": {"data", "tasks", "flows", "prefect", "prefect_ray", "ray", "torch", "vllm"},
     "data": {"tasks", "flows", "prefect", "prefect_ray", "ray", "vllm"},
     "tasks": {"flows", "prefect", "prefect_ray"},
+    "settings": {
+        "tasks",
+        "flows",
+        "prefect",
+        "prefect_ray",
+        "ray",
+        "torch",
+        "vllm",
+        "numpy",
+        "pyarrow",
+        "transformers",
+    },
 }
+FOLDERS = {"settings": "tasks/settings"}
 
 
 PROJECT = ("flows", "tasks", "verifiers", "data")
 
 
 def imported_packages(path: Path) -> set[str]:
-    """Top-level packages `path` imports; the project's own by their folder (`rlep.tasks.x` -> `tasks`), and a bare
-    project name (`tasks.x`, which would shadow or be shadowed by another distribution) as `bare:tasks`."""
+    """Top-level packages `path` imports; the project's own by their folder (`rlep.tasks.x` -> `tasks`; the
+    settings package, `rlep.tasks.settings.x`, -> `settings`), and a bare project name (`tasks.x`, which would
+    shadow or be shadowed by another distribution) as `bare:tasks`."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -33,7 +52,9 @@ def imported_packages(path: Path) -> set[str]:
             continue
         for name in names:
             parts = name.split(".")
-            if parts[0] == "rlep" and len(parts) > 1:
+            if parts[:3] == ["rlep", "tasks", "settings"]:
+                found.add("settings")
+            elif parts[0] == "rlep" and len(parts) > 1:
                 found.add(parts[1])
             else:
                 found.add(f"bare:{parts[0]}" if parts[0] in PROJECT else parts[0])
@@ -44,7 +65,7 @@ def imported_packages(path: Path) -> set[str]:
 def test_package_imports_nothing_above_it(package):
     breaches = {
         str(path.relative_to(REPO)): sorted(imported_packages(path) & FORBIDDEN[package])
-        for path in sorted((REPO / package).rglob("*.py"))
+        for path in sorted((REPO / FOLDERS.get(package, package)).rglob("*.py"))
     }
     assert {k: v for k, v in breaches.items() if v} == {}
 

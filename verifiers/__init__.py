@@ -1,6 +1,7 @@
 """Answer verification for math RL: did the model's final answer match the gold answer?
 
-    from rlep.verifiers import verify, verify_batch, reward, RewardConfig
+    from rlep.tasks.settings.reward import RewardConfig
+    from rlep.verifiers import verify, verify_batch, reward
     verdicts = verify_batch(responses, golds, timeout_seconds=2.0)
     rewards = [reward(v, RewardConfig(scheme="signed")) for v in verdicts]
 
@@ -11,16 +12,13 @@ are documented in docs/verifiers.md. Importing this package loads neither sympy 
 """
 
 from rlep.verifiers.api import verify, verify_batch
-from rlep.verifiers.config import VerifierConfig
-from rlep.verifiers.reward import RewardConfig, reward, rewards
+from rlep.verifiers.reward import reward, rewards
 from rlep.verifiers.verdict import REASONS, Reason, Verdict
 
 __all__ = [
     "REASONS",
     "Reason",
-    "RewardConfig",
     "Verdict",
-    "VerifierConfig",
     "reward",
     "rewards",
     "verify",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlep.verifiers.config import VerifierConfig, config_from_options
+from rlep.tasks.settings.verifier import VerifierConfig, config_from_options
 from rlep.verifiers.sandbox import shared_pool
 from rlep.verifiers.verdict import Verdict
 

@@ -53,9 +53,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.api import verify_batch
 from rlep.verifiers.bench_corpus import HOSTILE_SHARE, BenchPair, build_corpus
-from rlep.verifiers.config import VerifierConfig
 from rlep.verifiers.sandbox import close_shared_pools, shared_pool
 
 BENCH_TIMEOUT_SECONDS = 1.0

@@ -25,7 +25,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from rlep.verifiers.config import VerifierConfig
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.equivalence import equations_equal, numeric_value, symbolic_equal
 from rlep.verifiers.extract import Extraction, extract_answer, extract_final
 from rlep.verifiers.fastpath import Structure, exact_equal, exact_structure, exact_value, structure_equal

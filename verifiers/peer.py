@@ -96,8 +96,8 @@ def _parametrized_rows(function: ast.FunctionDef) -> list[tuple[str, str, bool]]
 
 def run_peer_cases(cases: list[PeerCase], config=None) -> dict:
     """Judge every case with rlep's verifier; the agreement count and the cases that disagree."""
+    from rlep.tasks.settings.verifier import VerifierConfig
     from rlep.verifiers.api import verify_batch
-    from rlep.verifiers.config import VerifierConfig
 
     base = config if config is not None else VerifierConfig()
     verdicts: list = [None] * len(cases)
@@ -167,7 +167,7 @@ def run_peer_bench(checkout: Path, out_dir: Path = Path("bench/results"), worker
     from rich.console import Console
     from rich.table import Table
 
-    from rlep.verifiers.config import VerifierConfig
+    from rlep.tasks.settings.verifier import VerifierConfig
 
     console = Console()
     cases = load_peer_cases(checkout)

@@ -9,31 +9,11 @@ run penalise format failures more (or less) than wrong answers.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from rlep.tasks.settings.reward import RewardConfig
 from rlep.verifiers.verdict import Verdict
 
 _SCHEME_VALUES: dict[str, tuple[float, float]] = {"binary": (1.0, 0.0), "signed": (1.0, -1.0)}
-
-
-class RewardConfig(BaseModel):
-    """How a verdict maps to a reward."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    scheme: Literal["binary", "signed"] = Field(
-        default="binary",
-        description="`binary`: correct 1, wrong 0. `signed`: correct +1, wrong -1 (DAPO's rule-based reward).",
-    )
-    no_answer: float | None = Field(
-        default=None,
-        ge=-10,
-        le=10,
-        description="Reward when no answer was found in the response (reason `no-answer`); None means "
-        "the scheme's wrong-answer value.",
-    )
 
 
 def reward(verdict: Verdict, config: RewardConfig | None = None) -> float:

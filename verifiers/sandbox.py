@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from rlep.verifiers.config import VerifierConfig
+from rlep.tasks.settings.verifier import VerifierConfig
 
 # A worker that has not finished starting (interpreter + imports + warm-up, about a second) after this
 # long is considered broken.

@@ -76,7 +76,7 @@ def serve(conn: Connection, memory_limit_mb: int) -> None:
     # math-verify warns once that its own timeouts are off; here the timer and the pool replace them.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-    from rlep.verifiers.config import VerifierConfig
+    from rlep.tasks.settings.verifier import VerifierConfig
 
     warm_config = VerifierConfig(timeout_seconds=30)
     for response, gold in _WARM_UP:

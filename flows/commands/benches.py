@@ -31,7 +31,7 @@ def add_bench(sub) -> None:
         "--config", type=Path, default=None, help="Pipeline YAML (e.g. flows/configs/demo.yaml); flags override it."
     )
     from rlep.tasks.bench.train import TrainBenchOutput
-    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     add_model_flags(p, TrainBenchOutput, namespace="bench")  # where the result goes: not in the pipeline's file
     add_model_flags(p, PipelineConfig)
@@ -145,7 +145,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from rlep.tasks.bench.train import TrainBenchOutput, run_train_bench
     from rlep.tasks.collect import preflight, release_lock
-    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     config = config_from_args(PipelineConfig, args)
     output = build_from_flags(TrainBenchOutput, args, namespace="bench")

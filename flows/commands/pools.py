@@ -14,14 +14,14 @@ from rlep.flows.options import add_model_flags, build_config, build_from_flags
 def add_collect_flags(p: argparse.ArgumentParser) -> None:
     """`rlep collect`'s flags besides its settings': where the shards run (RunnerConfig's kind, address, max_parallel;
     not in the --config file, which is the collection's)."""
-    from rlep.tasks.runner import RunnerConfig
+    from rlep.tasks.settings.runner import RunnerConfig
 
     add_model_flags(p, RunnerConfig, only={"kind", "address", "max_parallel"}, namespace="runner")
 
 
 def run_collect(args: argparse.Namespace) -> int:
     from rlep.tasks.collect import CollectConfig, preflight
-    from rlep.tasks.runner import RunnerConfig
+    from rlep.tasks.settings.runner import RunnerConfig
 
     config = config_from_args(CollectConfig, args)
     runner = build_from_flags(RunnerConfig, args, namespace="runner")
@@ -165,7 +165,8 @@ def cmd_pool_import(args: argparse.Namespace) -> int:
     try:
         problems = None
         if config.problems:
-            from rlep.data.sources import ProblemSourceConfig, load_problems
+            from rlep.data.sources import load_problems
+            from rlep.tasks.settings.source import ProblemSourceConfig
 
             source = build_config(ProblemSourceConfig, config.problems_config, {"source": config.problems})
             problems = load_problems(source)

@@ -10,7 +10,8 @@ from rlep.flows.options import add_model_flags, build_config, build_from_flags, 
 
 
 def add_problems(sub) -> None:
-    from rlep.data.sources import ProblemSourceConfig, ProblemsOutput
+    from rlep.data.sources import ProblemsOutput
+    from rlep.tasks.settings.source import ProblemSourceConfig
 
     p = add_command(
         sub, "problems", "Write problems of a source (default: built-in tiny-math) to JSONL or Parquet.", cmd_problems
@@ -20,7 +21,8 @@ def add_problems(sub) -> None:
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
-    from rlep.data.sources import ProblemSourceConfig, ProblemsOutput, load_source, write_problems
+    from rlep.data.sources import ProblemsOutput, load_source, write_problems
+    from rlep.tasks.settings.source import ProblemSourceConfig
 
     config = build_config(ProblemSourceConfig, args.config, flag_overrides(args))
     out = build_from_flags(ProblemsOutput, args, namespace="output").out

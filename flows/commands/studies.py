@@ -16,7 +16,8 @@ STUDY_FLAGS = {"seeds", "out", "runner.kind"}
 
 def run_pipeline(args: argparse.Namespace) -> int:
     from rlep.tasks.collect import preflight, release_lock
-    from rlep.tasks.pipeline import PipelineConfig, run_pipeline
+    from rlep.tasks.pipeline import run_pipeline
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     config = config_from_args(PipelineConfig, args)
     store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
@@ -33,7 +34,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 
 def add_study(sub) -> None:
-    from rlep.tasks.study.config import StudyConfig
+    from rlep.tasks.settings.study import StudyConfig
 
     p = sub.add_parser(
         "study",

@@ -22,7 +22,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     if args.resume:
         saved = TrainRunLayout(args.resume).config
@@ -62,7 +62,7 @@ def _print_train(result) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from rlep.tasks.evaluate import EvalConfig
+    from rlep.tasks.settings.evaluate import EvalConfig
 
     config = config_from_args(EvalConfig, args)
     check_inputs(config.model, config.problems)

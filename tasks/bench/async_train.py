@@ -32,12 +32,12 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.data.sources import default_task
 from rlep.tasks.bench.report import write_bench_report
 from rlep.tasks.progress import progress_bar
-from rlep.tasks.replay.config import FIFOReplayConfig
 from rlep.tasks.runner import module_env
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.replay import FIFOReplayConfig
+from rlep.tasks.settings.source import default_task
+from rlep.tasks.settings.train import TrainConfig
 
 PHASES_SYNC = ("time_generate", "time_train")
 PHASES_ASYNC = ("time_train", "time_wait_generate", "time_generator_busy", "time_wait_train")

@@ -23,8 +23,9 @@ from rlep.data.problem import render_prompt
 from rlep.data.prompting import ChatTemplateMode, chat_tokenizer
 from rlep.data.tiny_math import generate as tiny_math_problems
 from rlep.tasks.bench.report import write_bench_report
-from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+from rlep.tasks.engines import make_engine
 from rlep.tasks.models import resolve_model
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 
 
 class GenerateBenchConfig(BaseModel):

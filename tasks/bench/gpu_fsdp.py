@@ -62,7 +62,7 @@ def _update(backend, seed: int, vocab: int) -> dict[str, float]:
     import torch
 
     from rlep.tasks.bench.update import synthetic_batch
-    from rlep.tasks.training.config import LossConfig
+    from rlep.tasks.settings.train import LossConfig
     from rlep.tasks.training.maths.update import UpdateSettings
 
     batch = synthetic_batch(4, 4, 8, 16, vocab, seed=seed)
@@ -104,11 +104,11 @@ def scenario(work: Path) -> dict[str, Any]:
 
     from rlep.data.tokenizer import build_tokenizer
     from rlep.tasks.bench.update import model_config
-    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.settings.backend import BackendConfig
+    from rlep.tasks.settings.train import OptimizerConfig
     from rlep.tasks.training.backends.checkpoint import load_trainer_state, save_checkpoint
     from rlep.tasks.training.backends.distributed import DistributedBackend
     from rlep.tasks.training.backends.policy import PolicySpec
-    from rlep.tasks.training.config import OptimizerConfig
 
     hf = model_config("tiny")
     config = BackendConfig(nproc=1, strategy="fsdp2", precision="auto", collective_timeout=120)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             if not torch.cuda.is_available():
                 raise RuntimeError("device cuda asked for, but torch sees no GPU")
             deterministic_cuda()
-        from rlep.tasks.training.backend_config import BackendConfig
+        from rlep.tasks.settings.backend import BackendConfig
         from rlep.tasks.training.backends.distributed import init_distributed, shutdown
 
         init_distributed(BackendConfig(nproc=1, strategy="fsdp2", collective_timeout=120))

@@ -50,7 +50,7 @@ def tiny_policy(directory: Path) -> Path:
 
 
 def train_config(model: Path, out: Path, steps: int, engine: str = "transformers"):
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     return TrainConfig.model_validate(
         dict(

@@ -60,10 +60,11 @@ def _reset_peak(pid: int) -> None:
 def measure(model: str, mode: str, engine_dtype: str, bucket_mb: int, repeats: int) -> dict:
     import torch
 
-    from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+    from rlep.tasks.engines import make_engine
+    from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+    from rlep.tasks.settings.train import OptimizerConfig
     from rlep.tasks.training.backends.backend import LocalBackend
     from rlep.tasks.training.backends.policy import PolicySpec
-    from rlep.tasks.training.config import OptimizerConfig
 
     settings = {"backend": "vllm", "dtype": engine_dtype, "max_model_len": 256, "gpu_memory_utilization": 0.3}
     if "sync_bucket_mb" in EngineConfig.model_fields:
@@ -150,7 +151,7 @@ def step_share(model: str, mode: str, engine_dtype: str, bucket_mb: int, train_s
     """A short training run of `model` in `mode` in a fresh interpreter (tasks/bench/async_train.py's runner); the
     medians of its steady steps' `time_sync`, `time_step` and of their ratio."""
     from rlep.tasks.bench.async_train import _run
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     engine = {"dtype": engine_dtype, "sync_bucket_mb": bucket_mb}
     config = TrainConfig(model=model, mode=mode, steps=train_steps, eval_every=0, save_every=0, out=out, engine=engine)

@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.run_layout import CollectRunLayout
 from rlep.tasks.bench.report import write_bench_report
-from rlep.tasks.pipeline import PipelineConfig, run_pipeline
+from rlep.tasks.pipeline import run_pipeline
 from rlep.tasks.report import arm_summary, replay_overhead
+from rlep.tasks.settings.pipeline import PipelineConfig
 
 
 class TrainBenchOutput(BaseModel):

@@ -189,10 +189,10 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+    from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+    from rlep.tasks.settings.train import LossConfig, OptimizerConfig
     from rlep.tasks.training.backends.backend import make_backend
     from rlep.tasks.training.backends.policy import PolicySpec
-    from rlep.tasks.training.config import LossConfig, OptimizerConfig
     from rlep.tasks.training.maths.update import UpdateSettings
 
     hf = config.hf_config()
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rank(config: UpdateBenchConfig) -> int:
     """One process of a launched benchmark: rank 0 measures and writes, the others follow."""
-    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.settings.backend import BackendConfig
     from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
 
     rank = init_distributed(BackendConfig(nproc=config.nproc, strategy=config.strategy))

@@ -8,28 +8,15 @@ import logging
 from pathlib import Path
 
 from rlep.tasks.engines.base import Completion, GenerationEngine
-from rlep.tasks.engines.config import (
-    EngineConfig,
-    EvalSampling,
-    RolloutSampling,
-    Sampling,
-    SamplingConfig,
-    sampling_field,
-)
+from rlep.tasks.settings.engine import EngineConfig
 
 __all__ = [
     "Completion",
-    "EngineConfig",
     "EngineUnavailable",
-    "EvalSampling",
     "GenerationEngine",
-    "RolloutSampling",
-    "Sampling",
-    "SamplingConfig",
     "context_limit",
     "make_engine",
     "resolve_backend",
-    "sampling_field",
 ]
 
 log = logging.getLogger(__name__)

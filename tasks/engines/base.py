@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rlep.tasks.engines.config import SamplingConfig
+from rlep.tasks.settings.engine import SamplingConfig
 
 if TYPE_CHECKING:  # torch is heavy to import; only the type is needed here
     import torch

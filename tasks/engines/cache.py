@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from rlep.tasks.engines import EngineConfig, GenerationEngine, make_engine
+from rlep.tasks.engines import GenerationEngine, make_engine
+from rlep.tasks.settings.engine import EngineConfig
 
 _ENGINES: dict[tuple[str, str], GenerationEngine] = {}
 _LOCK = threading.Lock()

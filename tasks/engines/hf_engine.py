@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from rlep.tasks.engines.base import Completion
-from rlep.tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from rlep.tasks.engines.base import Completion
-from rlep.tasks.engines.config import EngineConfig, SamplingConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 
 
 def _prepare_environment(config: EngineConfig) -> None:

@@ -7,27 +7,9 @@ The record replay works on is data.rollout's `Rollout` / `Group`.
 """
 
 from rlep.tasks.replay.base import ReplayNeeds, ReplayStrategy
-from rlep.tasks.replay.config import (
-    ExGRPOReplayConfig,
-    FIFOReplayConfig,
-    NoReplayConfig,
-    PrioritizedReplayConfig,
-    RefillReplayConfig,
-    ReplayConfig,
-    ReuseReplayConfig,
-    RLEPReplayConfig,
-)
 from rlep.tasks.replay.factory import check_inputs, make_replay, needs, pinned
 
 __all__ = [
-    "ExGRPOReplayConfig",
-    "FIFOReplayConfig",
-    "NoReplayConfig",
-    "PrioritizedReplayConfig",
-    "RLEPReplayConfig",
-    "RefillReplayConfig",
-    "ReuseReplayConfig",
-    "ReplayConfig",
     "ReplayNeeds",
     "ReplayStrategy",
     "check_inputs",

@@ -17,7 +17,7 @@ import numpy as np
 from rlep.data.problem import Problem
 from rlep.data.rollout import Group, PoolKey, Rollout
 from rlep.tasks.replay.base import ReplayNeeds
-from rlep.tasks.replay.config import ExGRPOReplayConfig
+from rlep.tasks.settings.replay import ExGRPOReplayConfig
 
 # (prompt token ids, candidate answers' token ids) -> each answer's mean token entropy under the current policy.
 EntropyOf = Callable[[list[int], list[list[int]]], list[float]]

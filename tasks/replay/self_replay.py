@@ -18,7 +18,7 @@ import numpy as np
 
 from rlep.data.rollout import Group, PoolKey, Rollout
 from rlep.tasks.replay.base import FreshPrompts, ReplayNeeds
-from rlep.tasks.replay.config import RefillReplayConfig, ReuseReplayConfig
+from rlep.tasks.settings.replay import RefillReplayConfig, ReuseReplayConfig
 
 
 def _flatten(groups: list[Group]) -> list[Rollout]:

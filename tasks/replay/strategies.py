@@ -24,15 +24,10 @@ import numpy as np
 
 from rlep.data.rollout import Group, PoolKey, Rollout
 from rlep.tasks.replay.base import FreshPrompts, ReplayNeeds, ReplayStrategy
-from rlep.tasks.replay.config import (
-    FIFOReplayConfig,
-    NoReplayConfig,
-    PrioritizedReplayConfig,
-    RLEPReplayConfig,
-)
 from rlep.tasks.replay.exgrpo import ExGRPOReplay
 from rlep.tasks.replay.pool_source import PoolSource
 from rlep.tasks.replay.self_replay import RefillReplay, ReuseReplay
+from rlep.tasks.settings.replay import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 
 NO_BUFFER = {"buffer_size": float("nan"), "buffer_utilisation": float("nan")}
 

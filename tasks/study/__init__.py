@@ -22,9 +22,10 @@ from pathlib import Path
 from rlep.tasks.carry import Carrier, InFreshProcess, local_stages
 from rlep.tasks.execute import execute_plan, execute_run, finished_record
 from rlep.tasks.plan import Run
+from rlep.tasks.settings.study import StudyConfig
 from rlep.tasks.study.answer_check import accepted_answers
 from rlep.tasks.study.claims import fix_record
-from rlep.tasks.study.config import StudyConfig, StudyError, plan, with_models_resolved
+from rlep.tasks.study.plan import StudyError, plan, with_models_resolved
 from rlep.tasks.study.report import write_study_outputs
 from rlep.tasks.study.runs import gather
 

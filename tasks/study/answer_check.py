@@ -22,7 +22,7 @@ from rlep.data.inspect import accepted_not_literal
 from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.data.store import read_trajectory_files
 from rlep.tasks.plan import Run
-from rlep.tasks.study.config import StudyError
+from rlep.tasks.study.plan import StudyError
 
 _COLUMNS = ["problem_id", "extracted_answer", "gold_answer", "response", "correct"]
 CHECK_COLUMNS = ["run", "arm", "seed", "answers", "correct", "not_literal", "share", "examples"]

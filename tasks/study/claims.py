@@ -29,8 +29,9 @@ from typing import Any
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import StudyLayout
 from rlep.tasks.plan import Run
-from rlep.tasks.study.config import StudyConfig, StudyError
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.study import StudyConfig
+from rlep.tasks.settings.train import TrainConfig
+from rlep.tasks.study.plan import StudyError
 
 VERSION = 2
 _PER_RUN = ("seed", "out")  # set by the plan for each run: not an arm's setting
@@ -268,7 +269,7 @@ def provenance_markdown(config: StudyConfig) -> str:
         else:
             lines.append(f"Claims fixed at {recorded.recorded_at}, before any run (digest {recorded.digest[:12]}).")
         return "\n\n".join(lines) + "\n"
-    from rlep.tasks.study.config import plan
+    from rlep.tasks.study.plan import plan
 
     lines = []
     changes = plan_changes(recorded.plan, plan_of(config, plan(config)))

@@ -11,9 +11,9 @@ import pandas as pd
 
 from rlep.data.fs import atomic_path, write_parquet_atomic, write_text_atomic
 from rlep.data.run_layout import ENTROPY_PLOT, STUDY_PLOTS, StudyLayout
+from rlep.tasks.settings.study import StudyConfig
 from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
-from rlep.tasks.study.config import StudyConfig
 from rlep.tasks.study.curves import evaluation_noise, plot_entropy, run_curves, stability, stability_markdown
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 

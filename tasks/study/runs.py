@@ -10,7 +10,7 @@ import pandas as pd
 from rlep.data.metrics import ALL_SOURCES
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.plan import Run
-from rlep.tasks.study.config import StudyError
+from rlep.tasks.study.plan import StudyError
 
 
 def run_cost(run: Run) -> dict[str, float]:

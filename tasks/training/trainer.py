@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch.distributed
 
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.backends.registry import kind_of
-from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.loop.steps import TrainResult, train_in_process
 
 

@@ -16,7 +16,7 @@ from rlep.data.run_layout import POOL_FILE, CollectRunLayout
 from rlep.data.sources import load_problems
 from rlep.data.store import ExperienceStore
 from rlep.flows.cli import main
-from rlep.tasks.collect_config import CollectConfig
+from rlep.tasks.settings.collect import CollectConfig
 
 # A third row the pool never solves: the export holds the pool's problems only, in the pool's order.
 ROWS = [*DAPO_ROWS, ("What is $5+5$?", "10", "0c7f6a3e-5b1d-4e3e-9f0a-2d6a0f3b8c11")]

@@ -5,7 +5,8 @@ import logging
 
 import pytest
 
-from rlep.data.prompt_length import PromptLengthConfig, PromptTooLongError, check_prompt_lengths
+from rlep.data.prompt_length import PromptTooLongError, check_prompt_lengths
+from rlep.tasks.settings.prompt_length import PromptLengthConfig
 
 
 def test_prompts_that_fit_pass():

@@ -323,7 +323,8 @@ def _read_back_like_verl(datasets, *files):
 
 @pytest.mark.parametrize("replica, scorer", [(_gsm8k_replica, "lighteval/MATH"), (_math_replica, None)])
 def test_a_verl_file_read_exported_into_and_read_back_as_verl_reads_it(tmp_path, replica, scorer):
-    from rlep.data.sources import load_problems, problem_source
+    from rlep.data.sources import load_problems
+    from rlep.tasks.settings.source import problem_source
 
     train = replica(tmp_path)
     datasets = _hf(tmp_path)
@@ -393,7 +394,8 @@ def test_an_rlep_pool_file_imports_onto_problems_that_share_only_the_text(tmp_pa
             for q, s in zip(questions[::-1], ["\\boxed{4}", "\\boxed{10}", "\\boxed{34}"])
         )
     )
-    from rlep.data.sources import load_problems, problem_source
+    from rlep.data.sources import load_problems
+    from rlep.tasks.settings.source import problem_source
 
     problems = load_problems(
         problem_source(source=str(local), problem_column="prompt", answer_column="solution", answer_format="boxed")

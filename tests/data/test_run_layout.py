@@ -84,7 +84,8 @@ def test_every_reader_and_writer_of_a_collection_run_and_a_pool_version_asks_the
 
 
 def test_pipeline_and_study_directories(tmp_path):
-    from rlep.tasks.pipeline import PipelineConfig, plan
+    from rlep.tasks.pipeline import plan
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     pipeline = PipelineLayout(tmp_path)
     config = PipelineConfig(out=tmp_path)

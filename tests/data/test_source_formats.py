@@ -21,13 +21,8 @@ from source_replicas import (
     write_verl_math,
 )
 
-from rlep.data.sources import (
-    ProblemSourceError,
-    load_problems,
-    load_source,
-    problem_source,
-    write_problems,
-)
+from rlep.data.sources import ProblemSourceError, load_problems, load_source, write_problems
+from rlep.tasks.settings.source import problem_source
 
 
 def _config(source, **kwargs):

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from rlep.data.source_config import ProblemSourceConfig, default_task, problem_source
 from rlep.data.sources import ProblemSourceError, load_problems, write_problems
+from rlep.tasks.settings.source import ProblemSourceConfig, default_task, problem_source
 
 
 def _load(source, **kwargs):
@@ -290,7 +290,7 @@ def test_the_cli_exposes_the_source_settings(tmp_path):
 
 
 def test_the_kind_of_source_is_read_from_source_and_each_kind_has_only_its_own_settings(tmp_path):
-    from rlep.data.source_config import FileSource, HfSource, TinyMathSource
+    from rlep.tasks.settings.source import FileSource, HfSource, TinyMathSource
 
     assert isinstance(problem_source(), TinyMathSource) and problem_source().kind == "tiny-math"
     assert isinstance(problem_source(source="hf:openai/gsm8k", subset="main"), HfSource)
@@ -341,7 +341,7 @@ def test_the_kinds_of_source_are_exclusive_in_the_prefect_parameter_schema():
 
 
 def test_settings_without_a_kind_or_from_before_the_kinds_are_migrated_once():
-    from rlep.data.source_config import upgrade_source_settings
+    from rlep.tasks.settings.migrate import upgrade_source_settings
 
     assert upgrade_source_settings({}) == {"kind": "tiny-math"}
     assert upgrade_source_settings({"split": "test"}) == {"kind": "tiny-math", "split": "test"}

@@ -10,8 +10,8 @@ from rlep.data.pool import build_pool
 from rlep.data.rlep_format import export_pool
 from rlep.data.store import ExperienceStore
 from rlep.tasks.collect import run_collection
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
+from rlep.tasks.settings.collect import CollectConfig
 
 
 def test_a_verl_gsm8k_file_is_collected_from_and_exported_back_into(fixture_model, tmp_path):

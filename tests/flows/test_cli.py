@@ -199,8 +199,8 @@ def test_the_sampling_flags_keep_their_names_in_every_command():
 def test_a_flows_parameters_of_the_earlier_layout_validate_as_todays():
     # What the Prefect UI or an older deployment sends: Prefect validates a flow's parameters with its model.
     from rlep.flows.train import train_flow
-    from rlep.tasks.engines import RolloutSampling
-    from rlep.tasks.training.config import AsymREObjective
+    from rlep.tasks.settings.engine import RolloutSampling
+    from rlep.tasks.settings.train import AsymREObjective
 
     parameters = {"config": {"max_tokens": 12, "temperature": 0.5, "loss": {"objective": "asymre"}}}
     config = train_flow.validate_parameters(parameters)["config"]
@@ -232,7 +232,7 @@ def test_show_config_round_trips(tmp_path, capsys):
     path.write_text(capsys.readouterr().out)
     assert main(["show-config", "pipeline"]) == 0
     from rlep.flows.options import build_config
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     assert build_config(TrainConfig, path) == TrainConfig()
     capsys.readouterr()

@@ -9,9 +9,9 @@ import pytest
 
 from rlep.data.store import read_trajectory_files
 from rlep.tasks.collect import run_collection
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
-from rlep.tasks.runner import RunnerConfig
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.runner import RunnerConfig
 
 
 def _config(model, out):

@@ -204,7 +204,7 @@ def test_none_switches_an_optional_setting_off():
 
 
 def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
-    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     fifo = {"train.replay.kind": "fifo", "train.replay.batch_size": "256"}  # a setting of the variant's own
     assert build_config(PipelineConfig, None, fifo).train.replay.kind == "fifo"
@@ -220,7 +220,7 @@ def test_switching_a_variant_drops_the_default_variants_settings(tmp_path):
 
 
 def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
-    from rlep.tasks.collect_config import CollectConfig
+    from rlep.tasks.settings.collect import CollectConfig
 
     path = tmp_path / "collect.yaml"
     path.write_text("problems: {source: mine.jsonl, levels: [2]}\n")
@@ -247,7 +247,7 @@ def test_a_split_flag_for_a_file_without_a_split_column_is_refused_even_at_its_d
     # `--split train` equals the default split: it was taken for no choice of the user's and passed silently.
     import json
 
-    from rlep.tasks.collect_config import CollectConfig
+    from rlep.tasks.settings.collect import CollectConfig
 
     plain = tmp_path / "p.jsonl"
     plain.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
@@ -273,7 +273,7 @@ def test_a_full_dump_of_the_settings_loads_back(tmp_path):
     # included; a source's dump holds only its own kind's settings, and one of another kind is refused.
     import json
 
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     path = tmp_path / "train.json"
     dumped = json.loads(TrainConfig().model_dump_json())
@@ -309,7 +309,7 @@ def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_
     import json
 
     from rlep.tasks.execute import _saved_training
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     saved = json.loads(TrainConfig().model_dump_json())
     saved["problems"] = json.loads(
@@ -340,7 +340,7 @@ def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_
 def test_a_mapping_of_names_given_replaces_the_defaults_one_whole(tmp_path):
     # A study that lists its arms runs those arms: its `arms` merged key by key into the default
     # {baseline, rlep} ran an rlep arm (exploration and collection included) nobody asked for.
-    from rlep.tasks.study.config import StudyConfig
+    from rlep.tasks.settings.study import StudyConfig
 
     path = tmp_path / "study.yaml"
     path.write_text("arms: {baseline: {replay: {kind: none}}, reuse: {replay: {kind: reuse}}}\ntrain: {steps: 3}\n")

@@ -11,7 +11,8 @@ from prefect.testing.utilities import prefect_test_harness
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.flows.pipeline import Subflows
-from rlep.tasks.pipeline import PipelineConfig, plan
+from rlep.tasks.pipeline import plan
+from rlep.tasks.settings.pipeline import PipelineConfig
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 8}
 HELD_OUT = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "test", "limit": 6}

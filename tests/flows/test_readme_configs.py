@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from rlep.flows.options import build_config
-from rlep.tasks.pipeline import PipelineConfig
+from rlep.tasks.settings.pipeline import PipelineConfig
 
 GPU_DOC = Path(__file__).resolve().parents[2] / "docs" / "gpu.md"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(

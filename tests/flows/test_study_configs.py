@@ -39,7 +39,7 @@ def test_a_shipped_study_configuration_plans(path):
 def test_every_shipped_configuration_loads():
     # The pipeline's demo as well as every study: a setting the checks refuse (a FIFO batch the mini-batches
     # do not divide) fails here, not when someone runs it.
-    from rlep.tasks.pipeline import PipelineConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
 
     paths = sorted(CONFIGS[0].parent.glob("*.yaml"))
     assert len(paths) > len(CONFIGS)

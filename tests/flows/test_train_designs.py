@@ -10,7 +10,7 @@ from conftest import judged_row, write_rows
 from rlep.data.sources import load_problems
 from rlep.flows.cli import main
 from rlep.tasks.replay.strategies import DESIGNS
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 
 # The cheapest run through the CLI: one step of 4 prompts x 2 answers of at most 4 tokens on the transformers engine,
 # 2 held-out problems once. One prompt per mini-batch, so FIFO's default batch (8 / 0.75 = 10.7 rollouts) must be

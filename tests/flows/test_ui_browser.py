@@ -155,7 +155,7 @@ def _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, colle
     from rlep.data.pool import PoolStore
     from rlep.data.run_layout import CollectRunLayout
     from rlep.tasks.collect import run_collection
-    from rlep.tasks.collect_config import CollectConfig
+    from rlep.tasks.settings.collect import CollectConfig
 
     store, log = tmp_path / "pools", tmp_path / "serve.log"
     answer_with_gold()

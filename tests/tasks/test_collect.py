@@ -16,8 +16,8 @@ from rlep.data.pool import build_pool
 from rlep.data.store import ExperienceStore, StoreError
 from rlep.data.trajectory import COLUMNS, ROW_KEY
 from rlep.tasks.collect import run_collection
-from rlep.tasks.collect_config import CollectConfig
 from rlep.tasks.engines.cache import release_engines
+from rlep.tasks.settings.collect import CollectConfig
 from rlep.verifiers import verify_batch
 
 REQUIRED = [
@@ -344,7 +344,8 @@ def test_a_chat_models_prompts_are_rendered_by_its_chat_template_and_stored(chat
 
     from rlep.data.problem import render_prompt
     from rlep.data.prompting import PromptError
-    from rlep.data.sources import load_problems, problem_source
+    from rlep.data.sources import load_problems
+    from rlep.tasks.settings.source import problem_source
 
     tokenizer = AutoTokenizer.from_pretrained(chat_model)
     problems = load_problems(problem_source(source="tiny-math", split="train", limit=3))

@@ -6,8 +6,8 @@ import pytest
 
 from rlep.data.problem import Problem, render_prompt
 from rlep.tasks.engines.base import Completion
-from rlep.tasks.engines.config import SamplingConfig
 from rlep.tasks.evaluate import evaluate_with_engine, write_eval
+from rlep.tasks.settings.engine import SamplingConfig
 
 # Per problem: its gold answer, its data source and the K = 4 answers the engine gives.
 ANSWERS = {
@@ -120,7 +120,8 @@ def test_evaluation_renders_prompts_with_the_chat_template_it_is_given(chat_mode
 def test_eval_refuses_chat_template_on_for_a_model_without_one_before_starting_an_engine(fixture_model, monkeypatch):
     import rlep.tasks.evaluate as evaluate_module
     from rlep.data.prompting import PromptError
-    from rlep.tasks.evaluate import EvalConfig, evaluate
+    from rlep.tasks.evaluate import evaluate
+    from rlep.tasks.settings.evaluate import EvalConfig
 
     monkeypatch.setattr(evaluate_module, "make_engine", lambda *a, **k: pytest.fail("engine started"))
     with pytest.raises(PromptError, match="has no chat template"):

@@ -2,9 +2,10 @@
 
 from conftest import tiny_study_settings
 
-from rlep.tasks.pipeline import PipelineConfig
+from rlep.tasks.pipeline import experiment as pipeline_experiment
 from rlep.tasks.pipeline import plan as pipeline_plan
 from rlep.tasks.plan import plan_experiment
+from rlep.tasks.settings.pipeline import PipelineConfig
 from rlep.tasks.study import StudyConfig
 from rlep.tasks.study import plan as study_plan
 
@@ -25,7 +26,7 @@ def test_the_pipeline_is_a_one_seed_study_with_the_start_evaluated_first(tmp_pat
             "train": {**settings["train"], "seed": 3, "replay": {"kind": "rlep"}},
         }
     )
-    experiment = pipeline.experiment()
+    experiment = pipeline_experiment(pipeline)
     runs = plan_experiment(experiment)
     assert runs == pipeline_plan(pipeline)
     assert list(experiment.seeds) == [3] and experiment.always_collect and experiment.baseline == "baseline"

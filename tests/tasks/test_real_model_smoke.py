@@ -21,10 +21,10 @@ ENGINE = {"backend": "vllm", "dtype": "float32", "max_model_len": 192, "max_num_
 
 def test_smollm2_collects_and_trains_a_replay_step_under_its_chat_template(tmp_path):
     from rlep.tasks.collect import run_collection
-    from rlep.tasks.collect_config import CollectConfig
     from rlep.tasks.engines.cache import release_engines
+    from rlep.tasks.settings.collect import CollectConfig
+    from rlep.tasks.settings.train import TrainConfig
     from rlep.tasks.training.backends.precision import recorded_precision, resolve_precision
-    from rlep.tasks.training.config import TrainConfig
     from rlep.tasks.training.trainer import train
 
     collect = CollectConfig.model_validate(

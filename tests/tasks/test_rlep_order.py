@@ -2,10 +2,10 @@
 follow it alike."""
 
 from rlep.tasks import pipeline as pipeline_plan
-from rlep.tasks.pipeline import PipelineConfig
 from rlep.tasks.rlep_order import rlep_order
+from rlep.tasks.settings.pipeline import PipelineConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.study import StudyConfig, plan
-from rlep.tasks.training.config import TrainConfig
 
 RLEP = {"kind": "rlep"}
 

@@ -1,8 +1,8 @@
 """Settings layered by one rule: nested sections merge, a section switched to another variant starts again."""
 
-from rlep.data.source_config import ProblemSourceConfig, default_task, problem_source
-from rlep.tasks.settings import merge_settings
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.layering import merge_settings
+from rlep.tasks.settings.source import ProblemSourceConfig, default_task, problem_source
+from rlep.tasks.settings.train import TrainConfig
 
 
 def test_a_problem_source_switched_to_another_kind_keeps_only_what_every_kind_has():

@@ -1,4 +1,4 @@
-"""Settings of an earlier layout read as today's, by the one migration step (tasks/settings_upgrade.py), wherever
+"""Settings of an earlier layout read as today's, by the one migration step (tasks/settings/migrate.py), wherever
 they come from: a saved run's train_config.json, a collection's manifest, a YAML, a study's arm, a pickle; and
 the one sampling section each config holds, with its own defaults and bounds."""
 
@@ -11,13 +11,14 @@ from pydantic import ValidationError
 
 from rlep.data.run_layout import CollectRunLayout
 from rlep.flows.options import ConfigError, build_config
-from rlep.tasks.collect_config import CollectConfig
-from rlep.tasks.engines import EvalSampling, RolloutSampling
-from rlep.tasks.evaluate import EvalConfig
 from rlep.tasks.execute import _collected_alike, _trained_alike
-from rlep.tasks.settings import merge_settings
-from rlep.tasks.study.config import StudyConfig, StudyEvalConfig, StudyEvalSampling, plan
-from rlep.tasks.training.config import AsymREObjective, PPOClipObjective, TrainConfig
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.engine import EvalSampling, RolloutSampling
+from rlep.tasks.settings.evaluate import EvalConfig
+from rlep.tasks.settings.layering import merge_settings
+from rlep.tasks.settings.study import StudyConfig, StudyEvalConfig, StudyEvalSampling
+from rlep.tasks.settings.train import AsymREObjective, PPOClipObjective, TrainConfig
+from rlep.tasks.study.plan import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SAVED = Path(__file__).parent / "saved"

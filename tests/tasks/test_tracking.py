@@ -9,15 +9,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop.tracking import (
-    StepReport,
-    TrackerUnavailable,
-    check_tracker,
-    eval_line,
-    numeric_columns,
-    step_line,
-)
+from rlep.tasks.settings.tracker import TrackerUnavailable, check_tracker
+from rlep.tasks.settings.train import TrainConfig
+from rlep.tasks.training.loop.tracking import StepReport, eval_line, numeric_columns, step_line
 
 PROBLEMS = {"source": "tiny-math", "families": ["decimal"], "levels": [1], "split": "train", "limit": 6}
 

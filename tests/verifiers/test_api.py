@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from rlep.verifiers import VerifierConfig, verify, verify_batch
+from rlep.tasks.settings.verifier import VerifierConfig
+from rlep.verifiers import verify, verify_batch
 
 
 def test_options_reach_the_config():

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.bench import build_corpus, run_verify_bench
-from rlep.verifiers.config import VerifierConfig
 from rlep.verifiers.peer import PeerCase, load_peer_cases, math_verify_agreement, run_peer_cases
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlep.verifiers.config import VerifierConfig
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.extract import answer_in_solution, extract_answer, last_boxed
 from rlep.verifiers.judge import judge
 

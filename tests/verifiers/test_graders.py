@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from math_verify import parse, verify
 
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers import verify_batch
-from rlep.verifiers.config import VerifierConfig
 from rlep.verifiers.judge import judge
 
 MATH_VERIFY = "huggingface/Math-Verify tests/test_all.py"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlep.verifiers import RewardConfig, Verdict, reward, rewards
+from rlep.tasks.settings.reward import RewardConfig
+from rlep.verifiers import Verdict, reward, rewards
 
 RIGHT = Verdict(correct=True, extracted="3", reason="equal", seconds=0.0)
 WRONG = Verdict(correct=False, extracted="4", reason="not-equal", seconds=0.0)

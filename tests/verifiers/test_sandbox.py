@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlep.verifiers import VerifierConfig, verify, verify_batch
+from rlep.tasks.settings.verifier import VerifierConfig
+from rlep.verifiers import verify, verify_batch
 from rlep.verifiers.sandbox import shared_pool
 from rlep.verifiers.worker import AnswerTimeout, _on_alarm, judge_with_limits
 

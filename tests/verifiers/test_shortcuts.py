@@ -7,7 +7,7 @@ import pytest
 from math_verify import verify
 
 import rlep.verifiers.judge as judge_module
-from rlep.verifiers.config import VerifierConfig
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.equivalence import expression_identity, parse_latex
 
 # (gold, pred, the quick decision: True / False, or None where it must leave the case to math-verify)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers import verify_batch
-from rlep.verifiers.config import VerifierConfig
 from rlep.verifiers.judge import judge
 from rlep.verifiers.strict import verl_boxed_answer, verl_equivalent, verl_rewrite
 

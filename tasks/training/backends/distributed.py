@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
 from rlep.tasks.training.backends.checkpoint import CheckpointError
 from rlep.tasks.training.backends.collectives import GROUP as _GROUP
 from rlep.tasks.training.backends.collectives import DistributedError, collective

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, required=True, help="TrainConfig as JSON.")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     config = TrainConfig.model_validate_json(args.config.read_text())
     rank = init_distributed(config.backend)

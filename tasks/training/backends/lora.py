@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from rlep.tasks.training.backend_config import LoraConfig
+from rlep.tasks.settings.backend import LoraConfig
 
 ADAPTER = "default"  # peft's name of the one adapter
 

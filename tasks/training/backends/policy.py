@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.precision import PrecisionChoice, resolve_precision
-from rlep.tasks.training.config import OptimizerConfig
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlep.tasks.training.backend_config import BackendConfig
+    from rlep.tasks.settings.backend import BackendConfig
 
 Entry = Callable[[list[str]], None]  # a rank's entry point, called with its arguments (`launch.main`)
 

@@ -35,8 +35,9 @@ from typing import Any
 import torch
 
 from rlep.data.problem import Problem, render_prompt
-from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig
+from rlep.tasks.engines import Completion, GenerationEngine
 from rlep.tasks.runner import module_env
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.training.generation.placement import CoreShare as CoreShare  # re-exported: where async training runs
 from rlep.tasks.training.generation.placement import generator_gpu_env
 from rlep.tasks.training.generation.placement import split_cores as split_cores

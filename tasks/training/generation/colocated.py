@@ -38,7 +38,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from rlep.tasks.engines import Completion, EngineConfig, GenerationEngine, SamplingConfig, make_engine
+from rlep.tasks.engines import Completion, GenerationEngine, make_engine
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.training.backends.collectives import GROUP, collective
 from rlep.tasks.training.backends.distributed import FOLLOWER_REQUESTS, _send
 from rlep.tasks.training.generation.generator_pool import slices

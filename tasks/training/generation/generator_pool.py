@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
+from rlep.tasks.engines import Completion
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.training.generation.async_gen import AnsweredLater, GeneratorProcess
 from rlep.tasks.training.generation.weight_transport import bucket_for
 

@@ -51,7 +51,8 @@ def _watch_parent(parent: int) -> None:
 
 
 def serve(conn: Connection, model: str, engine_settings: dict, version: int) -> None:
-    from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
+    from rlep.tasks.engines import make_engine
+    from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
     from rlep.tasks.training.generation.weight_sync import receive_weights
     from rlep.tasks.training.generation.weight_transport import open_bucket
 

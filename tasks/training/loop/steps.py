@@ -51,13 +51,15 @@ from rlep.data.rollout import Group, Rollout
 from rlep.data.run_layout import TrainRunLayout
 from rlep.data.sources import load_problems
 from rlep.data.trajectory import to_table
-from rlep.tasks.engines import GenerationEngine, SamplingConfig, make_engine
+from rlep.tasks.engines import GenerationEngine, make_engine
 from rlep.tasks.engines.vllm_engine import engine_for_weights
 from rlep.tasks.evaluate import evaluate_with_engine
 from rlep.tasks.models import resolve_model
 from rlep.tasks.progress import progress_bar
 from rlep.tasks.replay import make_replay, pinned
 from rlep.tasks.run_lock import TRAIN_LOCK_FILE, release_lock, take_lock
+from rlep.tasks.settings.engine import SamplingConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.backends.backend import make_backend
 from rlep.tasks.training.backends.checkpoint import (
     CheckpointError,
@@ -69,7 +71,6 @@ from rlep.tasks.training.backends.checkpoint import (
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.backends.precision import record_precision
 from rlep.tasks.training.backends.rng import seed_process
-from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.generation.async_gen import Arrival, CoreShare, GeneratorProcess, RolloutFeed
 from rlep.tasks.training.generation.colocated import ColocatedEngines
 from rlep.tasks.training.generation.generator_pool import GeneratorPool, start_generator

@@ -20,7 +20,6 @@ MLflow run is continued by name.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -30,29 +29,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from rlep.data.run_layout import TrainRunLayout
+from rlep.tasks.settings.tracker import Tracker, check_tracker
 from rlep.tasks.training.loop.step_metrics import PHASES
 
-Tracker = Literal["none", "tensorboard", "mlflow"]
 MLFLOW_EXPERIMENT = "rlep"
 
 log = logging.getLogger("rlep.train")
 
 OnStep = Callable[[dict, "list[dict] | None"], None]
 # Phase timings shown in a step's log line, in the step's order (tasks/training/loop/step_metrics.py PHASES).
-
-
-class TrackerUnavailable(ValueError):
-    """The chosen tracker's package is not installed."""
-
-
-def check_tracker(kind: Tracker) -> None:
-    """Raise `TrackerUnavailable` (one line) when `kind` needs a package that is not installed."""
-    package = {"tensorboard": "tensorboard", "mlflow": "mlflow"}.get(kind)
-    if package and importlib.util.find_spec(package) is None:
-        raise TrackerUnavailable(f"tracker {kind}: the `{package}` package is not installed (pip install {package})")
 
 
 # ---------------------------------------------------------------- what is written
@@ -264,8 +252,8 @@ class StepReport:
 
 
 class TrackedRun(Protocol):
-    """What `step_report` reads of a run's settings: a TrainConfig has it. Named here rather than imported, as
-    TrainConfig imports `check_tracker` from this module to validate its `tracker` field (no import circle)."""
+    """What `step_report` reads of a run's settings: a TrainConfig has it. Named here rather than imported: the
+    loop's files need no settings model to write a run's metrics."""
 
     tracker: Tracker
     out: Path

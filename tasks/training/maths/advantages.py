@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from rlep.data.rollout import Group
-from rlep.tasks.training.config import LossConfig
+from rlep.tasks.settings.train import LossConfig
 
 
 def group_advantages(

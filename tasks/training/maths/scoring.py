@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from rlep.data.rollout import Rollout
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.maths.losses import overlong_penalty
 from rlep.verifiers import rewards, verify_batch
 

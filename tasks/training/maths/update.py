@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from rlep.tasks.training.config import LossConfig, TrainConfig
+from rlep.tasks.settings.train import LossConfig, TrainConfig
 from rlep.tasks.training.maths.advantages import zero_variance_advantages
 from rlep.tasks.training.maths.batch import TrainingBatch, micro_batch_rows, mini_batches, row_lengths
 from rlep.tasks.training.maths.logprobs import token_logprobs

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rlep.tasks.bench.async_train import AsyncBenchConfig, run_async_bench, summarize, summarize_run
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 
 
 def _rows(step_seconds, **columns):

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from rlep.tasks.engines import EngineConfig, EngineUnavailable, SamplingConfig, make_engine, resolve_backend
+from rlep.tasks.engines import EngineUnavailable, make_engine, resolve_backend
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.training.generation.weight_sync import named_weights
 from rlep.tasks.training.maths.logprobs import completion_logprobs
 
@@ -135,7 +136,8 @@ def test_a_resumed_run_samples_in_the_starting_models_precision(tmp_path):
 def test_the_context_limit_is_the_models_positions_where_the_engine_holds_to_them(tmp_path):
     import json
 
-    from rlep.tasks.engines import EngineConfig, context_limit
+    from rlep.tasks.engines import context_limit
+    from rlep.tasks.settings.engine import EngineConfig
 
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
     assert context_limit(tmp_path, EngineConfig(backend="vllm")) == 256  # vLLM refuses a longer max_model_len

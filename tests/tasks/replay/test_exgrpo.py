@@ -10,10 +10,12 @@ import torch
 
 from rlep.data.problem import Problem
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.engines import Completion, SamplingConfig
-from rlep.tasks.replay import ExGRPOReplayConfig, make_replay
+from rlep.tasks.engines import Completion
+from rlep.tasks.replay import make_replay
 from rlep.tasks.replay.exgrpo import ExGRPOReplay, bucket_weights, sample_from_buckets
-from rlep.tasks.training.config import LossConfig, TrainConfig
+from rlep.tasks.settings.engine import SamplingConfig
+from rlep.tasks.settings.replay import ExGRPOReplayConfig
+from rlep.tasks.settings.train import LossConfig, TrainConfig
 from rlep.tasks.training.generation.async_gen import generate_counts
 from rlep.tasks.training.maths.advantages import fill_advantages
 from rlep.tasks.training.maths.batch import build_batch

@@ -13,7 +13,7 @@ import pytest
 
 from rlep.data.problem import render_prompt
 from rlep.tasks.engines import Completion
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.loop.steps import Trainer
 from rlep.tasks.training.maths.logprobs import completion_logprobs
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.replay.config import PrioritizedReplayConfig
 from rlep.tasks.replay.strategies import PrioritizedReplay
+from rlep.tasks.settings.replay import PrioritizedReplayConfig
 
 
 def _rollout(pid, version, advantage, sample=0):

@@ -6,19 +6,17 @@ from typing import get_args
 import pytest
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.replay import (
+from rlep.tasks.replay import ReplayNeeds, make_replay, needs
+from rlep.tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay, RLEPReplay
+from rlep.tasks.settings.replay import (
     FIFOReplayConfig,
     NoReplayConfig,
     PrioritizedReplayConfig,
     RefillReplayConfig,
     ReplayConfig,
-    ReplayNeeds,
     ReuseReplayConfig,
     RLEPReplayConfig,
-    make_replay,
-    needs,
 )
-from rlep.tasks.replay.strategies import DESIGNS, FIFOReplay, PrioritizedReplay, RLEPReplay
 
 
 def rollout(pid="p", version=0, reward=1.0, advantage=None, response="r", origin="fresh"):
@@ -287,7 +285,7 @@ def test_a_design_acts_as_its_needs_declare(kind):
 def test_every_design_validates_in_a_training_config_with_its_defaults(kind):
     # A class-level flag read by TrainConfig's checks was declared on the grouped designs only, and every FIFO
     # configuration failed to load ('FIFOReplayConfig' object has no attribute 'plans_prompts').
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     pool = {"pool": "runs/collect"} if kind == "rlep" else {}  # FIFO at its defaults too (issue 45)
     assert TrainConfig(replay={"kind": kind, **pool}).replay.kind == kind

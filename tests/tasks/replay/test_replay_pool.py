@@ -11,9 +11,9 @@ from conftest import judged_row, write_rows
 from rlep.data.pool import PoolError, PoolStore
 from rlep.data.problem import Problem
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.replay.config import RLEPReplayConfig
 from rlep.tasks.replay.factory import make_replay, pinned
 from rlep.tasks.replay.pool_source import load_pool
+from rlep.tasks.settings.replay import RLEPReplayConfig
 
 
 def _problem(pid, source="tiny-math/add", text=None, answer="1"):

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 import pytest
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.replay import RefillReplayConfig, ReuseReplayConfig, make_replay
+from rlep.tasks.replay import make_replay
 from rlep.tasks.replay.self_replay import RefillReplay, ReuseReplay
-from rlep.tasks.training.config import LossConfig
+from rlep.tasks.settings.replay import RefillReplayConfig, ReuseReplayConfig
+from rlep.tasks.settings.train import LossConfig
 from rlep.tasks.training.loop.step_metrics import PhaseTimer, step_row
 from rlep.tasks.training.maths.advantages import fill_advantages
 
@@ -254,7 +255,7 @@ def test_the_command_line_and_the_plan_know_both_designs():
 
     from rlep.flows.options import add_model_flags, build_config, flag_overrides
     from rlep.tasks.rlep_order import rlep_order
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     parser = argparse.ArgumentParser()
     add_model_flags(parser, TrainConfig)
@@ -280,8 +281,8 @@ def test_the_command_line_and_the_plan_know_both_designs():
 
 
 def test_the_other_designs_report_buffer_size_and_utilisation():
-    from rlep.tasks.replay import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
     from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
+    from rlep.tasks.settings.replay import FIFOReplayConfig, NoReplayConfig, PrioritizedReplayConfig, RLEPReplayConfig
 
     assert all(math.isnan(v) for v in make_replay(NoReplayConfig()).stats().values())
     fifo = FIFOReplay(FIFOReplayConfig(buffer_size=100, batch_size=6, fresh_anchored=True), seed=0)

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import judged_row, write_rows
 
-from rlep.data.sources import load_problems, problem_source
-from rlep.tasks.training.config import TrainConfig
+from rlep.data.sources import load_problems
+from rlep.tasks.settings.source import problem_source
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.loop.steps import Trainer
 
 PROBLEMS = {"source": "tiny-math", "split": "train", "limit": 8}

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlep.tasks.study.config import ClaimConfig, Run
+from rlep.tasks.settings.study import ClaimConfig
+from rlep.tasks.study.plan import Run
 from rlep.tasks.study.stats import evaluate_claims, holm, smallest_detectable, summarize, t_interval
 
 
@@ -131,7 +132,7 @@ def test_dependencies_are_charged_in_full_once_each(monkeypatch):
 def test_a_step_recorded_twice_in_a_run_is_refused_naming_the_file_and_the_run(tmp_path):
     from types import SimpleNamespace
 
-    from rlep.tasks.study.config import StudyError
+    from rlep.tasks.study.plan import StudyError
     from rlep.tasks.study.runs import gather
 
     out = tmp_path / "rlep" / "seed-0"
@@ -161,7 +162,7 @@ def test_gather_reports_the_runs_asked_for_and_charges_their_dependencies_from_t
     record no longer counts) is still charged; one that never ran is named, not a KeyError."""
     from types import SimpleNamespace
 
-    from rlep.tasks.study.config import StudyError
+    from rlep.tasks.study.plan import StudyError
     from rlep.tasks.study.runs import gather
 
     for name in ("explore", "rlep", "baseline"):
@@ -293,7 +294,7 @@ def test_a_claim_before_the_first_replay_of_arms_that_differ_only_in_replay_is_u
 def test_arms_differ_only_in_replay_when_their_resolved_settings_match_but_for_it(tmp_path):
     from conftest import tiny_study_settings
 
-    from rlep.tasks.study.config import StudyConfig
+    from rlep.tasks.settings.study import StudyConfig
     from rlep.tasks.study.report import differ_only_in_replay
 
     arms = {

@@ -19,10 +19,12 @@ from conftest import judged_row, process_running, write_rows
 from safetensors.torch import load_file
 
 from rlep.data.problem import Problem
-from rlep.data.sources import load_problems, problem_source
-from rlep.tasks.engines import Completion, EngineConfig, SamplingConfig
+from rlep.data.sources import load_problems
+from rlep.tasks.engines import Completion
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+from rlep.tasks.settings.source import problem_source
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.backends.checkpoint import latest_checkpoint
-from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.generation.async_gen import (
     CoreShare,
     GeneratorError,

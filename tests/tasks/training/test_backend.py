@@ -7,10 +7,10 @@ import torch
 from transformers import Qwen2Config
 
 from rlep.data.rollout import Rollout
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend, make_backend
 from rlep.tasks.training.backends.policy import PolicySpec, build_optimizer, load_policy
-from rlep.tasks.training.config import LossConfig, OptimizerConfig
 from rlep.tasks.training.maths.batch import build_batch
 from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 

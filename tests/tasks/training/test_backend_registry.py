@@ -7,10 +7,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.backends import registry
 from rlep.tasks.training.backends.precision import PrecisionChoice
 from rlep.tasks.training.backends.registry import BACKENDS, BackendKind, kind_name, kind_of, register_backend
-from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.maths.update import policy_update
 from rlep.tasks.training.trainer import train
 

@@ -95,7 +95,7 @@ def test_a_run_whose_checkpoint_cannot_be_written_stops_naming_it_and_resumes(fi
     # only at the end, so at the resumed step 1 eval.parquet holds no row to keep (an empty take once crashed).
     import transformers
 
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
     from rlep.tasks.training.loop.steps import Trainer
 
     out = tmp_path / "run"

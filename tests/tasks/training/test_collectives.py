@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import LossConfig, OptimizerConfig
 from rlep.tasks.training.maths.update import UpdateSettings
 
 TINY = model_config("tiny")

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from rlep.tasks.engines import Completion, SamplingConfig
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.engines import Completion
+from rlep.tasks.settings.engine import SamplingConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.generation.colocated import ColocatedEngines, generate_seeded, prompt_seeds
 
 

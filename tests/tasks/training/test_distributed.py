@@ -23,10 +23,10 @@ from distributed_ranks import (
 )
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import LossConfig, OptimizerConfig
 from rlep.tasks.training.maths.update import UpdateSettings
 
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]

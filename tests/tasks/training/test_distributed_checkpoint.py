@@ -17,10 +17,10 @@ from conftest import free_port
 from distributed_ranks import LR, TINY, TINY_INIT, NoTokenizer, rank_main, run_update, spawn, spec
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import OptimizerConfig
 
 
 def _save_and_resume(strategy, out, precision="fp32", weight_dtype=torch.float32):

@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 
 
 def test_several_processes_generate_colocated_in_sync_mode_or_in_a_process_of_its_own_in_async():
-    from rlep.tasks.training.config import TrainConfig
+    from rlep.tasks.settings.train import TrainConfig
 
     colocated = TrainConfig(backend={"nproc": 2})  # sync: an engine per rank (tasks/training/generation/colocated.py)
     assert colocated.mode == "sync" and colocated.colocated and colocated.per_prompt_seeds

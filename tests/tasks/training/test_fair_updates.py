@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 from rlep.data.problem import Problem
 from rlep.data.rollout import Group, Rollout
 from rlep.tasks.replay import make_replay
-from rlep.tasks.replay.config import (
+from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
+from rlep.tasks.settings.replay import (
     ExGRPOReplayConfig,
     FIFOReplayConfig,
     NoReplayConfig,
@@ -21,8 +22,7 @@ from rlep.tasks.replay.config import (
     ReuseReplayConfig,
     RLEPReplayConfig,
 )
-from rlep.tasks.replay.strategies import FIFOReplay, PrioritizedReplay, RLEPReplay
-from rlep.tasks.training.config import LossConfig, PPOClipObjective, TrainConfig
+from rlep.tasks.settings.train import LossConfig, PPOClipObjective, TrainConfig
 from rlep.tasks.training.maths.advantages import fill_advantages
 from rlep.tasks.training.maths.batch import build_batch, group_ids, mini_batches
 from rlep.tasks.training.maths.logprobs import token_logprobs

@@ -5,11 +5,11 @@ import pytest
 import torch
 from conftest import assert_samples_from, process_running
 
-from rlep.tasks.engines import EngineConfig, SamplingConfig
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import OptimizerConfig, TrainConfig
 from rlep.tasks.training.generation.async_gen import GeneratorProcess
 from rlep.tasks.training.generation.generator_pool import GeneratorPool, engine_shares, slices, start_generator
 

@@ -77,7 +77,7 @@ def test_the_heads_slices_give_the_whole_logits_values_entropies_and_gradients(
 
 
 def test_under_lora_and_with_the_adapters_off_the_head_path_is_the_whole_logits_path(fixture_model):
-    from rlep.tasks.training.backend_config import LoraConfig
+    from rlep.tasks.settings.backend import LoraConfig
     from rlep.tasks.training.backends.lora import AdaptersOff, with_lora
 
     base = AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)

@@ -6,11 +6,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
+from rlep.tasks.engines import make_engine
+from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import OptimizerConfig, TrainConfig
 from rlep.tasks.training.maths.logprobs import completion_logprobs, pad_sequences, token_logprobs
 
 PROMPTS = ["Q: 3+4=?\nA: ", "Q: 12*3=?\nA: "]

@@ -139,7 +139,7 @@ def test_the_objective_is_a_variant_with_its_own_settings(tmp_path):
     import pytest as _pytest
 
     from rlep.flows.options import ConfigError, add_model_flags, build_config, flag_overrides
-    from rlep.tasks.training.config import AsymREObjective, LossConfig, PPOClipObjective, TrainConfig
+    from rlep.tasks.settings.train import AsymREObjective, LossConfig, PPOClipObjective, TrainConfig
 
     parser = argparse.ArgumentParser()
     add_model_flags(parser, TrainConfig)

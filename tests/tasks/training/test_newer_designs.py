@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlep.data.rollout import Group, Rollout
-from rlep.tasks.training.config import AsymREObjective, LossConfig
+from rlep.tasks.settings.train import AsymREObjective, LossConfig
 from rlep.tasks.training.loop.step_metrics import PhaseTimer, step_row
 from rlep.tasks.training.loop.tracking import step_line
 from rlep.tasks.training.maths.advantages import fill_advantages, zero_variance_advantages

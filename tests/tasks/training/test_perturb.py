@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from rlep.data.run_layout import TrainRunLayout
-from rlep.tasks.training.config import TrainConfig
-from rlep.tasks.training.loop.perturb import RESEEDED_OFFSET, PerturbConfig, sampling_seed
+from rlep.tasks.settings.perturb import RESEEDED_OFFSET, PerturbConfig, sampling_seed
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.loop.steps import Trainer
 
 STEPS, RESEED_AT = 4, 3

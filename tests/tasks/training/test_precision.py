@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import Qwen2Config
 
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends import precision
 from rlep.tasks.training.backends.backend import make_backend
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.backends.precision import record_precision, recorded_precision, resolve_precision
-from rlep.tasks.training.config import OptimizerConfig, TrainConfig
 
 # /proc/cpuinfo of the two machines of FIELD_NOTES ("Checked 2026-11-26"), cut to the lines that matter.
 XEON_WITHOUT_BF16 = """processor\t: 0

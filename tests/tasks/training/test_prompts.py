@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from rlep.data.problem import render_prompt
 from rlep.data.prompt_length import PromptTooLongError
 from rlep.data.sources import load_problems
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.loop.prompts import fitting
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlep.data.store import StoreError
-from rlep.tasks.training.config import TrainConfig
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.loop.steps import train_in_process
 
 

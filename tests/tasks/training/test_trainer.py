@@ -21,10 +21,11 @@ from safetensors.torch import load_file
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import PoolStore
 from rlep.data.run_layout import TrainRunLayout
-from rlep.data.sources import load_problems, problem_source
+from rlep.data.sources import load_problems
 from rlep.data.trajectory import COLUMNS
+from rlep.tasks.settings.source import problem_source
+from rlep.tasks.settings.train import TrainConfig
 from rlep.tasks.training.backends.checkpoint import latest_checkpoint
-from rlep.tasks.training.config import TrainConfig
 from rlep.tasks.training.loop.steps import Trainer
 
 METRIC_COLUMNS = [

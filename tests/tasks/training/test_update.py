@@ -9,7 +9,7 @@ import torch
 from conftest import update_rollout
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.training.config import AsymREObjective, LossConfig
+from rlep.tasks.settings.train import AsymREObjective, LossConfig
 from rlep.tasks.training.maths.batch import build_batch
 from rlep.tasks.training.maths.logprobs import token_logprobs
 from rlep.tasks.training.maths.update import UpdateSettings, policy_update

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 import rlep.tasks.training.maths.update as update
-from rlep.tasks.training.config import LossConfig
+from rlep.tasks.settings.train import LossConfig
 from rlep.tasks.training.maths.batch import build_batch, micro_batch_rows
 from rlep.tasks.training.maths.update import UpdateSettings, policy_update
 

@@ -10,11 +10,12 @@ import pytest
 import torch
 from conftest import assert_samples_from
 
-from rlep.tasks.engines import EngineConfig, SamplingConfig, make_engine
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.engines import make_engine
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.generation.weight_sync import named_weights, nbytes, receive_weights, send_weights
 from rlep.tasks.training.generation.weight_transport import SharedMemoryBucket, open_bucket
 

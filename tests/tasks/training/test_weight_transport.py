@@ -14,12 +14,12 @@ import pytest
 import torch
 from conftest import assert_samples_from, process_running
 
-from rlep.tasks.engines import EngineConfig, SamplingConfig
 from rlep.tasks.runner import module_env
-from rlep.tasks.training.backend_config import BackendConfig
+from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
+from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
-from rlep.tasks.training.config import OptimizerConfig
 from rlep.tasks.training.generation.async_gen import GeneratorError, GeneratorProcess
 from rlep.tasks.training.generation.generator_pool import GeneratorPool, start_generator
 from rlep.tasks.training.generation.weight_transport import (
@@ -201,10 +201,10 @@ def test_the_shared_buffer_is_gone_after_the_trainer_is_killed(fixture_model):
     script = textwrap.dedent(
         f"""
         import os, sys, time
-        from rlep.tasks.engines import EngineConfig, SamplingConfig
+        from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
         from rlep.tasks.training.generation.async_gen import GeneratorProcess
         from rlep.tasks.training.backends.backend import LocalBackend
-        from rlep.tasks.training.config import OptimizerConfig
+        from rlep.tasks.settings.train import OptimizerConfig
         from rlep.tasks.training.backends.policy import PolicySpec
         policy = LocalBackend(PolicySpec({fixture_model!r}, OptimizerConfig()))
         generator = GeneratorProcess({fixture_model!r}, EngineConfig(backend="transformers"), version=0)

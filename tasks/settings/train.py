@@ -9,15 +9,17 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
-from rlep.data.prompt_length import PromptLengthConfig
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
-from rlep.data.sources import ProblemSourceConfig, default_task
-from rlep.tasks.engines import EngineConfig, RolloutSampling, sampling_field
-from rlep.tasks.replay.config import NoReplayConfig, ReplayConfig
-from rlep.tasks.settings_upgrade import SavedSettings
-from rlep.tasks.training.backend_config import BackendConfig, LoraConfig
-from rlep.tasks.training.loop.perturb import PerturbConfig, sampling_seed
-from rlep.verifiers import RewardConfig, VerifierConfig
+from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, sampling_field
+from rlep.tasks.settings.migrate import SavedSettings
+from rlep.tasks.settings.perturb import PerturbConfig, sampling_seed
+from rlep.tasks.settings.prompt_length import PromptLengthConfig
+from rlep.tasks.settings.replay import NoReplayConfig, ReplayConfig
+from rlep.tasks.settings.reward import RewardConfig
+from rlep.tasks.settings.source import ProblemSourceConfig, default_task
+from rlep.tasks.settings.tracker import check_tracker
+from rlep.tasks.settings.verifier import VerifierConfig
 
 _OBJECTIVE = {"cli_flag": "objective"}
 _OBJECTIVE_HELP = (
@@ -304,8 +306,6 @@ class TrainConfig(SavedSettings):
     @field_validator("tracker")
     @classmethod
     def _tracker_installed(cls, kind: str) -> str:
-        from rlep.tasks.training.loop.tracking import check_tracker
-
         check_tracker(kind)  # a missing package fails here, before anything runs
         return kind
 
@@ -441,7 +441,7 @@ class TrainConfig(SavedSettings):
         return max(1, len(self.generator_gpus) // self.engine.tensor_parallel_size)
 
     def sampling_seed(self, step: int) -> int:
-        """The seed training step `step` samples its rollouts with (`tasks.training.loop.perturb.sampling_seed`)."""
+        """The seed training step `step` samples its rollouts with (`tasks.settings.perturb.sampling_seed`)."""
         return sampling_seed(self.seed, step, self.perturb)
 
     def resolved_run_id(self) -> str:

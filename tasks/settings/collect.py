@@ -12,14 +12,15 @@ from pathlib import Path
 from pydantic import ConfigDict, Field, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
-from rlep.data.prompt_length import PromptLengthConfig
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.run_layout import checkpoint_step
-from rlep.data.source_config import ProblemSourceConfig, default_task
-from rlep.tasks.engines import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
-from rlep.tasks.settings_upgrade import SavedSettings
-from rlep.tasks.training.loop.perturb import stream_seed
-from rlep.verifiers import RewardConfig, VerifierConfig
+from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
+from rlep.tasks.settings.migrate import SavedSettings
+from rlep.tasks.settings.perturb import stream_seed
+from rlep.tasks.settings.prompt_length import PromptLengthConfig
+from rlep.tasks.settings.reward import RewardConfig
+from rlep.tasks.settings.source import ProblemSourceConfig, default_task
+from rlep.tasks.settings.verifier import VerifierConfig
 
 
 class CollectConfig(SavedSettings):

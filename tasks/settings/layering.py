@@ -1,68 +1,16 @@
 """How settings are layered and how a bad one is reported: one rule for the CLI's `--config` + flags
-(`flows/options.py`) and for a study's arms over its base training settings (`tasks/study/config.py`). Settings
-of an earlier layout are upgraded (`tasks.settings_upgrade`) before they are layered."""
+(`flows/options.py`) and for a study's arms over its base training settings (`rlep.tasks.settings.study`). Settings
+of an earlier layout are read in today's (`rlep.tasks.settings.migrate`) before they are layered."""
 
 from __future__ import annotations
 
 import copy
-import types
-import typing
-from collections.abc import Callable
-from typing import Annotated, Any, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from rlep.tasks.settings_upgrade import SavedSettings, upgrade_settings
-
-
-def section_types(annotation: Any) -> list[type[BaseModel]]:
-    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants
-    (each possibly `Annotated` with its tag, the union with its discriminator)."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return section_types(get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for a in get_args(annotation) if a is not type(None) for m in section_types(a)]
-    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
-
-
-def section_migration(annotation: Any) -> Callable[[Any], Any] | None:
-    """The migration a section's type runs before validation (a `BeforeValidator` on it, e.g. a problem
-    source's `upgrade_source_settings`, which names its `kind` from `source`), or None."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        found = [m.func for m in annotation.__metadata__ if isinstance(m, BeforeValidator)]
-        return found[0] if found else section_migration(get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return next(filter(None, (section_migration(a) for a in get_args(annotation))), None)
-    return None
-
-
-def field_type(model: Any, name: str) -> Any:
-    """The annotation of field `name` of `model` (a BaseModel class), its pydantic metadata (validators)
-    kept; None when `model` has no such field."""
-    if not (isinstance(model, type) and issubclass(model, BaseModel)) or name not in model.model_fields:
-        return None
-    field = model.model_fields[name]
-    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-
-
-def in_current_layout(model: Any, settings: dict[str, Any]) -> dict[str, Any]:
-    """`settings` of `model` (a config class or union) with every section of it that an earlier version may have
-    written (a `SavedSettings`, at any depth: a study's `train`) upgraded to today's layout. A section that cannot
-    be upgraded (a setting given in both layouts) is left as it is, for validation to refuse with its path."""
-    if isinstance(model, type) and issubclass(model, SavedSettings):
-        try:
-            settings = upgrade_settings(settings)
-        except ValueError:
-            return settings
-    sections = section_types(model)
-    if len(sections) != 1:  # a union of variants upgrades itself where it is validated (a problem source)
-        return settings
-    return {
-        key: in_current_layout(field_type(sections[0], key), value) if isinstance(value, dict) else value
-        for key, value in settings.items()
-    }
+from rlep.tasks.settings.migrate import in_current_layout, own_settings, section_migration
+from rlep.tasks.settings.sections import field_type, section_types
 
 
 def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = None) -> dict[str, Any]:
@@ -71,12 +19,13 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = No
 
     A section of several variants (a union discriminated by `kind`: replay, the loss objective, a problem
     source) that `update` switches to another variant is replaced by the update's instead, keeping only the
-    base's settings every variant has: the old variant's own settings do not apply to the new one (replay rlep
-    -> fifo keeps nothing; a problem source switched from tiny-math to a file keeps its split and limit, so the
-    evaluation's `test` split and 200 problems hold for a file too). An update without `kind` is of the
-    variant the section's migration names from the merged settings (a problem source's from its `source`),
-    else of the base's; a problem source's section is then left without `kind`, which validation names again
-    (`upgrade_source_settings`, which also reads a saved dump of an earlier layout).
+    base's settings every variant has (the migration's rule for settings of another variant,
+    `rlep.tasks.settings.migrate.own_settings`): the old variant's own settings do not apply to the new one
+    (replay rlep -> fifo keeps nothing; a problem source switched from tiny-math to a file keeps its split and
+    limit, so the evaluation's `test` split and 200 problems hold for a file too). An update without `kind` is
+    of the variant the section's migration names from the merged settings (a problem source's from its
+    `source`), else of the base's; a problem source's section is then left without `kind`, which validation
+    names again (`upgrade_source_settings`, which also reads a saved dump of an earlier layout).
 
     Both are first read in today's layout (`in_current_layout`): an arm written the old way (`max_tokens: 8`)
     over a base of today's (`sampling: {max_tokens: 24, ...}`) sets the base's `sampling.max_tokens`."""
@@ -92,8 +41,7 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = No
             new = update.get("kind", old)
         if new != old:
             shared = set.intersection(*(set(v.model_fields) for v in variants)) - {"kind"}
-            kept = {key: copy.deepcopy(value) for key, value in base.items() if key in shared}
-            return kept | copy.deepcopy(update)
+            return copy.deepcopy(own_settings(base, shared)) | copy.deepcopy(update)
         variants = [v for v in variants if "kind" in v.model_fields and v.model_fields["kind"].default == new]
     section = variants[0] if len(variants) == 1 else None
     merged = copy.deepcopy(base)

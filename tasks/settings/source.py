@@ -8,9 +8,9 @@ applies, and a setting of another kind (`families` for a file) is refused by val
 
 `kind` may be left out: it is then the kind `source` names (`tiny-math`, `hf:NAME`, else a file). That is how
 every configuration and saved run was written before sources had a `kind`, and how the command line names
-one (`--source`); `upgrade_source_settings` is that rule, the one migration of source settings, run by
-validation before the union picks a kind. `problem_source(...)` builds a source from plain settings;
-data/sources.py loads the problems it names.
+one (`--source`); `rlep.tasks.settings.migrate.upgrade_source_settings` is that rule (change 2 of the one
+migration of settings), run by validation before the union picks a kind. `problem_source(...)` builds a source
+from plain settings; data/sources.py loads the problems it names.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 from rlep.data import tiny_math
 from rlep.data.gold_answers import NO_ANSWER_VALUES
 from rlep.data.source_rows import HF_PREFIX, peek_columns
+from rlep.tasks.settings.migrate import SourceKind, kind_of_source, upgrade_source_settings
 
 _SOURCE_HELP = (
     "`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a Hugging Face dataset "
@@ -36,8 +37,6 @@ _KIND_HELP = (
 )
 # The kind has no flag of its own: `--source` names it (flows/options.py skips a field whose cli_flag is False).
 _KIND_EXTRA = {"cli_flag": False}
-
-SourceKind = Literal["tiny-math", "file", "hf"]
 
 
 class _Source(BaseModel):
@@ -57,8 +56,9 @@ class _Source(BaseModel):
 
     def refused_choices(self, given: Iterable[str]) -> list[str]:
         """Of the settings a user chose (`given`, names of fields), those this source cannot honour, with why:
-        none but a file's split (`FileSource`). `tasks.settings.refused_choices` asks, where settings are built
-        from a user's files and flags, which alone tell a choice from a default a saved dump repeats."""
+        none but a file's split (`FileSource`). `rlep.tasks.settings.layering.refused_choices` asks, where
+        settings are built from a user's files and flags, which alone tell a choice from a default a saved dump
+        repeats."""
         return []
 
 
@@ -191,37 +191,6 @@ class FileSource(_RowSource):
 
 SOURCE_KINDS = {"tiny-math": TinyMathSource, "file": FileSource, "hf": HfSource}
 SPLIT_COLUMNS = ("split", "extra_info.split")  # the split columns a file is looked for (verl's is nested)
-
-
-def kind_of_source(source: Any) -> SourceKind:
-    """The kind of source `source` names: `tiny-math`, `hf` (`hf:NAME`) or `file` (anything else)."""
-    if source == "tiny-math":
-        return "tiny-math"
-    return "hf" if isinstance(source, str) and source.startswith(HF_PREFIX) else "file"
-
-
-# Every setting of every kind: what a dump held before the kinds were separate models (2026-11-25), when one
-# model had them all. Such a section is recognised by holding them all, which no hand-written section does.
-_EVERY_SETTING = set().union(*(kind.model_fields for kind in SOURCE_KINDS.values())) - {"kind"}
-
-
-def upgrade_source_settings(settings: Any) -> Any:
-    """Problem-source settings in an earlier layout, as the current one: the one migration of source settings,
-    run by validation (`ProblemSourceConfig`) and by `tasks.settings.merge_settings`.
-
-    - No `kind` (every configuration and saved run before sources had one, e.g. a train_config.json, and the
-      command line, where `--source` names it): the kind is the one `source` names, `tiny-math` when there is
-      no source (its default).
-    - A dump from before the kinds were separate models, which holds every setting of every kind: the settings
-      of the other kinds, which its kind never read, are left out.
-
-    Settings that give their `kind` are returned as they are; any setting of another kind there is refused."""
-    if not isinstance(settings, dict) or "kind" in settings:
-        return settings
-    kind = kind_of_source(settings.get("source", "tiny-math"))
-    if _EVERY_SETTING <= set(settings):
-        settings = {key: value for key, value in settings.items() if key in SOURCE_KINDS[kind].model_fields}
-    return {"kind": kind, **settings}
 
 
 # Where problems come from and how to read them: one of three kinds, each with only its own settings (so the

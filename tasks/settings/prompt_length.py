@@ -1,0 +1,21 @@
+"""What to do with prompts too long for the model's context: the setting of the check that data/prompt_length.py
+makes before sampling."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PromptLengthConfig(BaseModel):
+    """What to do with prompts too long for the model's context."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlong_prompts: Literal["error", "filter"] = Field(
+        "error",
+        description="A prompt whose tokens plus max new tokens exceed the model's context: `error` stops "
+        "before sampling, naming the longest; `filter` leaves such problems out and reports how many (as "
+        "verl's data.filter_overlong_prompts).",
+    )

@@ -1,0 +1,32 @@
+"""The sections of a settings model, found from its annotations: which BaseModel classes a field holds (one, or
+the variants of a union discriminated by `kind`) and which annotation a field has. The migration
+(`rlep.tasks.settings.migrate.in_current_layout`), the layering (`rlep.tasks.settings.layering.merge_settings`)
+and the CLI's flags (flows/options.py) walk a model with these."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, get_args, get_origin
+
+from pydantic import BaseModel
+
+
+def section_types(annotation: Any) -> list[type[BaseModel]]:
+    """The BaseModel classes an annotation holds: one for `X` or `X | None`, several for a union of variants
+    (each possibly `Annotated` with its tag, the union with its discriminator)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return section_types(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in get_args(annotation) if a is not type(None) for m in section_types(a)]
+    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+
+
+def field_type(model: Any, name: str) -> Any:
+    """The annotation of field `name` of `model` (a BaseModel class), its pydantic metadata (validators)
+    kept; None when `model` has no such field."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or name not in model.model_fields:
+        return None
+    field = model.model_fields[name]
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
