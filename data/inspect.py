@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -49,21 +48,6 @@ _COLUMNS = [
     "extracted_answer",
     "gold_answer",
 ]
-
-
-class InspectConfig(BaseModel):
-    """What `rlep inspect` reads and how it shows it (`summarize`'s path and sample rows, `render` or JSON)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(
-        description="Run directory, trajectories directory, .parquet file, or pool store (lists its versions).",
-        json_schema_extra={"cli_positional": True},
-    )
-    as_json: bool = Field(
-        False, description="Print the summary as JSON.", json_schema_extra={"cli_flag": "json", "cli_switch": True}
-    )
-    rows: int = Field(3, ge=0, description="Sample rows to show.")
 
 
 def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> dict[str, Any]:

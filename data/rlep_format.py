@@ -54,7 +54,6 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.pool import resolve_pool_path
@@ -187,45 +186,6 @@ def _strict_filter(
     for key, candidates in kept.items():
         problems[key]["candidates"] = candidates
     return len(pairs) - sum(map(len, kept.values())), other
-
-
-class PoolExportConfig(BaseModel):
-    """`rlep pool export`'s settings: `export_pool`'s arguments."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    pool: str = Field(
-        description="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, "
-        "or a pool store (its latest version).",
-        json_schema_extra={"cli_positional": True},
-    )
-    format: Literal["rlep"] = Field("rlep", description="Target layout.")
-    out: str = Field(description="Output .parquet file.")
-    into: str | None = Field(
-        None,
-        description="A verl training file to merge into: all its rows and types kept, reward_model.candidates added "
-        "(empty for unsolved problems).",
-    )
-    data_source: str | None = Field(
-        None,
-        description="Scorer name (verl default_compute_score) for every row [none: the training file's; standalone: "
-        "the pool's if verl knows it, else lighteval/MATH].",
-    )
-    prompt: Literal["raw", "rendered"] = Field(
-        "raw", description="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt."
-    )
-    fields: Literal["source", "rlep"] = Field(
-        "source",
-        description="Standalone file: a pool collected from a verl Parquet file (DAPO-Math-17k, ...) as that file's "
-        "own rows (index type, ability, reward_model.style, every column kept; found through the pool's manifest), "
-        "or rlep's fields (extra_info.index numbered, problem_id, level); rlep's where the file is not found.",
-    )
-    strict: bool = Field(
-        False,
-        description="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number "
-        "fallback); drop and count the rest.",
-        json_schema_extra={"cli_switch": True},
-    )
 
 
 def export_pool(

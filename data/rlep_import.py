@@ -18,8 +18,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rlep.data.fs import write_parquet_atomic
 from rlep.data.problem import Problem
 from rlep.data.run_layout import POOL_FILE
@@ -67,28 +65,6 @@ class ImportReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "path": str(self.path), "match_rate": self.match_rate}
-
-
-class PoolImportConfig(BaseModel):
-    """`rlep pool import`'s settings: `import_pool`'s file, output and run id, and the training problems to match."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(
-        description="RLEP/verl .parquet file with reward_model.candidates.", json_schema_extra={"cli_positional": True}
-    )
-    out: str = Field(
-        description="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool)."
-    )
-    run_id: str = Field("imported", description="run_id of the imported rows.")
-    problems: str | None = Field(
-        None,
-        description="The training problems (a problem source): imported problems take their ids, matched by "
-        "extra_info.index, else by problem text; the match rate is printed.",
-    )
-    problems_config: str | None = Field(
-        None, description="YAML of the --problems source's settings (columns, answer_format, ...)."
-    )
 
 
 def import_pool(

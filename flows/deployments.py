@@ -1,39 +1,10 @@
 """The deployments `rlep serve` registers: one per flow, all parameters typed (the UI renders their
 pydantic settings as forms), plus the scheduled re-collection. One registry; flows do not import it.
-`ServeConfig` is what `rlep serve` and `rlep ui` take (their flags are its fields)."""
+`rlep.tasks.settings.serve.ServeConfig` is what `rlep serve` and `rlep ui` take (their flags are its fields)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from rlep.tasks.settings.recollect import RecollectConfig
-
-DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
-
-
-class ServeConfig(BaseModel):
-    """The deployments' settings: recollect's schedule and its default parameters."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    recollect_cron: str = Field(
-        DEFAULT_RECOLLECT_CRON,
-        description="Cron schedule of the recollect deployment (the default: daily at 03:00).",
-        json_schema_extra={"cli_metavar": "CRON"},
-    )
-    schedule: bool = Field(
-        True,
-        description="Register recollect on its cron schedule (--no-schedule: register it without one).",
-        json_schema_extra={"cli_flag": "no_schedule", "cli_switch": True},
-    )
-    recollect: RecollectConfig = Field(
-        default_factory=RecollectConfig, description="The recollect deployment's parameters (`rlep serve` sets two)."
-    )
-
-    @property
-    def cron(self) -> str | None:
-        return self.recollect_cron if self.schedule else None
-
+from rlep.tasks.settings.serve import ServeConfig
 
 # `rlep serve` and `rlep ui` set these of ServeConfig's settings; the rest are the recollect deployment's form
 SERVE_FLAGS = {"recollect_cron", "schedule", "recollect.train_dir", "recollect.pool_store"}

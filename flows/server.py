@@ -15,18 +15,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class ServerConfig(BaseModel):
-    """Where `rlep ui`'s server listens and keeps its database (`start_server`'s host, port and home)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = Field("127.0.0.1", description="Address to listen on.")
-    port: int = Field(4200, ge=1, le=65535, description="Port of the UI and API.")
-    home: Path = Field(Path(".prefect"), description="PREFECT_HOME for the server's database.")
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:

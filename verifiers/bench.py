@@ -48,11 +48,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from rlep.tasks.settings.bench import VerifyBenchConfig
 from rlep.tasks.settings.verifier import VerifierConfig
 from rlep.verifiers.api import verify_batch
 from rlep.verifiers.bench_corpus import HOSTILE_SHARE, BenchPair, build_corpus
@@ -306,29 +307,6 @@ def _print_summary(console: Console, report: dict) -> None:
         f"workers left after close: {len(report['workers_left_after_close'])}"
     )
     console.print(f"wrote {report['path']}")
-
-
-class VerifyBenchConfig(BaseModel):
-    """Settings of the bench: `run_verify_bench`'s corpus and workers, or a `run_peer_bench` checkout."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    pairs: int = Field(10_000, ge=1, description="Corpus size.")
-    workers: int | None = Field(None, ge=1, description="Worker processes (none: the CPU count).")
-    seed: int = Field(0, description="Corpus seed.")
-    hostile_share: float = Field(HOSTILE_SHARE, ge=0, le=1, description="Share of hostile answers in the corpus, 0..1.")
-    skip_math_verify: bool = Field(
-        False,
-        description="Do not time plain math-verify (for load tests); no speed-up or agreement then.",
-        json_schema_extra={"cli_switch": True},
-    )
-    peer: Path | None = Field(
-        None,
-        description="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
-        "huggingface/Math-Verify at DIR and print the agreement.",
-        json_schema_extra={"cli_metavar": "DIR"},
-    )
-    out: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,7 +66,7 @@ def add_bench(sub) -> None:
         "or, with --peer DIR, agreement on Math-Verify's regression cases.",
     )
     p.set_defaults(handler=cmd_bench_verify)
-    from rlep.verifiers.bench import VerifyBenchConfig
+    from rlep.tasks.settings.bench import VerifyBenchConfig
 
     add_model_flags(p, VerifyBenchConfig)
     p = bench_sub.add_parser(
@@ -158,7 +158,8 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_verify(args: argparse.Namespace) -> int:
-    from rlep.verifiers.bench import VerifyBenchConfig, run_bench
+    from rlep.tasks.settings.bench import VerifyBenchConfig
+    from rlep.verifiers.bench import run_bench
 
     run_bench(build_from_flags(VerifyBenchConfig, args))
     return 0

@@ -54,7 +54,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def add_inspect(sub) -> None:
-    from rlep.data.inspect import InspectConfig
+    from rlep.tasks.settings.inspect import InspectConfig
 
     p = sub.add_parser(
         "inspect",
@@ -66,9 +66,10 @@ def add_inspect(sub) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from rlep.data.inspect import InspectConfig, render, summarize
+    from rlep.data.inspect import render, summarize
     from rlep.data.pool import PoolStore, describe_versions
     from rlep.data.run_layout import POOL_FILE, CollectRunLayout
+    from rlep.tasks.settings.inspect import InspectConfig
 
     config = build_from_flags(InspectConfig, args)
     path, store = config.path, PoolStore(config.path)
@@ -105,8 +106,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def add_pool(sub) -> None:
-    from rlep.data.rlep_format import PoolExportConfig
-    from rlep.data.rlep_import import PoolImportConfig
+    from rlep.tasks.settings.pools import PoolExportConfig, PoolImportConfig
 
     pool = sub.add_parser("pool", help="Move experience pools between rlep and RLEP/verl.")
     pool_sub = pool.add_subparsers(dest="pool_command", required=True, metavar="ACTION")
@@ -121,7 +121,8 @@ def add_pool(sub) -> None:
 
 
 def cmd_pool_export(args: argparse.Namespace) -> int:
-    from rlep.data.rlep_format import PoolExportConfig, export_pool
+    from rlep.data.rlep_format import export_pool
+    from rlep.tasks.settings.pools import PoolExportConfig
 
     config = build_from_flags(PoolExportConfig, args)
     try:
@@ -159,7 +160,8 @@ def cmd_pool_export(args: argparse.Namespace) -> int:
 
 
 def cmd_pool_import(args: argparse.Namespace) -> int:
-    from rlep.data.rlep_import import PoolImportConfig, import_pool
+    from rlep.data.rlep_import import import_pool
+    from rlep.tasks.settings.pools import PoolImportConfig
 
     config = build_from_flags(PoolImportConfig, args)
     try:

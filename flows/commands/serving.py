@@ -10,7 +10,8 @@ from rlep.flows.options import add_model_flags, build_from_flags
 
 
 def add_serve(sub) -> None:
-    from rlep.flows.deployments import SERVE_FLAGS, ServeConfig
+    from rlep.flows.deployments import SERVE_FLAGS
+    from rlep.tasks.settings.serve import ServeConfig
 
     p = sub.add_parser(
         "serve",
@@ -21,8 +22,8 @@ def add_serve(sub) -> None:
 
 
 def add_ui(sub) -> None:
-    from rlep.flows.deployments import SERVE_FLAGS, ServeConfig
-    from rlep.flows.server import ServerConfig
+    from rlep.flows.deployments import SERVE_FLAGS
+    from rlep.tasks.settings.serve import ServeConfig, ServerConfig
 
     p = sub.add_parser(
         "ui", help="Start a local Prefect server (UI on 127.0.0.1) and serve the deployments; Ctrl-C stops both."
@@ -33,7 +34,8 @@ def add_ui(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from rlep.flows.deployments import ServeConfig, serve_deployments
+    from rlep.flows.deployments import serve_deployments
+    from rlep.tasks.settings.serve import ServeConfig
 
     config = build_from_flags(ServeConfig, args)
     if not os.environ.get("PREFECT_API_URL"):
@@ -52,8 +54,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from rlep.flows import server
+    from rlep.tasks.settings.serve import ServerConfig
 
-    config = build_from_flags(server.ServerConfig, args, namespace="server")
+    config = build_from_flags(ServerConfig, args, namespace="server")
     log = config.home / "server.log"
     config.home.mkdir(parents=True, exist_ok=True)
     process = server.start_server(config.host, config.port, config.home, log)

@@ -11,24 +11,23 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlep.data.inspect import InspectConfig
-from rlep.data.rlep_format import PoolExportConfig
-from rlep.data.rlep_import import PoolImportConfig
 from rlep.data.sources import ProblemsOutput
 from rlep.data.tiny_model.build import TinyModelBuild
 from rlep.flows.cli import build_parser
 from rlep.flows.commands.studies import STUDY_FLAGS
 from rlep.flows.deployments import SERVE_FLAGS
 from rlep.flows.options import add_model_flags, build_from_flags
-from rlep.flows.server import ServerConfig
 from rlep.tasks.bench import gpu, sync, update
 from rlep.tasks.bench.gpu import GpuCheckConfig
 from rlep.tasks.bench.sync import SyncBenchConfig
 from rlep.tasks.bench.train import TrainBenchOutput
 from rlep.tasks.bench.update import UpdateBenchConfig
 from rlep.tasks.real_model import RealModelRequest
+from rlep.tasks.settings.bench import VerifyBenchConfig
+from rlep.tasks.settings.inspect import InspectConfig
+from rlep.tasks.settings.pools import PoolExportConfig, PoolImportConfig
+from rlep.tasks.settings.serve import ServerConfig
 from rlep.verifiers import bench as verify_bench
-from rlep.verifiers.bench import VerifyBenchConfig
 
 # Hand-written flags that are not settings of an operation.
 # How a command runs, not a setting of what it runs (`rlep study --report-only`: report, run nothing).

@@ -1,0 +1,69 @@
+"""Moving experience pools between rlep and RLEP/verl: the settings of `rlep pool export` (`PoolExportConfig`;
+the export is data/rlep_format.py's) and `rlep pool import` (`PoolImportConfig`; data/rlep_import.py's)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PoolExportConfig(BaseModel):
+    """`rlep pool export`'s settings: `export_pool`'s arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool: str = Field(
+        description="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, "
+        "or a pool store (its latest version).",
+        json_schema_extra={"cli_positional": True},
+    )
+    format: Literal["rlep"] = Field("rlep", description="Target layout.")
+    out: str = Field(description="Output .parquet file.")
+    into: str | None = Field(
+        None,
+        description="A verl training file to merge into: all its rows and types kept, reward_model.candidates added "
+        "(empty for unsolved problems).",
+    )
+    data_source: str | None = Field(
+        None,
+        description="Scorer name (verl default_compute_score) for every row [none: the training file's; standalone: "
+        "the pool's if verl knows it, else lighteval/MATH].",
+    )
+    prompt: Literal["raw", "rendered"] = Field(
+        "raw", description="Standalone file: the raw question (verl adds the chat template) or rlep's rendered prompt."
+    )
+    fields: Literal["source", "rlep"] = Field(
+        "source",
+        description="Standalone file: a pool collected from a verl Parquet file (DAPO-Math-17k, ...) as that file's "
+        "own rows (index type, ability, reward_model.style, every column kept; found through the pool's manifest), "
+        "or rlep's fields (extra_info.index numbered, problem_id, level); rlep's where the file is not found.",
+    )
+    strict: bool = Field(
+        False,
+        description="Re-check every answer as verl's boxed math scorer reads it (last \\boxed{}, no last-number "
+        "fallback); drop and count the rest.",
+        json_schema_extra={"cli_switch": True},
+    )
+
+
+class PoolImportConfig(BaseModel):
+    """`rlep pool import`'s settings: `import_pool`'s file, output and run id, and the training problems to match."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description="RLEP/verl .parquet file with reward_model.candidates.", json_schema_extra={"cli_positional": True}
+    )
+    out: str = Field(
+        description="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool)."
+    )
+    run_id: str = Field("imported", description="run_id of the imported rows.")
+    problems: str | None = Field(
+        None,
+        description="The training problems (a problem source): imported problems take their ids, matched by "
+        "extra_info.index, else by problem text; the match rate is printed.",
+    )
+    problems_config: str | None = Field(
+        None, description="YAML of the --problems source's settings (columns, answer_format, ...)."
+    )
