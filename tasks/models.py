@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlep.tasks.model_errors import ModelNotFound  # noqa: F401  (raised here; callers import it from here)
-from rlep.tasks.model_names import REAL_MODEL_NAMES  # noqa: F401  (callers import it from here)
+from rlep.tasks.settings.models import REAL_MODEL_NAMES  # noqa: F401  (callers import it from here)
 
 TINY_MODEL = "tiny"
 TINY_WORKED_MODEL = "tiny-worked"

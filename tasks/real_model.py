@@ -36,13 +36,9 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.fs import atomic_dir, write_text_atomic
 from rlep.tasks.model_errors import ModelNotFound
-from rlep.tasks.model_names import REAL_MODEL_NAMES
 
 INFO_FILE = "rlep_real_model.json"
 # Bump when the conversion writes something different from the same GGUF file, so cached copies are redone.
@@ -241,22 +237,6 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict:
     }
 
 
-class RealModelRequest(BaseModel):
-    """`rlep real-model`'s settings: `ensure_real_model`'s name, force and progress."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal[REAL_MODEL_NAMES] = Field(
-        "smollm2", description="Real model to fetch.", json_schema_extra={"cli_positional": True}
-    )
-    force: bool = Field(
-        False,
-        description="Convert again even if a complete conversion is cached.",
-        json_schema_extra={"cli_switch": True},
-    )
-    quiet: bool = Field(False, description="No progress messages.", json_schema_extra={"cli_switch": True})
-
-
 def ensure_real_model(
     name: str = SMOLLM2.name, force: bool = False, progress: bool = True, root: Path | None = None
 ) -> Path:
@@ -299,7 +279,6 @@ __all__ = [
     "REAL_MODELS",
     "SMOLLM2",
     "GGUFPackage",
-    "RealModelRequest",
     "RealModelUnavailable",
     "check_extra",
     "convert_gguf",

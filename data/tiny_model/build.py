@@ -13,8 +13,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
 from rlep.data.tiny_math import generate
 from rlep.data.tiny_model.config import (
@@ -30,20 +28,6 @@ from rlep.data.tiny_model.training import new_model, supervised_train
 # The start is checked on other machines with this set: `rlep eval --source tiny-math --families F --levels L
 # --split test --limit 300 --samples 1` draws the same problems.
 TARGET_CELL_TEST_PROBLEMS = 300
-
-
-class TinyModelBuild(BaseModel):
-    """How `rlep tiny-model` builds: `build_tiny_model`'s directory, force, progress and threads (what it builds is
-    TinyModelConfig, whose fingerprint these leave alone)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    out: Path | None = Field(None, description="Directory for the model (none: the cache, see docs/tiny_model.md).")
-    force: bool = Field(
-        False, description="Rebuild even if a complete build is there.", json_schema_extra={"cli_switch": True}
-    )
-    quiet: bool = Field(False, description="No progress bar.", json_schema_extra={"cli_switch": True})
-    threads: int = Field(1, ge=1, description="torch threads for the build (see docs/tiny_model.md).")
 
 
 def build_tiny_model(

@@ -36,7 +36,7 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
 def add_tiny_model(sub) -> None:
     from rlep.data.tiny_model import TinyModelConfig
-    from rlep.data.tiny_model.build import TinyModelBuild
+    from rlep.tasks.settings.models import TinyModelBuild
 
     p = add_command(
         sub,
@@ -50,7 +50,7 @@ def add_tiny_model(sub) -> None:
 
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     from rlep.data.tiny_model import TinyModelConfig, build_tiny_model, read_build_info
-    from rlep.data.tiny_model.build import TinyModelBuild
+    from rlep.tasks.settings.models import TinyModelBuild
 
     config = build_config(TinyModelConfig, args.config, flag_overrides(args))
     build = build_from_flags(TinyModelBuild, args, namespace="build")
@@ -78,7 +78,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def add_real_model(sub) -> None:
-    from rlep.tasks.real_model import RealModelRequest
+    from rlep.tasks.settings.models import RealModelRequest
 
     p = sub.add_parser(
         "real-model",
@@ -90,7 +90,8 @@ def add_real_model(sub) -> None:
 
 
 def cmd_real_model(args: argparse.Namespace) -> int:
-    from rlep.tasks.real_model import RealModelRequest, ensure_real_model, read_info
+    from rlep.tasks.real_model import ensure_real_model, read_info
+    from rlep.tasks.settings.models import RealModelRequest
 
     request = build_from_flags(RealModelRequest, args)
     out = ensure_real_model(request.name, force=request.force, progress=not request.quiet)

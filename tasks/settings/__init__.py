@@ -7,7 +7,7 @@ the Prefect forms and the executor's reuse check read them; tests/tasks/settings
   (training processes, LoRA), `perturb` (the chance control and the sampling seeds), `verifier`, `reward`,
   `prompt_length`, `runner` (where a study's runs execute), `tracker`;
 - the other commands' settings: `serve` (`rlep serve`, `rlep ui`), `inspect`, `pools` (`rlep pool export` and
-  `import`), `bench` (`rlep bench verify`);
+  `import`), `bench` (`rlep bench verify`), `models` (`rlep tiny-model`, `rlep real-model`);
 - `migrate`: the one migration of settings written in an earlier layout (every layout change, oldest first);
 - `layering`: how settings are merged (`--config` + flags, a study's arms over its base) and a bad one reported;
   `sections` finds a model's sections for both;

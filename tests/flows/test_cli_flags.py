@@ -12,7 +12,6 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.data.sources import ProblemsOutput
-from rlep.data.tiny_model.build import TinyModelBuild
 from rlep.flows.cli import build_parser
 from rlep.flows.commands.studies import STUDY_FLAGS
 from rlep.flows.deployments import SERVE_FLAGS
@@ -22,9 +21,9 @@ from rlep.tasks.bench.gpu import GpuCheckConfig
 from rlep.tasks.bench.sync import SyncBenchConfig
 from rlep.tasks.bench.train import TrainBenchOutput
 from rlep.tasks.bench.update import UpdateBenchConfig
-from rlep.tasks.real_model import RealModelRequest
 from rlep.tasks.settings.bench import VerifyBenchConfig
 from rlep.tasks.settings.inspect import InspectConfig
+from rlep.tasks.settings.models import RealModelRequest, TinyModelBuild
 from rlep.tasks.settings.pools import PoolExportConfig, PoolImportConfig
 from rlep.tasks.settings.serve import ServerConfig
 from rlep.verifiers import bench as verify_bench
