@@ -1,6 +1,6 @@
 """Every settings model of rlep: what a user writes in a YAML, as command-line flags or in a Prefect form, and
 what a run saves of them. One module per unit, each importable without torch, numpy or pyarrow (the CLI's flags,
-the Prefect forms and the executor's reuse check read them; tests/tasks/settings/test_light.py checks it):
+the Prefect forms and the executor's reuse check read them; tests/tasks/settings/test_import_light.py checks it):
 
 - `collect`, `train`, `evaluate`, `pipeline`, `study`, `recollect`: the settings of each command;
 - their sections: `source` (problem sources), `engine` (generation engine and sampling), `replay`, `backend`
