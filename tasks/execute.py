@@ -12,12 +12,12 @@ publishes a new version of the arm's store, and the last part is evaluated like 
 finished with the same settings from the same starting weights is not run again (its record, written last, says
 so; a living-pool part, when its checkpoint or its store's version exists), and a killed training run resumes
 from its last checkpoint, so a killed pipeline or study goes on where it stopped. A finished or killed run whose
-settings differ is started over (a living-pool arm by its first part, store included), never mixed.
+settings differ is started over (a living-pool arm by its first part, store included), never mixed: whether
+settings are the same is `tasks.reuse`'s to say (versioned digests of resolved settings).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,14 +25,11 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from rlep.data.fs import write_text_atomic
 from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
+from rlep.tasks import reuse
 from rlep.tasks.carry import Action, Carrier, Outcome, local_stages
 from rlep.tasks.plan import Run
-from rlep.tasks.settings.collect import CollectConfig
-from rlep.tasks.settings.train import TrainConfig
 
 # A run's actions, one at a time: each yielded for the caller to carry out, its `Outcome` sent back; the run's
 # record returned.
@@ -104,50 +101,16 @@ def decide(run: Run, results: dict[str, dict], reuse: bool = True) -> Decision:
     return (yield from _finished_or(run, lambda: _train(run), lambda final: _evaluated(run, final)))
 
 
-def settings_digest(run: Run) -> str:
-    """What a finished run's record must match to be reused: its settings, its evaluation's and its pool's life."""
-    parts = [run.config.model_dump_json(), run.evaluate.model_dump_json() if run.evaluate else ""]
-    if run.living is not None:
-        parts.append(repr((run.living.every, run.living.collect.model_dump_json())))
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-def _identity(run: Run, hashes: dict[str, str | None] | None = None) -> dict:
-    """What a run's record must hold for the run to count as finished: its starting weights and settings.
-    `hashes` (model -> hash), when given, keeps the hashes already taken (several runs start from one model)."""
-    hashes = {} if hashes is None else hashes
-    if run.config.model not in hashes:
-        hashes[run.config.model] = _start_weights(run.config.model)
-    return {"start_weights": hashes[run.config.model], "settings": settings_digest(run)}
-
-
-def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> dict | None:
-    """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
-    else None. (A collection has no record: its manifest says it finished.) `hashes`: as `_identity`'s, for a
-    caller checking many runs at once."""
-    record = _record(run)
-    return record if record is not None and _matches(record, _identity(run, hashes)) else None
-
-
-def _record(run: Run) -> dict | None:
-    done = EvalRunLayout(run.config.out).record
-    return json.loads(done.read_text()) if done.is_file() else None
-
-
-def _matches(record: dict, identity: dict) -> bool:
-    return all(record.get(name) == value for name, value in identity.items())
-
-
 def _finished_or(
     run: Run, carry_out: Callable[[], Decision], evaluate_again: Callable[[str], Decision] | None = None
 ) -> Decision:
     """The run's record if it finished with its settings, else what `carry_out` decides (only the evaluation again,
     `evaluate_again`, where the same training finished), then its record, written."""
     out = Path(run.config.out)
-    identity = _identity(run)
+    identity = reuse.identity(run)
     done = EvalRunLayout(out).record
-    record = _record(run)
-    if record is not None and _matches(record, identity):
+    record = reuse.record(run)
+    if record is not None and reuse.finished(run, record):
         return record
     if record is not None:
         final = record.get("final_checkpoint")
@@ -155,16 +118,16 @@ def _finished_or(
             evaluate_again
             and final
             and record.get("start_weights") == identity["start_weights"]
-            and _trained_alike(run)
+            and reuse.trained_alike(run)
         ):
-            # The same training, its settings written in an earlier layout (the digest is of the dump): keep
-            # the checkpoints; the evaluation, which the digest also covers, is done again.
+            # The same training, its record of an earlier digest (or layout) that cannot tell: keep the
+            # checkpoints; the evaluation, which the digest also covers, is done again.
             print(f"{run.key}: {out} finished with the same training settings; evaluating it again")
             carry_out = lambda: evaluate_again(final)  # noqa: E731
         else:
             print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
             _start_over(run)
-    elif run.kind == "train" and not _same_training(out, run.config):
+    elif run.kind == "train" and not reuse.same_training(out, run.config):
         print(f"{run.key}: {out} holds a run with other settings; starting it over")
         _start_over(run)
     carried = yield from carry_out()
@@ -213,12 +176,12 @@ def _same_arm_or_start_over(run: Run) -> None:
     directory holds are this arm's, or the arm starts over, store included (its versions would otherwise pass
     for re-collections already done)."""
     out = Path(run.config.out)
-    record = _record(run)
+    record = reuse.record(run)
     if record is not None:
-        if not _matches(record, _identity(run)):
+        if not reuse.finished(run, record):
             print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
             _start_over(run)
-    elif not _same_training(out, run.config):
+    elif not reuse.same_training(out, run.config):
         print(f"{run.key}: {out} holds a run with other settings; starting it over")
         _start_over(run)
 
@@ -250,7 +213,7 @@ def _collect(run: Run, results: dict[str, dict]) -> Decision:
     record = {"key": run.key, "out": str(out.root), "pool_source": config.model}
     if run.kind == "recollect" and run.span[1] in collected_after(run.living.store):
         return record
-    if out.manifest.is_file() and not _collected_alike(out, config):
+    if out.manifest.is_file() and not reuse.collected_alike(out, config):
         print(f"{run.key}: {out.root} was collected with other settings or from another model; collecting again")
         shutil.rmtree(out.root)
     if not out.manifest.is_file():
@@ -258,62 +221,3 @@ def _collect(run: Run, results: dict[str, dict]) -> Decision:
     if run.kind == "recollect":
         publish_recollection(run.living, config, run.span[1])
     return record
-
-
-def _trained_alike(run: Run) -> bool:
-    """`run` is a training run whose directory holds the same settings, steps included, read with today's
-    models (a layout change of the settings does not count), and which has no living pool to re-check."""
-    if run.kind != "train" or run.living is not None:
-        return False
-    saved = _saved_training(run.config.out)
-    return saved is not None and _as_requested(saved, run.config).model_dump() == run.config.model_dump()
-
-
-def _collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
-    """The finished collection in `out` has `config`'s settings, read with today's models (a layout change of
-    the settings, such as the problem source's union, does not count)."""
-    saved = json.loads(out.manifest.read_text()).get("parameters")
-    try:
-        return CollectConfig.model_validate(saved).model_dump() == config.model_dump()
-    except ValidationError:
-        return False
-
-
-def _same_training(out: Path, config: TrainConfig) -> bool:
-    """A killed run in `out` may be resumed: no settings there yet, or the same ones (steps aside: a living-pool
-    run trains in segments; the pool aside: a run pins its store's version)."""
-    before = _saved_training(out)
-    if before is None:
-        return True
-    ignore = {"steps": True, "replay": {"pool"}}
-    return _as_requested(before, config).model_dump(exclude=ignore) == config.model_dump(exclude=ignore)
-
-
-def _as_requested(saved: TrainConfig, config: TrainConfig) -> TrainConfig:
-    """`saved` with a concrete precision read as `auto` where `config` asks for `auto` and `auto` picks that
-    precision on this machine: a run saved before `auto` was the default trained as an `auto` run would here.
-    (A run saved with `auto` compares as `auto`: what it resolved to is recorded beside its settings.)"""
-    if config.backend.precision != "auto" or saved.backend.precision == "auto":
-        return saved
-    import torch
-
-    from rlep.tasks.training.backends.precision import resolve_precision
-    from rlep.tasks.training.generation.async_gen import update_device
-
-    here = resolve_precision("auto", update_device(config.generator_gpus, torch.cuda.device_count())).precision
-    if here != saved.backend.precision:
-        return saved
-    return saved.model_copy(update={"backend": saved.backend.model_copy(update={"precision": "auto"})})
-
-
-def _saved_training(out: Path | str) -> TrainConfig | None:
-    """The settings a training run in `out` saved, read with today's models (None: none saved yet)."""
-    saved = TrainRunLayout(out).config
-    return TrainConfig.model_validate_json(saved.read_text()) if saved.is_file() else None
-
-
-def _start_weights(model: str) -> str | None:
-    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
-    from rlep.data.fs import weights_hash
-
-    return weights_hash(model) if Path(model).is_dir() else None

@@ -31,7 +31,7 @@ class RunnerConfig(BaseModel):
     max_parallel: int | None = Field(None, ge=1, description="Local Ray only: CPUs Ray may use (default: all cores).")
     isolate: bool = Field(
         True,
-        description="local, a study's runs: each in a fresh process of its own, so its timings carry nothing earlier "
-        "runs left behind (its log lines still reach this run's log and the UI). On Ray every run has its own worker "
-        "process anyway. False: all in this process.",
+        description="local, a study's runs: each action of a run (a collection, a training, an evaluation) in a fresh "
+        "process of its own, so its timings carry nothing earlier runs left behind (its log lines still reach this "
+        "run's log and the UI). On Ray every action has its own worker process anyway. False: all in this process.",
     )

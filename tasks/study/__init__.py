@@ -20,8 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlep.tasks.carry import Carrier, InFreshProcess, local_stages
-from rlep.tasks.execute import execute_plan, execute_run, finished_record
+from rlep.tasks.execute import execute_plan, execute_run
 from rlep.tasks.plan import Run
+from rlep.tasks.reuse import finished_record
 from rlep.tasks.settings.study import StudyConfig
 from rlep.tasks.study.answer_check import accepted_answers
 from rlep.tasks.study.claims import fix_record

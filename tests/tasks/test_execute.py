@@ -42,6 +42,36 @@ def test_a_training_run_is_decided_as_train_then_evaluate_and_recorded_with_the_
     assert list(decide(run, {})) == []  # finished with the same settings: nothing to do
 
 
+def test_a_record_of_an_earlier_digest_keeps_the_training_and_evaluates_again(tmp_path):
+    """A record written before digests were versioned cannot tell; the settings the run saved can: the same
+    training is kept, its evaluation done again, and the record gets today's versioned digest."""
+    import json
+
+    from rlep.data.run_layout import EvalRunLayout
+    from rlep.tasks.settings.digest import DIGEST_VERSION
+
+    run = _baseline_run(tmp_path)
+    final = TrainRunLayout(run.config.out).checkpoint(2)
+    done = EvalRunLayout(run.config.out).record
+    done.parent.mkdir(parents=True)
+    done.write_text(
+        json.dumps({"key": run.key, "final_checkpoint": str(final), "start_weights": None, "settings": "x"})
+    )
+    TrainRunLayout(run.config.out).config.write_text(run.config.model_dump_json())
+    actions = decide(run, {})
+    evaluate = next(actions)
+    assert (evaluate.kind, evaluate.config.model) == ("evaluate", str(final))  # no training action
+    try:
+        actions.send(Outcome(None, process=12))
+    except StopIteration as finished:
+        assert finished.value["settings_digest_version"] == DIGEST_VERSION
+    assert list(decide(run, {})) == []
+    other = run.config.model_copy(update={"optimizer": run.config.optimizer.model_copy(update={"lr": 0.5})})
+    TrainRunLayout(run.config.out).config.write_text(other.model_dump_json())  # another training saved there
+    done.write_text(json.dumps({**json.loads(done.read_text()), "settings_digest_version": None}))
+    assert next(decide(run, {})).kind == "train"  # started over
+
+
 def test_a_plan_in_parallel_starts_each_run_once_the_runs_it_needs_have_finished():
     runs = [
         Run("explore", "train", 0, None, None),

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from rlep.data.run_layout import CollectRunLayout
 from rlep.flows.options import ConfigError, build_config
-from rlep.tasks.execute import _collected_alike, _trained_alike
+from rlep.tasks.reuse import collected_alike as _collected_alike
+from rlep.tasks.reuse import trained_alike as _trained_alike
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.engine import EvalSampling, RolloutSampling
 from rlep.tasks.settings.evaluate import EvalConfig

@@ -139,8 +139,8 @@ def test_the_choice_is_logged_and_recorded_per_start_of_the_run(monkeypatch, tmp
 
 def test_a_run_records_the_resolved_precision_and_keeps_auto_in_its_settings(monkeypatch, tmp_path):
     """Trainer wiring: OUT/resolved_settings.json says what `auto` became, train_config.json still says `auto`,
-    and the execute checks see the same settings (no restart of a killed run, no retraining of a finished one)."""
-    from rlep.tasks import execute
+    and the reuse checks see the same settings (no restart of a killed run, no retraining of a finished one)."""
+    from rlep.tasks import reuse
     from rlep.tasks.training.loop.steps import Trainer
 
     _cpu(monkeypatch, XEON_WITHOUT_BF16)
@@ -159,23 +159,23 @@ def test_a_run_records_the_resolved_precision_and_keeps_auto_in_its_settings(mon
     [start] = recorded_precision(tmp_path / "run")
     assert (start["setting"], start["precision"], start["step"]) == ("auto", "fp32", 0)
     assert "lacks avx512_bf16" in start["reason"]
-    assert execute._same_training(tmp_path / "run", config)
+    assert reuse.same_training(tmp_path / "run", config)
 
 
 def test_a_run_saved_before_auto_compares_as_auto_where_auto_picks_its_precision(monkeypatch, tmp_path):
     """Settings saved with the old default `fp32` (or real-quick's `bf16`) read as `auto` on a machine where
     `auto` picks that precision: such a run is resumed, not started over; elsewhere it is another training."""
     from rlep.data.run_layout import TrainRunLayout
-    from rlep.tasks import execute
+    from rlep.tasks import reuse
 
     old = TrainConfig(out=str(tmp_path), backend={"precision": "fp32"})
     TrainRunLayout(tmp_path).config.write_text(old.model_dump_json())
     today = TrainConfig(out=str(tmp_path))
     _cpu(monkeypatch, XEON_WITHOUT_BF16)
-    assert execute._same_training(tmp_path, today)
+    assert reuse.same_training(tmp_path, today)
     _cpu(monkeypatch, EPYC_WITH_BF16)
-    assert not execute._same_training(tmp_path, today)
-    assert execute._same_training(tmp_path, old)
+    assert not reuse.same_training(tmp_path, today)
+    assert reuse.same_training(tmp_path, old)
 
 
 def _save_tiny_model(directory):

@@ -1,0 +1,109 @@
+"""Whether what a run's directory holds can be reused: decided by comparing versioned digests of resolved settings
+(`tasks.settings.digest`), never by the device, except for one question of runs saved before `precision: auto`.
+
+A finished run's record holds its starting weights' hash and the digest of its resolved settings (training or
+evaluation, the evaluation of its last checkpoint, a living pool's re-collection period and settings) with the
+digest's version. A record of another version, or of none (written before digests were versioned), cannot tell:
+the settings the run saved beside its checkpoints are read in today's layout and compared instead, which keeps its
+checkpoints when the training is the same (its evaluation, which such a record does not describe, is done again).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
+from rlep.tasks.plan import Run
+from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.digest import digest_record, same_digest, same_settings
+from rlep.tasks.settings.train import TrainConfig
+
+# A killed run may resume under other steps (a living-pool arm trains in segments) and another pool version (a
+# run pins its store's version when it starts).
+RESUMABLE_ASIDE = {"steps": True, "replay": {"pool"}}
+
+
+def settings_parts(run: Run) -> tuple[Any, ...]:
+    """What a finished run's digest covers: its settings, its evaluation's and its pool's life."""
+    living = run.living
+    return run.config, run.evaluate, living.every if living else None, living.collect if living else None
+
+
+def identity(run: Run, hashes: dict[str, str | None] | None = None) -> dict:
+    """What a run's record must hold for the run to count as finished: its starting weights and settings digest.
+    `hashes` (model -> hash), when given, keeps the hashes already taken (several runs start from one model)."""
+    hashes = {} if hashes is None else hashes
+    if run.config.model not in hashes:
+        hashes[run.config.model] = _start_weights(run.config.model)
+    return {"start_weights": hashes[run.config.model], **digest_record(*settings_parts(run))}
+
+
+def record(run: Run) -> dict | None:
+    """The record a finished run wrote last (None: not finished)."""
+    done = EvalRunLayout(run.config.out).record
+    return json.loads(done.read_text()) if done.is_file() else None
+
+
+def finished(run: Run, found: dict, hashes: dict[str, str | None] | None = None) -> bool:
+    """`found` (the run's record) is of this run: the same starting weights and the digest of the same settings."""
+    return found.get("start_weights") == identity(run, hashes)["start_weights"] and bool(
+        same_digest(found, *settings_parts(run))
+    )
+
+
+def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> dict | None:
+    """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
+    else None. (A collection has no record: its manifest says it finished.)"""
+    found = record(run)
+    return found if found is not None and finished(run, found, hashes) else None
+
+
+def trained_alike(run: Run) -> bool:
+    """`run` is a training run whose directory holds the same training settings, steps included (a layout change
+    of the settings does not count), and which has no living pool to re-check."""
+    if run.kind != "train" or run.living is not None:
+        return False
+    saved = TrainRunLayout(run.config.out).config
+    return saved.is_file() and same_settings(
+        TrainConfig, saved.read_text(), run.config, auto_precision=lambda: auto_precision_here(run.config)
+    )
+
+
+def same_training(out: Path | str, config: TrainConfig) -> bool:
+    """A killed run in `out` may be resumed: no settings there yet, or the same ones (`RESUMABLE_ASIDE` aside)."""
+    saved = TrainRunLayout(out).config
+    if not saved.is_file():
+        return True
+    return same_settings(
+        TrainConfig,
+        saved.read_text(),
+        config,
+        exclude=RESUMABLE_ASIDE,
+        auto_precision=lambda: auto_precision_here(config),
+    )
+
+
+def collected_alike(out: CollectRunLayout, config: CollectConfig) -> bool:
+    """The finished collection in `out` has `config`'s settings (a layout change of the settings does not count)."""
+    saved = json.loads(out.manifest.read_text()).get("parameters")
+    return isinstance(saved, dict) and same_settings(CollectConfig, saved, config)
+
+
+def auto_precision_here(config: TrainConfig) -> str:
+    """What `precision: auto` picks for `config`'s update on this machine: asked only of a run saved before `auto`
+    existed, whose settings name a concrete precision (the one place reuse looks at the device)."""
+    import torch
+
+    from rlep.tasks.training.backends.precision import resolve_precision
+    from rlep.tasks.training.generation.async_gen import update_device
+
+    return resolve_precision("auto", update_device(config.generator_gpus, torch.cuda.device_count())).precision
+
+
+def _start_weights(model: str) -> str | None:
+    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
+    from rlep.data.fs import weights_hash
+
+    return weights_hash(model) if Path(model).is_dir() else None
