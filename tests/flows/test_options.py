@@ -308,7 +308,7 @@ def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_
     # as the settings it was written from, now with their kinds.
     import json
 
-    from rlep.tasks.execute import _saved_training
+    from rlep.tasks.settings.digest import resolved
     from rlep.tasks.settings.train import TrainConfig
 
     saved = json.loads(TrainConfig().model_dump_json())
@@ -328,7 +328,7 @@ def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_
         eval_problems={"kind": "hf", "source": "hf:openai/gsm8k", "subset": "main", "split": "test", "limit": 200,
                        "answer_format": "gsm8k"},
     )  # fmt: skip
-    assert _saved_training(tmp_path) == written_from
+    assert resolved(TrainConfig, (tmp_path / "train_config.json").read_text()) == written_from  # the reuse check's
     assert build_config(TrainConfig, tmp_path / "train_config.json") == written_from
     assert (written_from.problems.kind, written_from.eval_problems.kind) == ("file", "hf")
     upgraded = json.loads(written_from.model_dump_json())
