@@ -107,10 +107,11 @@ def _finished_or(
     """The run's record if it finished with its settings, else what `carry_out` decides (only the evaluation again,
     `evaluate_again`, where the same training finished), then its record, written."""
     out = Path(run.config.out)
-    identity = reuse.identity(run)
+    hashes: dict[str, str | None] = {}  # the starting weights are read once
+    identity = reuse.identity(run, hashes)
     done = EvalRunLayout(out).record
     record = reuse.record(run)
-    if record is not None and reuse.finished(run, record):
+    if record is not None and reuse.finished(run, record, hashes):
         return record
     if record is not None:
         final = record.get("final_checkpoint")

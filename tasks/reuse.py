@@ -34,10 +34,7 @@ def settings_parts(run: Run) -> tuple[Any, ...]:
 def identity(run: Run, hashes: dict[str, str | None] | None = None) -> dict:
     """What a run's record must hold for the run to count as finished: its starting weights and settings digest.
     `hashes` (model -> hash), when given, keeps the hashes already taken (several runs start from one model)."""
-    hashes = {} if hashes is None else hashes
-    if run.config.model not in hashes:
-        hashes[run.config.model] = _start_weights(run.config.model)
-    return {"start_weights": hashes[run.config.model], **digest_record(*settings_parts(run))}
+    return {"start_weights": _start_weights(run.config.model, hashes), **digest_record(*settings_parts(run))}
 
 
 def record(run: Run) -> dict | None:
@@ -47,8 +44,9 @@ def record(run: Run) -> dict | None:
 
 
 def finished(run: Run, found: dict, hashes: dict[str, str | None] | None = None) -> bool:
-    """`found` (the run's record) is of this run: the same starting weights and the digest of the same settings."""
-    return found.get("start_weights") == identity(run, hashes)["start_weights"] and bool(
+    """`found` (the run's record) is of this run: the same starting weights and the digest of the same settings.
+    `hashes`: as `identity`'s (a caller that took the identity passes the same, so the weights are read once)."""
+    return found.get("start_weights") == _start_weights(run.config.model, hashes) and bool(
         same_digest(found, *settings_parts(run))
     )
 
@@ -102,8 +100,12 @@ def auto_precision_here(config: TrainConfig) -> str:
     return resolve_precision("auto", update_device(config.generator_gpus, torch.cuda.device_count())).precision
 
 
-def _start_weights(model: str) -> str | None:
-    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one)."""
+def _start_weights(model: str, hashes: dict[str, str | None] | None = None) -> str | None:
+    """The hash of the starting weights when `model` is a local directory (a study resolves `tiny` to one), kept in
+    `hashes` (model -> hash) when given."""
     from rlep.data.fs import weights_hash
 
-    return weights_hash(model) if Path(model).is_dir() else None
+    hashes = {} if hashes is None else hashes
+    if model not in hashes:
+        hashes[model] = weights_hash(model) if Path(model).is_dir() else None
+    return hashes[model]
