@@ -33,7 +33,7 @@ from pydantic_core import PydanticUndefined
 
 from rlep.tasks.settings.layering import format_validation_error, merge_settings, refused_choices
 from rlep.tasks.settings.migrate import in_current_layout, section_migration
-from rlep.tasks.settings.sections import field_type, section_types
+from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -119,14 +119,16 @@ def _flag_names(
     def short(named: tuple[str, ...], field: Any) -> str:
         return _extra(field).get("cli_flag") or named[-1]
 
-    sharing: dict[str, list[tuple[tuple[str, ...], bool]]] = {}
+    sharing: dict[str, list[tuple[tuple[str, ...], bool, bool]]] = {}
     for _, named, field, _, _, in_union in leaves:
-        sharing.setdefault(short(named, field), []).append((named, in_union))
+        sharing.setdefault(short(named, field), []).append((named, in_union, "cli_flag" in _extra(field)))
     keeps = {}  # name -> the one path that keeps it among several
     for name, holders in sharing.items():
-        top = [named for named, _ in holders if len(named) == 1]
-        of_union = [named for named, in_union in holders if in_union]
-        if len(holders) > 1 and not top and len(of_union) == 1:
+        top = [named for named, _, _ in holders if len(named) == 1]
+        of_union = [named for named, in_union, _ in holders if in_union]
+        # a setting outside the union that names its flag (a study runner's `address`: `--ray-address`) keeps it
+        named_so = [named for named, in_union, flagged in holders if flagged and not in_union]
+        if len(holders) > 1 and not top and len(of_union) == 1 and not named_so:
             keeps[name] = of_union[0]
     names = {}
     for path, named, field, choices, owners, _ in leaves:
@@ -179,8 +181,9 @@ def add_model_flags(
         if flag in skip or (only is not None and ".".join(path) not in only):
             continue
         extra = _extra(field)
-        # a required setting of a section that is off by default (`perturb.reseed_at`) is required only once set
-        required = field.is_required() and not from_file and not _in_unset_section(defaults, path)
+        # a required setting of a section that is off by default (`perturb.reseed_at`), or of some variants only
+        # (the ranks' `nproc` beside one process), is required only once that section or variant is chosen
+        required = field.is_required() and not from_file and not owners and not _in_unset_section(defaults, path)
         default = _effective_default(defaults, path, field)
         applies = f" [only for: {', '.join(owners)}]" if owners else ""
         shown = "" if required or extra.get("cli_switch") else f" [default: {default!r}]"
@@ -248,7 +251,10 @@ def _effective_default(config: BaseModel | None, path: tuple[str, ...], field: A
     node: Any = config
     for name in path[:-1]:
         node = getattr(node, name, None)
-    if isinstance(node, BaseModel) and path[-1] in type(node).model_fields:
+    # a setting of the default config, or what its variant answers for it (one process's `nproc`: 1)
+    if isinstance(node, BaseModel) and (
+        path[-1] in type(node).model_fields or isinstance(getattr(type(node), path[-1], None), property)
+    ):
         return getattr(node, path[-1])
     default = field.get_default(call_default_factory=True)
     if default is PydanticUndefined and _in_unset_section(config, path):
@@ -329,9 +335,9 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     user: dict[str, Any] = in_current_layout(model, read_yaml(config_file)) if config_file else {}
     flags: dict[str, Any] = {}  # the overrides alone: choices even where they equal a default
     for path, value in (overrides or {}).items():
+        _let_flags_name_the_kind(model, user, flags, path, value)
         _set_path(user, path, value)
         _set_path(flags, path, value)
-        _let_flags_name_the_kind(model, user, path)
     adapter = TypeAdapter(model)
     try:
         default = adapter.validate_python({})
@@ -350,21 +356,49 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     return config
 
 
-def _let_flags_name_the_kind(model: Any, user: dict[str, Any], path: str) -> None:
-    """A flag's setting of a section whose kind has no flag of its own but is named by its settings (a problem
-    source: `--source`) drops the YAML's `kind` there, so the section is of the kind the flags and YAML
-    together name (`--source hf:NAME` over a YAML file source switches it to a dataset)."""
+def _let_flags_name_the_kind(model: Any, user: dict[str, Any], flags: dict[str, Any], path: str, value: Any) -> None:
+    """Before a flag's setting joins the YAML's (`user`), let it name the kind of a section of several variants
+    that the YAML gave a kind:
+
+    - a kind named by the section's settings alone (a problem source, by `--source`): the YAML's `kind` goes, so
+      the flags and YAML together name it (`--source hf:NAME` over a YAML file source switches it to a dataset);
+    - a kind of its own (a backend's, `--strategy`; the YAML's section read in today's layout first): a flag for
+      a setting that the YAML's kind lacks drops that kind, to be named again from the settings (`--nproc 2` over
+      a one-process YAML: fsdp2); the kind's own flag switching kinds drops the YAML's settings the new kind
+      lacks (they never act on it), not the flags'."""
     *parents, leaf = path.split(".")
     annotation: Any = model
     for name in parents:
         annotation = next((field_type(t, name) for t in section_types(annotation) if name in t.model_fields), None)
-    if leaf == "kind" or len(section_types(annotation)) < 2 or section_migration(annotation) is None:
+    variants, migrate = section_types(annotation), section_migration(annotation)
+    if len(variants) < 2 or migrate is None:
         return
     section: Any = user
+    given: Any = flags
     for name in parents:
         section = section.get(name) if isinstance(section, dict) else None
-    if isinstance(section, dict):
-        section.pop("kind", None)
+        given = given.get(name) if isinstance(given, dict) else None
+    if not isinstance(section, dict):
+        return
+    if not kind_has_flag(annotation):
+        if leaf != "kind":
+            section.pop("kind", None)
+        return
+    if "kind" not in section and section:
+        upgraded = migrate(dict(section))
+        section.clear()
+        section.update(upgraded)
+    fields = {v.model_fields["kind"].default: set(v.model_fields) for v in variants if "kind" in v.model_fields}
+    kind = section.get("kind")
+    if kind is None:
+        return
+    if leaf == "kind":
+        if value != kind:
+            flagged = set(given) if isinstance(given, dict) else set()
+            for key in [k for k in section if k != "kind" and k not in fields.get(value, set()) | flagged]:
+                del section[key]
+    elif leaf not in fields.get(kind, set()) and not (isinstance(given, dict) and "kind" in given):
+        section.pop("kind")  # the YAML's kind, not one a flag gave (`--strategy one-process --nproc 4` is refused)
 
 
 def _drop_replaced_mappings(model: Any, data: dict[str, Any], user: dict[str, Any]) -> None:

@@ -104,14 +104,14 @@ def scenario(work: Path) -> dict[str, Any]:
 
     from rlep.data.tokenizer import build_tokenizer
     from rlep.tasks.bench.update import model_config
-    from rlep.tasks.settings.backend import BackendConfig
+    from rlep.tasks.settings.backend import Fsdp2Backend
     from rlep.tasks.settings.train import OptimizerConfig
     from rlep.tasks.training.backends.checkpoint import load_trainer_state, save_checkpoint
     from rlep.tasks.training.backends.distributed import DistributedBackend
     from rlep.tasks.training.backends.policy import PolicySpec
 
     hf = model_config("tiny")
-    config = BackendConfig(nproc=1, strategy="fsdp2", precision="auto", collective_timeout=120)
+    config = Fsdp2Backend(nproc=1, precision="auto", collective_timeout=120)
     spec = PolicySpec(hf, OptimizerConfig(lr=1e-3), config, init_seed=0)
     backend = DistributedBackend.lead(spec)
     facts: dict[str, Any] = {
@@ -200,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             if not torch.cuda.is_available():
                 raise RuntimeError("device cuda asked for, but torch sees no GPU")
             deterministic_cuda()
-        from rlep.tasks.settings.backend import BackendConfig
+        from rlep.tasks.settings.backend import Fsdp2Backend
         from rlep.tasks.training.backends.distributed import init_distributed, shutdown
 
-        init_distributed(BackendConfig(nproc=1, strategy="fsdp2", collective_timeout=120))
+        init_distributed(Fsdp2Backend(nproc=1, collective_timeout=120))
         try:
             result = {"status": "passed", **scenario(Path(request["work"]))}
         finally:

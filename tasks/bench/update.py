@@ -189,14 +189,14 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     """Rank 0 (or the only process): build the backend, time the steps, gather per-rank memory."""
     import torch  # here, not at module level: `rlep --help` must not load torch
 
-    from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+    from rlep.tasks.settings.backend import LoraConfig, backend_config
     from rlep.tasks.settings.train import LossConfig, OptimizerConfig
     from rlep.tasks.training.backends.backend import make_backend
     from rlep.tasks.training.backends.policy import PolicySpec
     from rlep.tasks.training.maths.update import UpdateSettings
 
     hf = config.hf_config()
-    backend_config = BackendConfig(
+    backend_settings = backend_config(
         nproc=config.nproc,
         strategy=config.strategy,
         precision=config.precision,
@@ -204,7 +204,7 @@ def run(config: UpdateBenchConfig) -> dict[str, Any]:
     )
     reference = hf if config.kl else None  # random weights of the same shape (LoRA: the base, adapters off)
     lora = LoraConfig(rank=config.lora_rank, alpha=2.0 * config.lora_rank) if config.lora_rank else None
-    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_config, reference, device=config.device, lora=lora)
+    spec = PolicySpec(hf, OptimizerConfig(lr=1e-5), backend_settings, reference, device=config.device, lora=lora)
     backend = make_backend(spec)
     device = getattr(backend, "device", torch.device(config.device))
     built = _memory(backend, device, reset=True)  # the peaks of building and loading; then the steps' own
@@ -395,10 +395,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rank(config: UpdateBenchConfig) -> int:
     """One process of a launched benchmark: rank 0 measures and writes, the others follow."""
-    from rlep.tasks.settings.backend import BackendConfig
+    from rlep.tasks.settings.backend import backend_config
     from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
 
-    rank = init_distributed(BackendConfig(nproc=config.nproc, strategy=config.strategy))
+    rank = init_distributed(backend_config(kind=config.strategy, nproc=config.nproc))
     try:
         if rank == 0:
             try:

@@ -1,4 +1,5 @@
-"""Settings of the training backend: how many processes update the policy, how they share it, in what precision.
+"""Settings of the training backend, one model per kind: one process, or DDP or FSDP2 ranks (how many, how they
+start), and the update's precision.
 
 Kept free of torch so that the configuration can be read (CLI, Prefect forms) without it; the backends
 themselves are in tasks/training/backends/backend.py and tasks/training/backends/distributed.py (docs/distributed.md).
@@ -6,33 +7,20 @@ themselves are in tasks/training/backends/backend.py and tasks/training/backends
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+
+from rlep.tasks.settings.migrate import upgrade_backend_settings
+
+_KIND = {"cli_flag": "strategy"}
 
 
-class BackendConfig(BaseModel):
-    """Where and how the policy update runs."""
+class _BackendSettings(BaseModel):
+    """What every kind of backend has: the update's precision and whether it recomputes activations."""
 
     model_config = ConfigDict(extra="forbid")
 
-    nproc: int = Field(
-        1,
-        ge=1,
-        le=1024,
-        description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. 1 = one "
-        "process without "
-        "torch.distributed (the default). With more, rank 0 generates, verifies, writes files and syncs the engine; "
-        "every rank trains on its share of each mini-batch's groups.",
-    )
-    strategy: Literal["ddp", "fsdp2"] = Field(
-        "fsdp2",
-        description="nproc > 1: `ddp` keeps a full copy of the weights and optimizer on every rank (gradients "
-        "averaged); "
-        "`fsdp2` shards weights, gradients and optimizer state over the ranks (torch `fully_shard` on each decoder "
-        "layer, "
-        "then the root), so parameter + optimizer memory per rank is ~1/nproc of one process.",
-    )
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
         description="`bf16`: forward and backward under bfloat16 autocast over float32 master weights, with float32 "
@@ -43,23 +31,43 @@ class BackendConfig(BaseModel):
         "or AMX), float32 elsewhere, where emulated bf16 is several times slower; decided when training starts, "
         "logged and recorded in OUT/resolved_settings.json (tasks/training/backends/precision.py).",
     )
-    fsdp_param_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32",
-        description="strategy fsdp2 (nproc > 1): the dtype FSDP2 gathers each layer's weights in for its forward and "
-        "backward (torch `MixedPrecisionPolicy(param_dtype=...)`). `bfloat16` halves the gathers' traffic and the "
-        "gathered layer's memory, but the policy then computes in bf16 throughout, its residual stream too (not "
-        "autocast's float32 one), so its log-probs drift from float32 (docs/distributed.md); master weights, gradient "
-        "reductions and optimizer state stay float32, and the KL reference is gathered in the same dtype. `float32`: "
-        "the weights' own dtype.",
-    )
     activation_checkpointing: bool = Field(
         False,
         description="Recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute.",
     )
+
+
+class OneProcessBackend(_BackendSettings):
+    """One training process without torch.distributed (the default)."""
+
+    kind: Literal["one-process"] = Field(
+        "one-process",
+        description="How the update runs: `one-process` (the default), or over several ranks that keep a full copy "
+        "each (`ddp`, gradients averaged) or shard weights, gradients and optimizer state (`fsdp2`). `--nproc N` "
+        "(N > 1) alone means fsdp2.",
+        json_schema_extra=_KIND,
+    )
+
+    @property
+    def nproc(self) -> int:
+        return 1
+
+
+class _RanksBackend(_BackendSettings):
+    """Ranks of torch.distributed, started by torchrun on this node or as Ray actors."""
+
+    nproc: int = Field(
+        ge=1,
+        le=1024,
+        description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. Rank 0 "
+        "generates, verifies, writes files and syncs the engine (in mode sync every rank generates with an engine of "
+        "its own); every rank trains on its share of each mini-batch's groups. Without `--strategy`, 1 (the default) "
+        "is one process without torch.distributed and N > 1 is fsdp2; with `--strategy ddp|fsdp2` it must be given "
+        "(1: a world of one rank).",
+    )
     launcher: Literal["torchrun", "ray"] = Field(
         "torchrun",
-        description="nproc > 1: how the ranks start. `torchrun`: processes on this node. `ray`: one Ray actor per "
-        "rank, "
+        description="How the ranks start. `torchrun`: processes on this node. `ray`: one Ray actor per rank, "
         "placed by a placement group on a local Ray or the cluster at `ray_address` (several nodes); the run directory "
         "must be on storage every node sees.",
     )
@@ -80,8 +88,7 @@ class BackendConfig(BaseModel):
         ge=1,
         le=86_400,
         description="Seconds a collective of the update (gradient reduction, weight gathering) waits for a missing "
-        "rank "
-        "before the run stops with an error.",
+        "rank before the run stops with an error.",
     )
     command_timeout: float = Field(
         7200.0,
@@ -91,14 +98,48 @@ class BackendConfig(BaseModel):
         "evaluation between two updates.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> BackendConfig:
-        if self.fsdp_param_dtype != "float32" and (self.nproc == 1 or self.strategy != "fsdp2"):
-            raise ValueError(
-                f"fsdp_param_dtype {self.fsdp_param_dtype}: applies to strategy fsdp2 with nproc > 1 (strategy "
-                f"{self.strategy}, nproc {self.nproc}); for bf16 compute otherwise use precision bf16"
-            )
-        return self
+
+class DdpBackend(_RanksBackend):
+    """DDP: every rank keeps a full copy of the weights and optimizer state; gradients are averaged."""
+
+    kind: Literal["ddp"] = Field(
+        "ddp", description=OneProcessBackend.model_fields["kind"].description, json_schema_extra=_KIND
+    )
+
+
+class Fsdp2Backend(_RanksBackend):
+    """FSDP2: weights, gradients and optimizer state sharded over the ranks (torch `fully_shard` on each decoder
+    layer, then the root), so parameter + optimizer memory per rank is ~1/nproc of one process."""
+
+    kind: Literal["fsdp2"] = Field(
+        "fsdp2", description=OneProcessBackend.model_fields["kind"].description, json_schema_extra=_KIND
+    )
+    fsdp_param_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="strategy fsdp2: the dtype FSDP2 gathers each layer's weights in for its forward and "
+        "backward (torch `MixedPrecisionPolicy(param_dtype=...)`). `bfloat16` halves the gathers' traffic and the "
+        "gathered layer's memory, but the policy then computes in bf16 throughout, its residual stream too (not "
+        "autocast's float32 one), so its log-probs drift from float32 (docs/distributed.md); master weights, gradient "
+        "reductions and optimizer state stay float32, and the KL reference is gathered in the same dtype. `float32`: "
+        "the weights' own dtype.",
+    )
+
+
+BackendSettings = OneProcessBackend | DdpBackend | Fsdp2Backend
+# Where and how the policy update runs: one model per kind (a form per kind in the Prefect UI; `--strategy` is the
+# flag of `kind`), which tasks/training/backends/registry.py builds and launches by. Settings without a `kind` (every
+# run saved before kinds, `--nproc N` alone) are read through `upgrade_backend_settings` (change 4 of
+# rlep.tasks.settings.migrate).
+BackendConfig = Annotated[
+    Annotated[BackendSettings, Field(discriminator="kind")], BeforeValidator(upgrade_backend_settings)
+]
+_BACKEND_ADAPTER: TypeAdapter[BackendSettings] = TypeAdapter(BackendConfig)
+
+
+def backend_config(**settings: Any) -> BackendSettings:
+    """The backend `settings` describe, in either layout: `backend_config(precision="fp32")` is one process,
+    `backend_config(nproc=2, strategy="ddp")` and `backend_config(kind="ddp", nproc=2)` two DDP ranks."""
+    return _BACKEND_ADAPTER.validate_python(settings)
 
 
 class LoraConfig(BaseModel):

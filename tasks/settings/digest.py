@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import BackendSettings
 
-DIGEST_VERSION = 1
+# 2: backend settings became one model per kind (2026-11-27), so the same training dumps other JSON
+DIGEST_VERSION = 2
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,7 +99,7 @@ def same_settings(
 def _as_auto(saved: M, requested: M, auto_precision: Callable[[], str] | None) -> M:
     """`saved` with its concrete precision read as `auto`, where `requested` asks for `auto` and `auto` picks it."""
     backend, wanted = getattr(saved, "backend", None), getattr(requested, "backend", None)
-    if not (isinstance(backend, BackendConfig) and isinstance(wanted, BackendConfig)):
+    if not (isinstance(backend, BackendSettings) and isinstance(wanted, BackendSettings)):
         return saved
     if wanted.precision != "auto" or backend.precision == "auto" or auto_precision is None:
         return saved

@@ -10,22 +10,22 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlep.tasks.settings.migrate import in_current_layout, own_settings, section_migration
-from rlep.tasks.settings.sections import field_type, section_types
+from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types
 
 
 def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = None) -> dict[str, Any]:
     """`base` with `update` merged in (a new dict); `model` is the config class (or union of them) both are
     settings of. Nested sections merge key by key.
 
-    A section of several variants (a union discriminated by `kind`: replay, the loss objective, a problem
-    source) that `update` switches to another variant is replaced by the update's instead, keeping only the
-    base's settings every variant has (the migration's rule for settings of another variant,
-    `rlep.tasks.settings.migrate.own_settings`): the old variant's own settings do not apply to the new one
-    (replay rlep -> fifo keeps nothing; a problem source switched from tiny-math to a file keeps its split and
-    limit, so the evaluation's `test` split and 200 problems hold for a file too). An update without `kind` is
-    of the variant the section's migration names from the merged settings (a problem source's from its
-    `source`), else of the base's; a problem source's section is then left without `kind`, which validation
-    names again (`upgrade_source_settings`, which also reads a saved dump of an earlier layout).
+    A section of several variants (a union discriminated by `kind`: replay, the loss objective, a problem source) that
+    `update` switches to another variant is replaced by the update's instead, keeping only the base's settings every
+    variant has (the migration's rule for settings of another variant, `rlep.tasks.settings.migrate.own_settings`): the
+    old variant's own settings do not apply to the new one (replay rlep -> fifo keeps nothing; a problem source switched
+    from tiny-math to a file keeps its split and limit, so the evaluation's `test` split and 200 problems hold for a
+    file too). An update without `kind` is of the variant the section's migration names from the merged settings (a
+    problem source's from its `source`; a backend's from its kind and `nproc`, `--nproc 2` over one process being
+    fsdp2), else of the base's; a problem source's section is then left without `kind`, which validation names again
+    (`upgrade_source_settings`, which also reads a saved dump of an earlier layout).
 
     Both are first read in today's layout (`in_current_layout`): an arm written the old way (`max_tokens: 8`)
     over a base of today's (`sampling: {max_tokens: 24, ...}`) sets the base's `sampling.max_tokens`."""
@@ -33,9 +33,15 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = No
     variants = section_types(model)
     if len(variants) > 1:
         migrate = section_migration(model)
+        if migrate is not None:  # a base of an earlier layout (a study's base settings from a YAML) names its kind
+            base = migrate(base)
         old = base.get("kind")
         if migrate is not None and "kind" not in update:
-            base = {key: value for key, value in base.items() if key != "kind"}
+            # named again from the merged settings: a kind its settings name (a problem source's), or a kind of
+            # its own (a backend's) that lacks a setting the update gives (`nproc` over one process)
+            own = next((set(v.model_fields) for v in variants if v.model_fields["kind"].default == old), set())
+            if not kind_has_flag(model) or not set(update) <= own:
+                base = {key: value for key, value in base.items() if key != "kind"}
             new = migrate({**base, **update}).get("kind")
         else:
             new = update.get("kind", old)

@@ -20,6 +20,14 @@ arm written the old way, meet in one layout. The layout changes, oldest first:
 3. One sampling section (2026-11-26): `temperature`, `top_p` and `max_tokens` were top-level settings of
    collection, training and (study) evaluation settings; they move into `sampling:`.
 
+4. Backend settings became one model per kind, chosen by `kind` (2026-11-27): `one-process`, `ddp`, `fsdp2`. Before,
+   one model held `nproc` and `strategy` (`ddp` or `fsdp2`, which acted only with `nproc` > 1) beside every kind's
+   settings. Settings without `kind` (every run saved before, and `--nproc N` without `--strategy`, the flag of
+   `kind`) are of kind `one-process` when `nproc` is 1 or not given, else of kind `strategy`
+   (`fsdp2` when not given); `strategy` is that kind. A dump of the one model there was before, which holds every
+   setting, keeps its kind's (`BACKEND_SETTINGS_BEFORE_KINDS`) and those of others it had changed, which
+   validation refuses.
+
 A setting given in both layouts at once (`max_tokens` and `sampling.max_tokens`) is refused, naming both: which of
 the two was meant cannot be told.
 
@@ -71,6 +79,34 @@ SOURCE_SETTINGS_BEFORE_KINDS = {
     "hf": _SHARED_SOURCE_SETTINGS | _ROW_SOURCE_SETTINGS | {"subset"},
 }
 _EVERY_SOURCE_SETTING = set().union(*SOURCE_SETTINGS_BEFORE_KINDS.values())
+# 4: the backend's settings in the one model before kinds, by the kind they belong to.
+_RANKS_SETTINGS = {
+    "nproc",
+    "launcher",
+    "ray_address",
+    "cpus_per_rank",
+    "gpus_per_rank",
+    "ray_placement_timeout",
+    "collective_timeout",
+    "command_timeout",
+}
+BACKEND_SETTINGS_BEFORE_KINDS = {
+    "one-process": {"precision", "activation_checkpointing"},
+    "ddp": {"precision", "activation_checkpointing"} | _RANKS_SETTINGS,
+    "fsdp2": {"precision", "activation_checkpointing", "fsdp_param_dtype"} | _RANKS_SETTINGS,
+}
+_EVERY_BACKEND_SETTING = set().union(*BACKEND_SETTINGS_BEFORE_KINDS.values())
+_BACKEND_DEFAULTS_BEFORE_KINDS = {
+    "nproc": 1,
+    "launcher": "torchrun",
+    "ray_address": None,
+    "cpus_per_rank": 1.0,
+    "gpus_per_rank": "auto",
+    "ray_placement_timeout": 120.0,
+    "collective_timeout": 300.0,
+    "command_timeout": 7200.0,
+    "fsdp_param_dtype": "float32",
+}
 # 3: the settings that moved into `sampling:`.
 SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
 
@@ -138,6 +174,33 @@ def upgrade_source_settings(settings: Any) -> Any:
     if _EVERY_SOURCE_SETTING <= set(settings):
         settings = own_settings(settings, SOURCE_SETTINGS_BEFORE_KINDS[kind])
     return {"kind": kind, **settings}
+
+
+def upgrade_backend_settings(settings: Any) -> Any:
+    """Backend settings in an earlier layout (change 4), as the current one: run by validation (`BackendConfig`)
+    and by `merge_settings`.
+
+    - No `kind` (a train_config.json saved before kinds, a YAML, `--nproc N` without `--strategy`): kind
+      `one-process` when `nproc` is 1 or not given, else `strategy` (`fsdp2` by default); `strategy` becomes the
+      kind. Settings of another kind at the value they had by default there (a saved one-process run's `launcher:
+      torchrun`) never acted and are left out; one set to anything else is left for validation to refuse, naming
+      it (`--launcher ray` without `--nproc`).
+
+    Settings that give their `kind` are returned as they are: a setting of another kind there is refused.
+    Flags and study arms over settings of a kind name it as `rlep.tasks.settings.layering.merge_settings` says."""
+    if not isinstance(settings, dict):
+        return settings
+    if "kind" in settings:
+        return settings
+    nproc = settings.get("nproc", 1)
+    kind = "one-process" if nproc == 1 else settings.get("strategy", "fsdp2")
+    own = BACKEND_SETTINGS_BEFORE_KINDS.get(kind, _EVERY_BACKEND_SETTING)
+    idle = {
+        key
+        for key, value in settings.items()
+        if key not in own and key in _BACKEND_DEFAULTS_BEFORE_KINDS and _BACKEND_DEFAULTS_BEFORE_KINDS[key] == value
+    }
+    return {"kind": kind, **{key: value for key, value in settings.items() if key not in idle | {"strategy"}}}
 
 
 def _sampling_as_section(settings: dict[str, Any]) -> dict[str, Any]:

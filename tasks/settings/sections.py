@@ -30,3 +30,15 @@ def field_type(model: Any, name: str) -> Any:
         return None
     field = model.model_fields[name]
     return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+def kind_has_flag(annotation: Any) -> bool:
+    """Whether the `kind` of a union of variants is a setting of its own, with a flag (a backend's: `--strategy`),
+    rather than named by the section's other settings alone (a problem source's, by `--source`: its kind has
+    `cli_flag` False)."""
+    kinds = [v.model_fields["kind"] for v in section_types(annotation) if "kind" in v.model_fields]
+    return any(
+        (f.json_schema_extra or {}).get("cli_flag", True) is not False
+        for f in kinds
+        if not callable(f.json_schema_extra)
+    )

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
-from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.backend import BackendConfig, LoraConfig, OneProcessBackend
 from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, sampling_field
 from rlep.tasks.settings.migrate import SavedSettings
 from rlep.tasks.settings.perturb import PerturbConfig, sampling_seed
@@ -180,9 +180,9 @@ class TrainConfig(SavedSettings):
     loss: LossConfig = Field(default_factory=LossConfig, description="Loss and policy constraints.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer.")
     backend: BackendConfig = Field(
-        default_factory=BackendConfig,
-        description="Processes of the update (nproc: torchrun on this node), ddp | fsdp2, precision "
-        "(docs/distributed.md).",
+        default_factory=OneProcessBackend,
+        description="How the update runs, by kind: one-process (the default), ddp or fsdp2 ranks (nproc, launcher: "
+        "torchrun on this node or Ray actors), precision (docs/distributed.md).",
     )
     lora: LoraConfig | None = Field(
         None,
@@ -334,8 +334,10 @@ class TrainConfig(SavedSettings):
                 )
         if (self.generator_engines or 1) > 1 and self.mode != "async":
             raise ValueError(f"generator_engines {self.generator_engines}: applies to mode async only")
-        if self.lora is not None and self.backend.nproc > 1:
-            raise ValueError(f"lora: one training process only (backend.nproc is {self.backend.nproc}); not built")
+        if self.lora is not None and self.backend.kind != "one-process":
+            raise ValueError(
+                f"lora: one training process only (backend {self.backend.kind}, nproc {self.backend.nproc}); not built"
+            )
         if self.sampling_seeds == "per-prompt" and self.mode != "sync":
             raise ValueError("sampling_seeds per-prompt: applies to mode sync (engines in this run's processes)")
         if self.colocated:  # every rank generates a share with its own engine (tasks/training/generation/colocated.py)
@@ -355,7 +357,7 @@ class TrainConfig(SavedSettings):
                     f"replay {self.replay.kind} with backend.nproc {self.backend.nproc}: its plan reads the policy "
                     "on rank 0 alone, not built for sharded ranks; use one process"
                 )
-        if self.backend.nproc > 1:
+        if self.backend.kind != "one-process":
             if self.generator_gpus and self.backend.launcher == "ray":
                 raise ValueError(
                     f"generator_gpus {self.generator_gpus}: not supported with backend.launcher ray (rank 0's actor "
@@ -424,8 +426,8 @@ class TrainConfig(SavedSettings):
 
     @property
     def colocated(self) -> bool:
-        """Several training ranks generating with an engine each (mode sync, backend.nproc > 1)."""
-        return self.mode == "sync" and self.backend.nproc > 1
+        """Training ranks generating with an engine each (mode sync, a backend of ranks: ddp or fsdp2)."""
+        return self.mode == "sync" and self.backend.kind != "one-process"
 
     @property
     def per_prompt_seeds(self) -> bool:

@@ -135,8 +135,8 @@ class DistributedBackend:
         spec, resolved = spec.resolved(self.device)
         self.spec, self.precision = spec, precision or resolved  # rank 0 resolved `auto` before the others build
         self.sharding = Sharding(self.rank, self.world_size)
-        fsdp2 = spec.backend.strategy == "fsdp2"
-        gathers = spec.backend.fsdp_param_dtype  # FSDP2's gathers: float32, or bf16 (tasks/training/backends/fsdp.py)
+        fsdp2 = spec.backend.kind == "fsdp2"
+        gathers = spec.backend.fsdp_param_dtype if fsdp2 else "float32"  # float32, or bf16 (backends/fsdp.py)
         shard = partial(shard_fsdp2, param_dtype=gathers) if fsdp2 else _replicated  # DDP wraps the loaded module
         # built on the meta device, sharded, loaded once from rank 0's read (tasks/training/backends/meta_load.py)
         self.module = build_on_meta_and_load(
@@ -229,7 +229,7 @@ class DistributedBackend:
         `GatheredWeights` stream); every rank runs the gathers, rank 0 keeps the tensors, and a rank > 0 with an engine
         of its own (colocated) loads them into it. Lazy: the request goes out with the first tensor asked for."""
         stream = self._named_weights(dtype)
-        return GatheredWeights(stream) if self.spec.backend.strategy == "fsdp2" else stream
+        return GatheredWeights(stream) if self.spec.backend.kind == "fsdp2" else stream
 
     def _named_weights(self, dtype: torch.dtype, request: str = "named_weights") -> Iterator[tuple[str, torch.Tensor]]:
         if self.rank == 0:  # `named_weights`: a sync, which a follower's own engine loads; `export_weights`: a save
@@ -257,7 +257,7 @@ class DistributedBackend:
             "format": SHARDED_FORMAT,
             "scheduler": self.scheduler.state_dict(),
             "world_size": self.world_size,
-            "strategy": self.spec.backend.strategy,
+            "strategy": self.spec.backend.kind,
         }
 
     def save_state(self, directory) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.backend import BackendConfig, LoraConfig, OneProcessBackend
 from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.precision import PrecisionChoice, resolve_precision
 
@@ -23,7 +23,7 @@ class PolicySpec:
 
     weights: Any  # HF-format directory (or hub name) of the starting policy, or an HF config: random weights
     optimizer: OptimizerConfig
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    backend: BackendConfig = field(default_factory=OneProcessBackend)
     reference: Any = None  # frozen reference for the KL term (like `weights`); None = no KL. Under LoRA any value
     # means KL to the base the adapters sit on (lora.AdaptersOff: no second copy), which `of_run` makes the start
     device: str = "cpu"  # one process's device; a distributed rank uses its own local GPU or the CPU

@@ -1,11 +1,11 @@
 """Training backends by kind: what builds a run's backend and what starts the processes it needs, in one table that
 both the build (`make_backend`, in the loop) and the launch (`trainer.train`) read.
 
-A run's kind comes from its backend settings (`kind_of`): `one-process` for `nproc` 1, else its `strategy` (`ddp`,
-`fsdp2`). A kind is a `BackendKind`: `build(spec)` returns the backend the loop trains through (one process's, or
-rank 0's of a group already started), and `launch(config, resume)`, where the kind needs processes of its own, starts
-them and returns rank 0's result (None: the loop runs in this process). The built-in kinds are named by import path
-and loaded when first used, so this table imports neither torch nor the backends; a new backend is one
+A run's kind is its backend settings' `kind` (`kind_of`; rlep.tasks.settings.backend: `one-process`, `ddp`, `fsdp2`, one
+settings model each). A kind is a `BackendKind`: `build(spec)` returns the backend the loop trains through (one
+process's, or rank 0's of a group already started), and `launch(config, resume)`, where the kind needs processes of its
+own, starts them and returns rank 0's result (None: the loop runs in this process). The built-in kinds are named by
+import path and loaded when first used, so this table imports neither torch nor the backends; a new backend is one
 `register_backend` call (a test registers a toy one without touching this package).
 """
 
@@ -55,7 +55,7 @@ def register_backend(name: str, build: Callable[[Any], Any], launch: Callable[[A
 
 def kind_name(settings: Any) -> str:
     """The kind a run's backend settings (`BackendConfig`) ask for."""
-    return "one-process" if settings.nproc == 1 else settings.strategy
+    return settings.kind
 
 
 def kind_of(settings: Any) -> BackendKind:

@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config
 
 from rlep.data.rollout import Rollout
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend, make_backend
 from rlep.tasks.training.backends.policy import PolicySpec, build_optimizer, load_policy
@@ -27,7 +27,7 @@ TINY = Qwen2Config(
 
 def _spec(**backend):
     """float32 unless asked: `auto` would pick bf16 on a CPU with AVX512-BF16 and change the numbers compared."""
-    config = BackendConfig(**{"precision": "fp32", **backend})
+    config = backend_config(**{"precision": "fp32", **backend})
     return PolicySpec(TINY, OptimizerConfig(lr=1e-3, warmup_steps=2), config, init_seed=3)
 
 
@@ -62,7 +62,7 @@ def _update(backend, batch):
 def test_local_backend_update_is_policy_update():
     backend = make_backend(_spec())
     assert isinstance(backend, LocalBackend) and (backend.rank, backend.world_size) == (0, 1)
-    model = load_policy(TINY, torch.device("cpu"), BackendConfig(), init_seed=3)
+    model = load_policy(TINY, torch.device("cpu"), backend_config(), init_seed=3)
     optimizer, scheduler = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-3, warmup_steps=2))
     for seed in range(2):
         got = _update(backend, _batch(seed))

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.maths.update import UpdateSettings
@@ -34,7 +34,7 @@ def test_on_a_gpu_the_training_group_is_nccl_on_the_ranks_gpu(monkeypatch):
     monkeypatch.setattr(distributed, "_GROUP", group)
     for name, value in dict(RANK="3", WORLD_SIZE="4", LOCAL_RANK="3", MASTER_ADDR="x", MASTER_PORT="1").items():
         monkeypatch.setenv(name, value)
-    assert distributed.init_distributed(BackendConfig(nproc=4)) == 3
+    assert distributed.init_distributed(backend_config(nproc=4)) == 3
     assert joined == {"gpu": 3, "backend": "nccl"}
     assert group.device == torch.device("cuda", 3)
 
@@ -61,7 +61,7 @@ def test_one_process_names_the_micro_batch_size_when_out_of_memory(monkeypatch):
     def policy_update(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
 
-    local = backend_module.make_backend(PolicySpec(TINY, OptimizerConfig(), BackendConfig(precision="fp32")))
+    local = backend_module.make_backend(PolicySpec(TINY, OptimizerConfig(), backend_config(precision="fp32")))
     monkeypatch.setattr(backend_module, "policy_update", policy_update)
     with pytest.raises(MemoryError, match=r"rank 0 of 1 ran out of memory .* micro_batch_size 4: lower it"):
         local.update(

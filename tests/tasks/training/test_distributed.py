@@ -23,7 +23,7 @@ from distributed_ranks import (
 )
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
@@ -57,7 +57,7 @@ def _equal_steps(strategy, aggregations):
 
 
 def _one_process(aggregation):
-    backend = LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), BackendConfig(precision="fp32"), init_seed=5))
+    backend = LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), backend_config(precision="fp32"), init_seed=5))
     metrics = run_update(backend, aggregation)
     return metrics, backend.full_state_dict()
 
@@ -131,7 +131,7 @@ def test_bf16_means_the_same_for_one_process_ddp_and_fsdp2(tmp_path):
     got = spawn(_bf16_steps, tmp_path=tmp_path)
     ddp, fsdp2 = got["ddp"], got["fsdp2"]
     one = _bf16_run(
-        LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), BackendConfig(precision="bf16"), init_seed=5))
+        LocalBackend(PolicySpec(TINY, OptimizerConfig(lr=LR), backend_config(precision="bf16"), init_seed=5))
     )
     for name in ("loss", "grad_norm"):
         assert fsdp2[name] == pytest.approx(ddp[name], rel=1e-4), name
@@ -181,7 +181,7 @@ def test_the_kl_reference_is_sharded_like_the_policy_and_kept_in_the_compute_dty
     AutoModelForCausalLM.from_config(TINY).save_pretrained(reference)  # other weights than the policy's
     results = spawn(_with_reference, str(reference), tmp_path=tmp_path)
     one = LocalBackend(
-        PolicySpec(TINY, OptimizerConfig(lr=LR), BackendConfig(precision="fp32"), str(reference), init_seed=5)
+        PolicySpec(TINY, OptimizerConfig(lr=LR), backend_config(precision="fp32"), str(reference), init_seed=5)
     )
     want = _update_kl(one)
     full = sum(p.numel() for p in one.reference.parameters())
@@ -357,9 +357,9 @@ def test_the_backend_gathers_in_the_dtype_it_is_given(tmp_path):
     got = spawn(_backend_gathers, tmp_path=tmp_path)
     assert got["gathered"] == torch.bfloat16 and got["masters"] == {torch.float32} and got["loss"] == got["loss"]
     with pytest.raises(ValueError, match="fsdp_param_dtype"):
-        BackendConfig(fsdp_param_dtype="bfloat16")  # one process: nothing is gathered
+        backend_config(fsdp_param_dtype="bfloat16")  # one process: nothing is gathered
     with pytest.raises(ValueError, match="fsdp_param_dtype"):
-        BackendConfig(nproc=2, strategy="ddp", fsdp_param_dtype="bfloat16")
+        backend_config(nproc=2, strategy="ddp", fsdp_param_dtype="bfloat16")
 
 
 def _head_slices_under_fsdp2(rank, weights):

@@ -17,7 +17,7 @@ from conftest import free_port
 from distributed_ranks import LR, TINY, TINY_INIT, NoTokenizer, rank_main, run_update, spawn, spec
 from transformers import AutoModelForCausalLM
 
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
@@ -127,7 +127,7 @@ def test_a_sharded_checkpoint_holds_each_ranks_shards_and_resumes_in_one_process
     state = load_trainer_state(checkpoint)
     assert "optimizer" not in state and state["world_size"] == 2
 
-    one = LocalBackend(PolicySpec(str(checkpoint), OptimizerConfig(lr=LR), BackendConfig(precision="fp32")))
+    one = LocalBackend(PolicySpec(str(checkpoint), OptimizerConfig(lr=LR), backend_config(precision="fp32")))
     one.load_training_state(state)
     run_update(one, "token-mean", seed=1)
     assert one.lr() == pytest.approx(results["lr"])

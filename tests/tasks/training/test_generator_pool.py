@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import assert_samples_from, process_running
 
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends.backend import LocalBackend
@@ -71,7 +71,7 @@ def test_a_pool_answers_in_prompt_order_with_every_engine_at_the_same_version(po
 def test_every_engine_samples_from_the_streamed_weights(pool, fixture_model):
     """Perturbed trainer weights streamed once, in 16 KiB buckets, to both engines: each engine's behaviour
     log-probs (for its slice of the prompts) are the trainer's own."""
-    policy = LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32")))
+    policy = LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), backend_config(precision="fp32")))
     torch.manual_seed(0)
     with torch.no_grad():
         for p in policy.model.parameters():

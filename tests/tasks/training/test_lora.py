@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlep.tasks.engines import make_engine
-from rlep.tasks.settings.backend import BackendConfig, LoraConfig
+from rlep.tasks.settings.backend import LoraConfig, backend_config
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends.backend import LocalBackend
@@ -19,7 +19,7 @@ LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_p
 
 
 def _backend(model, lora=LORA):
-    return LocalBackend(PolicySpec(model, OptimizerConfig(lr=1e-2), BackendConfig(precision="fp32"), lora=lora))
+    return LocalBackend(PolicySpec(model, OptimizerConfig(lr=1e-2), backend_config(precision="fp32"), lora=lora))
 
 
 def _train_adapters(backend):
@@ -89,7 +89,7 @@ def test_under_bf16_the_frozen_base_is_held_in_bf16_with_the_same_log_probs_and_
     7B shape with LoRA held 28.4 GiB of float32 frozen weights on an H100, docs/gpu.md)."""
     import rlep.tasks.training.backends.lora as lora_module
 
-    spec = PolicySpec(fixture_model, OptimizerConfig(lr=1e-2), BackendConfig(precision="bf16"), lora=LORA)
+    spec = PolicySpec(fixture_model, OptimizerConfig(lr=1e-2), backend_config(precision="bf16"), lora=LORA)
     held = LocalBackend(spec)
     _train_adapters(held)
     with monkeypatch.context() as patch:  # the same policy as it was built before: its base read in float32, kept
@@ -131,7 +131,7 @@ def test_a_tied_head_or_an_embedding_under_lora_stays_float32(fixture_model):
     SmolLM2's) is the embedding's table, whose lookup autocast does not round."""
     lora = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "lm_head", "embed_tokens"])
     backend = LocalBackend(
-        PolicySpec(fixture_model, OptimizerConfig(lr=1e-2), BackendConfig(precision="bf16"), lora=lora)
+        PolicySpec(fixture_model, OptimizerConfig(lr=1e-2), backend_config(precision="bf16"), lora=lora)
     )
     base = backend.model.get_base_model()
     assert base.config.tie_word_embeddings
@@ -173,7 +173,7 @@ def test_kl_under_lora_is_to_the_base_with_the_adapters_off_and_holds_no_second_
     from rlep.tasks.training.backends.lora import AdaptersOff
     from rlep.tasks.training.backends.memory import rank_memory
 
-    spec = PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32"), fixture_model, lora=LORA)
+    spec = PolicySpec(fixture_model, OptimizerConfig(), backend_config(precision="fp32"), fixture_model, lora=LORA)
     backend = LocalBackend(spec)
     assert isinstance(backend.reference, AdaptersOff) and not list(backend.reference.parameters())
     assert rank_memory(backend.model, backend.optimizer, backend.device, backend.reference)["reference_bytes"] == 0

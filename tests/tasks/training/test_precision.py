@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config
 
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends import precision
 from rlep.tasks.training.backends.backend import make_backend
@@ -62,7 +62,7 @@ def test_auto_is_bf16_only_on_a_cpu_that_computes_it_natively(monkeypatch, cpuin
 
 def test_the_default_backend_trains_in_float32_on_a_cpu_without_bf16(monkeypatch):
     _cpu(monkeypatch, XEON_WITHOUT_BF16)
-    assert BackendConfig().precision == "auto"
+    assert backend_config().precision == "auto"
     backend = make_backend(PolicySpec(TINY, OptimizerConfig()))
     assert backend.precision.precision == "fp32" and backend.spec.backend.precision == "fp32"
     assert _logits_dtype(backend) == torch.float32

@@ -11,7 +11,7 @@ import torch
 from conftest import assert_samples_from
 
 from rlep.tasks.engines import make_engine
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
@@ -40,7 +40,7 @@ class Alive:
 
 @pytest.fixture
 def policy(fixture_model):
-    fp32 = BackendConfig(precision="fp32")  # as vLLM samples: `auto` is bf16 autocast on a CPU with AVX512-BF16
+    fp32 = backend_config(precision="fp32")  # as vLLM samples: `auto` is bf16 autocast on a CPU with AVX512-BF16
     return LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), fp32))
 
 

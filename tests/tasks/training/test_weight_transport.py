@@ -15,7 +15,7 @@ import torch
 from conftest import assert_samples_from, process_running
 
 from rlep.tasks.runner import module_env
-from rlep.tasks.settings.backend import BackendConfig
+from rlep.tasks.settings.backend import backend_config
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.settings.train import OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
@@ -71,7 +71,7 @@ def eventually(condition, seconds=20.0):
 
 @pytest.fixture
 def policy(fixture_model):
-    policy = LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), BackendConfig(precision="fp32")))
+    policy = LocalBackend(PolicySpec(fixture_model, OptimizerConfig(), backend_config(precision="fp32")))
     torch.manual_seed(0)
     with torch.no_grad():
         for p in policy.model.parameters():
