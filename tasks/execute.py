@@ -107,34 +107,19 @@ def _finished_or(
     """The run's record if it finished with its settings, else what `carry_out` decides (only the evaluation again,
     `evaluate_again`, where the same training finished), then its record, written."""
     out = Path(run.config.out)
-    hashes: dict[str, str | None] = {}  # the starting weights are read once
-    identity = reuse.identity(run, hashes)
-    done = EvalRunLayout(out).record
-    record = reuse.record(run)
-    if record is not None and reuse.finished(run, record, hashes):
-        return record
-    if record is not None:
-        final = record.get("final_checkpoint")
-        if (
-            evaluate_again
-            and final
-            and record.get("start_weights") == identity["start_weights"]
-            and reuse.trained_alike(run)
-        ):
-            # The same training, its record of an earlier digest (or layout) that cannot tell: keep the
-            # checkpoints; the evaluation, which the digest also covers, is done again.
-            print(f"{run.key}: {out} finished with the same training settings; evaluating it again")
-            carry_out = lambda: evaluate_again(final)  # noqa: E731
-        else:
-            print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
-            _start_over(run)
-    elif run.kind == "train" and not reuse.same_training(out, run.config):
-        print(f"{run.key}: {out} holds a run with other settings; starting it over")
+    found = reuse.verdict(run, evaluate_again=evaluate_again is not None)
+    if found.action == "reuse":
+        return found.record
+    if found.why:
+        print(found.why)
+    if found.action == "evaluate-again":  # the checkpoints kept; the evaluation, which the digest covers, again
+        carry_out = lambda: evaluate_again(found.final)  # noqa: E731
+    elif found.action == "start-over":
         _start_over(run)
     carried = yield from carry_out()
     process = carried.pop("process", os.getpid())  # where the run's own action ran (none: here)
-    record = {"key": run.key, "out": str(out), **carried, **identity, "process": process}
-    write_text_atomic(done, json.dumps(record, indent=2))
+    record = {"key": run.key, "out": str(out), **carried, **found.identity, "process": process}
+    write_text_atomic(EvalRunLayout(out).record, json.dumps(record, indent=2))
     return record
 
 
@@ -176,14 +161,9 @@ def _same_arm_or_start_over(run: Run) -> None:
     """Before a living-pool arm's first part: its record (written by its last part) or the settings its
     directory holds are this arm's, or the arm starts over, store included (its versions would otherwise pass
     for re-collections already done)."""
-    out = Path(run.config.out)
-    record = reuse.record(run)
-    if record is not None:
-        if not reuse.finished(run, record):
-            print(f"{run.key}: {out} finished with other settings or starting weights; running it again")
-            _start_over(run)
-    elif not reuse.same_training(out, run.config):
-        print(f"{run.key}: {out} holds a run with other settings; starting it over")
+    found = reuse.verdict(run)
+    if found.action == "start-over":
+        print(found.why)
         _start_over(run)
 
 

@@ -6,13 +6,15 @@ evaluation, the evaluation of its last checkpoint, a living pool's re-collection
 digest's version. A record of another version, or of none (written before digests were versioned), cannot tell:
 the settings the run saved beside its checkpoints are read in today's layout and compared instead, which keeps its
 checkpoints when the training is the same (its evaluation, which such a record does not describe, is done again).
+`verdict` is the one decision the executor asks for: reuse, evaluate again, start over, or go on.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
 from rlep.tasks.plan import Run
@@ -56,6 +58,38 @@ def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> di
     else None. (A collection has no record: its manifest says it finished.)"""
     found = record(run)
     return found if found is not None and finished(run, found, hashes) else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with what a run's directory holds: `reuse` its finished `record`; `evaluate-again` its `final`
+    checkpoint (the same training, its record of an earlier digest); `start-over` (`why` says why); or `go-on`
+    (nothing there, or a killed run of the same settings to resume). `identity` is what its record must hold."""
+
+    action: Literal["reuse", "evaluate-again", "start-over", "go-on"]
+    identity: dict
+    record: dict | None = None
+    final: str | None = None
+    why: str = ""
+
+
+def verdict(run: Run, evaluate_again: bool = False) -> Verdict:
+    """The one decision about `run`'s directory, its starting weights read once. `evaluate_again`: the caller can
+    evaluate a finished training again (a whole training run; not a living-pool arm's first part)."""
+    hashes: dict[str, str | None] = {}
+    mine, found, out = identity(run, hashes), record(run), run.config.out
+    if found is not None and finished(run, found, hashes):
+        return Verdict("reuse", mine, record=found)
+    if found is not None:
+        final = found.get("final_checkpoint")
+        if evaluate_again and final and found.get("start_weights") == mine["start_weights"] and trained_alike(run):
+            why = f"{run.key}: {out} finished with the same training settings; evaluating it again"
+            return Verdict("evaluate-again", mine, final=final, why=why)
+        why = f"{run.key}: {out} finished with other settings or starting weights; running it again"
+        return Verdict("start-over", mine, why=why)
+    if run.kind == "train" and not same_training(out, run.config):
+        return Verdict("start-over", mine, why=f"{run.key}: {out} holds a run with other settings; starting it over")
+    return Verdict("go-on", mine)
 
 
 def trained_alike(run: Run) -> bool:
