@@ -384,7 +384,7 @@ def _let_flags_name_the_kind(model: Any, user: dict[str, Any], flags: dict[str, 
         if leaf != "kind":
             section.pop("kind", None)
         return
-    if "kind" not in section and section:
+    if "kind" not in section and section and not given:  # the YAML's alone, before a flag joins it
         upgraded = migrate(dict(section))
         section.clear()
         section.update(upgraded)

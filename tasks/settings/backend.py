@@ -61,9 +61,9 @@ class _RanksBackend(_BackendSettings):
         le=1024,
         description="Training processes (`launcher`: torchrun on this node, or Ray actors), one per GPU. Rank 0 "
         "generates, verifies, writes files and syncs the engine (in mode sync every rank generates with an engine of "
-        "its own); every rank trains on its share of each mini-batch's groups. Without `--strategy`, 1 (the default) "
-        "is one process without torch.distributed and N > 1 is fsdp2; with `--strategy ddp|fsdp2` it must be given "
-        "(1: a world of one rank).",
+        "its own); every rank trains on its share of each mini-batch's groups. 1 (the default) is one process without "
+        "torch.distributed whatever the strategy; N > 1 without `--strategy` is fsdp2. With `--strategy ddp|fsdp2` "
+        "it must be given.",
     )
     launcher: Literal["torchrun", "ray"] = Field(
         "torchrun",

@@ -26,7 +26,7 @@ arm written the old way, meet in one layout. The layout changes, oldest first:
    `kind`) are of kind `one-process` when `nproc` is 1 or not given, else of kind `strategy`
    (`fsdp2` when not given); `strategy` is that kind. A dump of the one model there was before, which holds every
    setting, keeps its kind's (`BACKEND_SETTINGS_BEFORE_KINDS`) and those of others it had changed, which
-   validation refuses.
+   validation refuses. `nproc` 1 is one process whatever the kind, as it was.
 
 A setting given in both layouts at once (`max_tokens` and `sampling.max_tokens`) is refused, naming both: which of
 the two was meant cannot be told.
@@ -185,11 +185,17 @@ def upgrade_backend_settings(settings: Any) -> Any:
       kind. Settings of another kind at the value they had by default there (a saved one-process run's `launcher:
       torchrun`) never acted and are left out; one set to anything else is left for validation to refuse, naming
       it (`--launcher ray` without `--nproc`).
+    - Kind `ddp` or `fsdp2` with `nproc` 1: one process, as before kinds (`--resume OUT --nproc 1` over a run of
+      ranks), the ranks' settings left out.
 
     Settings that give their `kind` are returned as they are: a setting of another kind there is refused.
     Flags and study arms over settings of a kind name it as `rlep.tasks.settings.layering.merge_settings` says."""
     if not isinstance(settings, dict):
         return settings
+    if settings.get("kind") in ("ddp", "fsdp2") and settings.get("nproc") == 1:
+        # one process, as `--nproc 1` always was (`--resume OUT --nproc 1` over a run of ranks): the ranks'
+        # settings do not act on it (a world of one rank is built in Python, DdpBackend(nproc=1), for tests)
+        return {"kind": "one-process", **own_settings(settings, BACKEND_SETTINGS_BEFORE_KINDS["one-process"])}
     if "kind" in settings:
         return settings
     nproc = settings.get("nproc", 1)

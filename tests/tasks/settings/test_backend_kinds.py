@@ -97,6 +97,10 @@ def test_the_flags_name_the_kind_as_before_over_a_file_of_either_layout(tmp_path
         nproc=2, precision="fp32"
     )
     assert built({"backend.kind": "one-process"}, {"kind": "fsdp2", "nproc": 4}) == OneProcessBackend()
+    # `--nproc 1` is one process whatever the kind, as it always was: a run of ranks resumed in one process
+    ranks = {"kind": "fsdp2", "nproc": 2, "launcher": "ray", "fsdp_param_dtype": "bfloat16", "precision": "fp32"}
+    assert built({"backend.nproc": 1}, ranks) == OneProcessBackend(precision="fp32")
+    assert built({"backend.nproc": 1, "backend.kind": "ddp"}) == OneProcessBackend()
     with pytest.raises(ConfigError, match="launcher"):
         built({"backend.launcher": "ray"})  # ranks' settings without ranks: named, not dropped
     with pytest.raises(ConfigError, match="nproc"):

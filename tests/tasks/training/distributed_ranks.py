@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from conftest import free_port
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.settings.backend import backend_config
+from rlep.tasks.settings.backend import DdpBackend, backend_config
 from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
@@ -64,7 +64,7 @@ def rank_main(rank, world, port, scenario, args, out, follower=None):
     torch.set_num_threads(1)
     from rlep.tasks.training.backends import distributed
 
-    distributed.init_distributed(backend_config(kind="ddp", nproc=world, collective_timeout=15))
+    distributed.init_distributed(DdpBackend(nproc=world, collective_timeout=15))
     assert "RANK" not in os.environ and "MASTER_ADDR" not in os.environ  # nothing left for a vLLM engine to join
     try:
         if rank == 0:

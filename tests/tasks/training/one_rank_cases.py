@@ -9,7 +9,7 @@ import torch.distributed as dist
 from conftest import free_port
 
 from rlep.tasks.bench.update import model_config, synthetic_batch
-from rlep.tasks.settings.backend import backend_config
+from rlep.tasks.settings.backend import DdpBackend
 from rlep.tasks.settings.train import LossConfig, OptimizerConfig
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.backends.sharding import Sharding
@@ -26,7 +26,7 @@ def one_rank(monkeypatch):
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1").items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    distributed.init_distributed(backend_config(kind="ddp", nproc=1, collective_timeout=15))
+    distributed.init_distributed(DdpBackend(nproc=1, collective_timeout=15))
     yield distributed
     distributed.shutdown()
 
@@ -62,7 +62,7 @@ def _failing_update(one_rank, monkeypatch, error):
     def policy_update(*args, **kwargs):
         raise error
 
-    spec = PolicySpec(TINY, OptimizerConfig(), backend_config(kind="ddp", nproc=1, precision="fp32"))
+    spec = PolicySpec(TINY, OptimizerConfig(), DdpBackend(nproc=1, precision="fp32"))
     backend = one_rank.DistributedBackend.lead(spec)
     monkeypatch.setattr(one_rank, "policy_update", policy_update)
     batch = synthetic_batch(2, 2, 4, 5, TINY.vocab_size, seed=0)
@@ -122,7 +122,7 @@ def test_shutdown_joins_the_groups_threads_while_python_runs(monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     before = _native_threads()
-    distributed.init_distributed(backend_config(kind="ddp", nproc=1, collective_timeout=15))
+    distributed.init_distributed(DdpBackend(nproc=1, collective_timeout=15))
     distributed.stop_serving()  # a request broadcast on the command group, as rank 0 sends its last
     assert _native_threads() > before  # each group runs worker and transport threads
     distributed.shutdown()
