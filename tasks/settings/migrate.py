@@ -188,7 +188,7 @@ def upgrade_backend_settings(settings: Any) -> Any:
     - Kind `ddp` or `fsdp2` with `nproc` 1: one process, as before kinds (`--resume OUT --nproc 1` over a run of
       ranks), the ranks' settings left out.
 
-    Settings that give their `kind` are returned as they are: a setting of another kind there is refused.
+    Other settings that give their `kind` are returned as they are: a setting of another kind there is refused.
     Flags and study arms over settings of a kind name it as `rlep.tasks.settings.layering.merge_settings` says."""
     if not isinstance(settings, dict):
         return settings
