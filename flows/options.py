@@ -33,7 +33,7 @@ from pydantic_core import PydanticUndefined
 
 from rlep.tasks.settings.layering import format_validation_error, merge_settings, refused_choices
 from rlep.tasks.settings.migrate import in_current_layout, section_migration
-from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types
+from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types, settings_by_kind
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -388,7 +388,7 @@ def _let_flags_name_the_kind(model: Any, user: dict[str, Any], flags: dict[str, 
         upgraded = migrate(dict(section))
         section.clear()
         section.update(upgraded)
-    fields = {v.model_fields["kind"].default: set(v.model_fields) for v in variants if "kind" in v.model_fields}
+    fields = settings_by_kind(annotation)
     kind = section.get("kind")
     if kind is None:
         return

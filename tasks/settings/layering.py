@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlep.tasks.settings.migrate import in_current_layout, own_settings, section_migration
-from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types
+from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types, settings_by_kind
 
 
 def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = None) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], model: Any = No
         if migrate is not None and "kind" not in update:
             # named again from the merged settings: a kind its settings name (a problem source's), or a kind of
             # its own (a backend's) that lacks a setting the update gives (`nproc` over one process)
-            own = next((set(v.model_fields) for v in variants if v.model_fields["kind"].default == old), set())
+            own = settings_by_kind(model).get(old, set())
             if not kind_has_flag(model) or not set(update) <= own:
                 base = {key: value for key, value in base.items() if key != "kind"}
             new = migrate({**base, **update}).get("kind")

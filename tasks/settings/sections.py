@@ -32,6 +32,15 @@ def field_type(model: Any, name: str) -> Any:
     return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
+def settings_by_kind(annotation: Any) -> dict[Any, set[str]]:
+    """The settings (field names) of each variant of a union discriminated by `kind`, by its kind."""
+    return {
+        v.model_fields["kind"].default: set(v.model_fields)
+        for v in section_types(annotation)
+        if "kind" in v.model_fields
+    }
+
+
 def kind_has_flag(annotation: Any) -> bool:
     """Whether the `kind` of a union of variants is a setting of its own, with a flag (a backend's: `--strategy`),
     rather than named by the section's other settings alone (a problem source's, by `--source`: its kind has
