@@ -22,6 +22,9 @@ from rlep.tasks.settings.runner import RunnerConfig
 from rlep.tasks.settings.source import ProblemSourceConfig
 from rlep.tasks.settings.train import TrainConfig
 
+# The claim kinds named by an evaluation step (the rest by a target accuracy).
+AT_A_STEP = ("accuracy_diff", "accuracy_at_equal_charge")
+
 
 class ClaimConfig(BaseModel):
     """One claim of a study, fixed before it runs: which arm against which, on what metric, at which step or target.
@@ -34,20 +37,28 @@ class ClaimConfig(BaseModel):
     name: str = Field(..., min_length=1, description="Short name of the claim, e.g. `rlep-faster-early`.")
     arm: str = Field(..., min_length=1, description="The arm the claim is about.")
     against: str | None = Field(None, description="The arm it is compared with; default the study's baseline_arm.")
-    kind: Literal["accuracy_diff", "steps_to_target", "charged_tokens_to_target"] = Field(
+    kind: Literal["accuracy_diff", "steps_to_target", "charged_tokens_to_target", "accuracy_at_equal_charge"] = Field(
         ...,
         description="`accuracy_diff`: held-out accuracy at `step`, arm minus against (higher is better). "
         "`steps_to_target`: per seed, the first evaluation step with accuracy >= `target` (lower is better). "
-        "`charged_tokens_to_target`: the same in generated tokens charged to the arm, the runs it depends on included.",
+        "`charged_tokens_to_target`: the same in generated tokens charged to the arm, the runs it depends on included. "
+        "`accuracy_at_equal_charge`: per seed, the arm's latest evaluation charged at most the tokens the against arm "
+        "was charged by its `step`, minus the against arm's accuracy at `step` (higher is better).",
     )
-    step: int | None = Field(None, ge=0, description="accuracy_diff: the evaluation step the claim is about.")
+    step: int | None = Field(
+        None,
+        ge=0,
+        description="accuracy_diff: the evaluation step the claim is about; accuracy_at_equal_charge: the against "
+        "arm's evaluation step whose charged tokens are the budget.",
+    )
     target: float | None = Field(None, gt=0, le=1, description="*_to_target: the held-out accuracy to reach.")
 
     @model_validator(mode="after")
     def _check(self) -> ClaimConfig:
-        if self.kind == "accuracy_diff" and self.step is None:
-            raise ValueError(f"claim {self.name!r}: accuracy_diff needs `step`")
-        if self.kind != "accuracy_diff" and self.target is None:
+        at_a_step = self.kind in AT_A_STEP
+        if at_a_step and self.step is None:
+            raise ValueError(f"claim {self.name!r}: {self.kind} needs `step`")
+        if not at_a_step and self.target is None:
             raise ValueError(f"claim {self.name!r}: {self.kind} needs `target`")
         return self
 
@@ -179,12 +190,15 @@ class StudyConfig(BaseModel):
         return self
 
     def _check_claim_steps(self) -> None:
-        """An accuracy claim's step is one both its arms evaluate at, checked here rather than in the report
-        after every run."""
+        """An accuracy claim's step is one both its arms evaluate at (at equal charge, the against arm), checked
+        here rather than in the report after every run."""
         for claim in self.claims:
             if claim.step is None:
                 continue
-            for arm in (claim.arm, claim.against or self.baseline_arm):
+            against = claim.against or self.baseline_arm
+            # At equal charge the arm is read at whichever of its evaluations fits the budget: only the against
+            # arm is read at `step`.
+            for arm in (against,) if claim.kind == "accuracy_at_equal_charge" else (claim.arm, against):
                 settings = self.arm_settings(arm)
                 try:
                     steps, every = int(settings["steps"]), int(settings["eval_every"])

@@ -115,13 +115,19 @@ def claims_markdown(table: pd.DataFrame) -> str:
     for row in table.itertuples(index=False):
         if row.kind == "accuracy_diff":
             metric, fmt, dfmt = f"accuracy at step {int(row.step)}", "{:.3f}", "{:+.3f}"
+        elif row.kind == "accuracy_at_equal_charge":
+            metric, fmt, dfmt = (
+                f"accuracy at the tokens charged to {row.against} by step {int(row.step)}",
+                "{:.3f}",
+                "{:+.3f}",
+            )
         elif row.kind == "steps_to_target":
             metric, fmt, dfmt = f"steps to {row.target:.3f}", "{:.1f}", "{:+.1f}"
         else:
             metric, fmt, dfmt = f"charged tokens to {row.target:.3f}", "{:,.0f}", "{:+,.0f}"
         reached = (
             ""
-            if row.kind == "accuracy_diff"
+            if row.kind in ("accuracy_diff", "accuracy_at_equal_charge")
             else f" (reached: {row.arm_reached:.0f} / {row.against_reached:.0f} seeds)"
         )
         unpaired = f" (left out, {row.unpaired})" if row.unpaired else ""
@@ -147,7 +153,14 @@ def claims_markdown(table: pd.DataFrame) -> str:
         "degrees of freedom) x sd / sqrt(n): a smaller effect reads as `no difference shown` more often than not. "
         "Holm: the p-values adjusted over this study's testable claims together (an untestable claim is left out).",
     ]
-    if (table.kind != "accuracy_diff").any():
+    if (table.kind == "accuracy_at_equal_charge").any():
+        lines += [
+            "",
+            "At equal charge: per seed, the budget is the tokens charged to the against arm by the claim's step; "
+            "the arm is read at its latest evaluation charged at most that much (its step and tokens are in the "
+            "per-seed line), so an arm charged for the runs it depends on is read earlier in its own run.",
+        ]
+    if table.kind.isin(["steps_to_target", "charged_tokens_to_target"]).any():
         lines += [
             "",
             "Steps and tokens to a target: the arm and against columns average the seeds that reached it; the "

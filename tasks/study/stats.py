@@ -213,6 +213,41 @@ def _unpaired(mine: pd.Index, theirs: pd.Index) -> str:
     return "; ".join(parts)
 
 
+def at_equal_charge(mine: pd.DataFrame, theirs: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Per seed of the against arm's table `theirs` evaluated at `step`: the budget (its charged tokens there) and its
+    accuracy; from the arm's table `mine`, the same seed's latest evaluation charged at most the budget (its step,
+    charged tokens and accuracy: the model the arm had delivered when it had spent as much). A seed where even the
+    arm's first evaluation was charged more (its dependencies alone cost more) has no arm values (NaN): it
+    delivered no model within the budget. A seed the arm has no run for is left out."""
+    rows = {}
+    for seed, row in theirs[theirs.step == step].set_index("seed").sort_index().iterrows():
+        curve = mine[mine.seed == seed]
+        if curve.empty:
+            continue
+        within = curve[curve.tokens_charged <= row.tokens_charged * (1 + 1e-12)].sort_values("step")
+        last = within.iloc[-1] if len(within) else None
+        rows[seed] = {
+            "budget": float(row.tokens_charged),
+            "against_accuracy": float(row.accuracy),
+            "arm_step": math.nan if last is None else float(last.step),
+            "arm_tokens": math.nan if last is None else float(last.tokens_charged),
+            "arm_accuracy": math.nan if last is None else float(last.accuracy),
+        }
+    return pd.DataFrame.from_dict(
+        rows, orient="index", columns=["budget", "against_accuracy", "arm_step", "arm_tokens", "arm_accuracy"]
+    )
+
+
+def _equal_charge_list(values: pd.DataFrame) -> str:
+    """Per seed, the arm's evaluation read at the budget (step and charged tokens), or that it had none."""
+    return ", ".join(
+        f"{seed}: over the budget ({row.budget:,.0f}) at its first evaluation"
+        if math.isnan(row.arm_accuracy)
+        else f"{seed}: {row.arm_accuracy:.3f} (step {row.arm_step:.0f}, {row.arm_tokens:,.0f} of {row.budget:,.0f})"
+        for seed, row in values.iterrows()
+    )
+
+
 def evaluate_claims(
     study: pd.DataFrame,
     claims: Sequence,
@@ -229,6 +264,12 @@ def evaluate_claims(
       only in replay or in a chance control's re-seeding not yet begun (`differ_only_in_replay(arm, against,
       N)`) and neither replayed a row up to step N in any paired seed (the study's `replayed` column, the runs'
       own count): they are then the same runs there.
+    - `accuracy_at_equal_charge`: per seed, the budget is the tokens charged to `against` by its evaluation
+      `step`, and the arm is read at its latest evaluation charged at most that budget (`at_equal_charge`): the
+      model each had delivered for the same spend, so an arm charged for runs it depends on is read at an earlier
+      step of its own. Higher is better; the test is accuracy_diff's. A seed in which even the arm's first
+      evaluation cost more than the budget has no model within it: left out and named in `unpaired`, and the
+      claim is `untestable: the arm is over the budget in every seed` when that is every seed.
     - `steps_to_target` / `charged_tokens_to_target`: per seed, the first evaluation step (or charged tokens
       there) with accuracy >= `target`; lower is better. Test: a paired exact sign test in which a seed that
       never reached the target ranks last, behind any that did (both censored, or equal: a tie, left out), so
@@ -253,7 +294,35 @@ def evaluate_claims(
             tables[arm] = study[study.arm == arm]
             if tables[arm].empty:
                 raise ValueError(f"claim {claim.name!r}: arm {arm!r} has no finished run")
-        if claim.kind == "accuracy_diff":
+        over, note = pd.Index([]), ""  # at equal charge: the seeds the arm had no model within the budget in
+        if claim.kind == "accuracy_at_equal_charge":
+            if not (tables[against].step == claim.step).any():
+                raise ValueError(f"claim {claim.name!r}: arm {against!r} was not evaluated at step {claim.step}")
+            charged = at_equal_charge(tables[claim.arm], tables[against], claim.step)
+            within = charged.dropna(subset=["arm_accuracy"])
+            mine, theirs = within.arm_accuracy, tables[against][tables[against].step == claim.step]
+            theirs = theirs.set_index("seed").accuracy.sort_index()
+            paired = mine.index.intersection(theirs.index)
+            diff = mine.loc[paired] - theirs.loc[paired]
+            over = charged.index.difference(within.index)
+            if len(over):
+                note = "arm over the budget at its first evaluation: " + ", ".join(map(str, sorted(over)))
+            reached = {"arm_reached": None, "against_reached": None}
+            per_seed = {
+                "arm_per_seed": _equal_charge_list(charged),
+                "against_per_seed": _seed_list(theirs),
+                "diff_per_seed": _seed_list(diff, "{:+.3f}"),
+            }
+            mean, low, high = t_interval(diff) if len(diff) else (math.nan,) * 3
+            if not len(diff):
+                test, p, verdict = "none", math.nan, "untestable: the arm is over the budget in every seed"
+            else:
+                verdict = _verdict(diff, low, high, higher_is_better=True)
+                test, p = "paired t", paired_t_p(diff)
+                if math.isnan(p) and no_spread(diff):
+                    test, p = "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum()))
+            better = float(diff.mean()) > 0 if len(diff) else False
+        elif claim.kind == "accuracy_diff":
             values, replayed = {}, {}
             for arm, table in tables.items():
                 at = table[table.step == claim.step]
@@ -320,7 +389,9 @@ def evaluate_claims(
                 "step": claim.step,
                 "target": claim.target,
                 "n_paired": len(paired),
-                "unpaired": _unpaired(mine.index, theirs.index),
+                "unpaired": "; ".join(
+                    part for part in (_unpaired(mine.index, theirs.index.difference(over)), note) if part
+                ),
                 **reached,
                 "arm_mean": _finite_mean(mine.loc[paired]),
                 "against_mean": _finite_mean(theirs.loc[paired]),

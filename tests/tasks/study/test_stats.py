@@ -109,6 +109,8 @@ def test_claims_are_measured_as_configured_paired_by_seed():
 def test_a_claim_needs_its_step_or_target():
     with pytest.raises(ValueError, match="accuracy_diff needs `step`"):
         _claim(kind="accuracy_diff")
+    with pytest.raises(ValueError, match="accuracy_at_equal_charge needs `step`"):
+        _claim(kind="accuracy_at_equal_charge")
     with pytest.raises(ValueError, match="steps_to_target needs `target`"):
         _claim(kind="steps_to_target")
 
@@ -360,3 +362,63 @@ def test_to_target_compares_ranks_with_a_never_reached_seed_last_and_counts_who_
     assert (row.test, row.p_value) == ("sign test, censored last", pytest.approx(2 / 64))
     assert row.verdict == "arm better (sign test, censored last)"
     assert row.diff_per_seed == "0: -10, 1: -10, 2: -10, 3: -11, 4: -11, 5: -11"  # descriptive, censored at 20 + 1
+
+
+def _charged(study, overhead):
+    """`study` with tokens_charged: each arm's own tokens plus `overhead[arm](seed)` (its dependencies)."""
+    extra = [overhead.get(arm, lambda seed: 0)(seed) for arm, seed in zip(study.arm, study.seed)]
+    return study.assign(tokens_charged=study.tokens_generated + np.asarray(extra, dtype=float))
+
+
+def test_at_equal_charge_the_arm_is_read_where_it_had_spent_the_against_arms_tokens():
+    # 100 tokens a step in both arms; the arm is charged 1000 more for what it depends on: the baseline's 2000 by
+    # step 20 buy the arm its step 10 (1000 + 1000), ahead of the baseline's step 20 by 0.05 + 0.001 x seed.
+    study = _charged(
+        _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.025 * t + 0.001 * s}),
+        {"fast": lambda seed: 1000},
+    )
+    claims = [
+        _claim(name="eq", kind="accuracy_at_equal_charge", step=20),
+        _claim(name="steps", kind="accuracy_diff", step=20),
+    ]
+    table = evaluate_claims(study, claims, "baseline").set_index("claim")
+    equal = table.loc["eq"]
+    assert equal.diff_mean == pytest.approx(0.052) and equal.n_paired == 5 and equal.unpaired == ""
+    assert equal.verdict == "arm better" and equal.test == "paired t"
+    assert "0: 0.450 (step 10, 2,000 of 2,000)" in equal.arm_per_seed and "0: 0.400" in equal.against_per_seed
+    assert table.loc["steps"].diff_mean == pytest.approx(0.302)  # step for step the arm is further ahead
+    # Charged 1500 more, the arm's step 10 (2500) is over the budget: its step 0 is what it had, and it is behind.
+    costly = evaluate_claims(_charged(study, {"fast": lambda seed: 1500}), claims[:1], "baseline").iloc[0]
+    assert "0: 0.200 (step 0, 1,500 of 2,000)" in costly.arm_per_seed and costly.verdict == "arm worse"
+
+
+def test_at_equal_charge_a_seed_whose_arm_spent_the_budget_before_its_first_evaluation_is_named_not_counted():
+    base = _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.3 + 0.01 * t + 0.001 * s})
+    claim = [_claim(kind="accuracy_at_equal_charge", step=20)]
+    # Seeds 3 and 4 depend on 2500 tokens, more than the baseline's 2000 by step 20: no model within the budget.
+    some = evaluate_claims(_charged(base, {"fast": lambda seed: 2500 * (seed >= 3)}), claim, "baseline").iloc[0]
+    assert some.n_paired == 3 and some.unpaired == "arm over the budget at its first evaluation: 3, 4"
+    assert "3: over the budget (2,000) at its first evaluation" in some.arm_per_seed
+    assert some.diff_mean == pytest.approx(0.3 + 0.2 + 0.001 - 0.4)  # 0.101 + step 20's 0.2 - the baseline's 0.4
+    every = evaluate_claims(_charged(base, {"fast": lambda seed: 2500}), claim, "baseline").iloc[0]
+    assert every.n_paired == 0 and every.verdict == "untestable: the arm is over the budget in every seed"
+    assert math.isnan(every.p_value) and math.isnan(every.holm_p)
+    with pytest.raises(ValueError, match="'baseline' was not evaluated at step 15"):
+        evaluate_claims(_charged(base, {}), [_claim(kind="accuracy_at_equal_charge", step=15)], "baseline")
+
+
+def test_the_claims_table_says_where_the_arm_was_read_at_equal_charge():
+    from rlep.tasks.study.report import claims_markdown
+
+    study = _charged(
+        _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.025 * t + 0.001 * s}),
+        {"fast": lambda seed: 1000},
+    )
+    claims = [
+        _claim(name="eq", kind="accuracy_at_equal_charge", step=20),
+        _claim(name="end", kind="accuracy_diff", step=20),
+    ]
+    text = claims_markdown(evaluate_claims(study, claims, "baseline"))
+    assert "| eq | fast vs baseline | accuracy at the tokens charged to baseline by step 20 | 5 |" in text
+    assert "- eq: fast 0: 0.450 (step 10, 2,000 of 2,000)" in text and "At equal charge: per seed" in text
+    assert "Steps and tokens to a target" not in text  # no to-target claim, no note about them

@@ -74,6 +74,11 @@ def test_a_claim_at_a_step_an_arm_does_not_evaluate_is_refused_at_load(tmp_path)
     shorter = {**settings, "arms": {**ARMS, "rlep": {"replay": {"kind": "rlep"}, "steps": 20}}}
     with pytest.raises(ValueError, match=r"claims.end: step 30 is not evaluated in arm 'rlep' \(steps 20"):
         StudyConfig.model_validate({**shorter, "claims": [{**claim, "name": "end", "step": 30}]})
+    # At equal charge the step is the against arm's only: the arm is read wherever it had spent as much.
+    equal = {"name": "eq", "arm": "rlep", "kind": "accuracy_at_equal_charge", "step": 30}
+    StudyConfig.model_validate({**shorter, "claims": [equal]})
+    with pytest.raises(ValueError, match=r"claims.eq: step 15 is not evaluated in arm 'baseline' \(steps 30"):
+        StudyConfig.model_validate({**shorter, "claims": [{**equal, "step": 15}]})
 
 
 CODE = {"commit": "a" * 40, "dirty": False}
