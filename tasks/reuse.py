@@ -53,11 +53,23 @@ def finished(run: Run, found: dict, hashes: dict[str, str | None] | None = None)
     )
 
 
-def finished_record(run: Run, hashes: dict[str, str | None] | None = None) -> dict | None:
+def finished_record(run: Run, hashes: dict[str, str | None] | None = None, earlier_digest: bool = False) -> dict | None:
     """The record of `run` if it finished with its settings from its starting weights (so it would not run again),
-    else None. (A collection has no record: its manifest says it finished.)"""
+    else None. `earlier_digest`: a record of an earlier digest counts too when it holds the same training (what
+    `verdict` would only evaluate again), as a study's interim report reads a run finished before an upgrade.
+    (A collection has no record: its manifest says it finished.)"""
     found = record(run)
-    return found if found is not None and finished(run, found, hashes) else None
+    if found is None:
+        return None
+    if finished(run, found, hashes):
+        return found
+    return found if earlier_digest and _trained_already(run, found, _start_weights(run.config.model, hashes)) else None
+
+
+def _trained_already(run: Run, found: dict, start_weights: str | None) -> bool:
+    """`found`, a record of another digest, ends a training of `run`'s: its final checkpoint, from the same
+    starting weights, with the same training settings."""
+    return bool(found.get("final_checkpoint")) and found.get("start_weights") == start_weights and trained_alike(run)
 
 
 @dataclass(frozen=True)
@@ -81,10 +93,9 @@ def verdict(run: Run, evaluate_again: bool = False) -> Verdict:
     if found is not None and finished(run, found, hashes):
         return Verdict("reuse", mine, record=found)
     if found is not None:
-        final = found.get("final_checkpoint")
-        if evaluate_again and final and found.get("start_weights") == mine["start_weights"] and trained_alike(run):
+        if evaluate_again and _trained_already(run, found, mine["start_weights"]):
             why = f"{run.key}: {out} finished with the same training settings; evaluating it again"
-            return Verdict("evaluate-again", mine, final=final, why=why)
+            return Verdict("evaluate-again", mine, final=found["final_checkpoint"], why=why)
         why = f"{run.key}: {out} finished with other settings or starting weights; running it again"
         return Verdict("start-over", mine, why=why)
     if run.kind == "train" and not same_training(out, run.config):

@@ -74,7 +74,9 @@ def report_study(config: StudyConfig, command: str | None = None) -> dict[str, P
     runs = plan(config)
     arms = [run for run in runs if run.kind == "train" and run.arm is not None and not run.continues]
     hashes: dict[str, str | None] = {}  # the arms start from the same weights: each model is read once
-    done = {run.key for run in arms if finished_record(run, hashes) is not None}
+    # A run finished before an upgrade of rlep (a record of an earlier digest, the same training) is reported as
+    # it is: going on with the study would only evaluate it again.
+    done = {run.key for run in arms if finished_record(run, hashes, earlier_digest=True) is not None}
     if not done:
         raise StudyError(f"no arm's training run of the study in {config.out} has finished yet: nothing to report")
     reported = [run for run in runs if run.arm is None or run.key in done]  # their own runs and what they need

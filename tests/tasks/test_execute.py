@@ -72,6 +72,28 @@ def test_a_record_of_an_earlier_digest_keeps_the_training_and_evaluates_again(tm
     assert next(decide(run, {})).kind == "train"  # started over
 
 
+def test_an_interim_report_counts_a_run_finished_under_an_earlier_digest_with_the_same_training(tmp_path):
+    """`rlep study --report-only` after an upgrade of rlep: a run whose record is of an earlier digest but whose
+    saved training is the plan's is finished for the report (going on would only evaluate it again); one that
+    trained otherwise is not."""
+    import json
+
+    from rlep.data.run_layout import EvalRunLayout
+    from rlep.tasks.reuse import finished_record
+
+    run = _baseline_run(tmp_path)
+    final = TrainRunLayout(run.config.out).checkpoint(2)
+    done = EvalRunLayout(run.config.out).record
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"final_checkpoint": str(final), "start_weights": None, "settings": "x"}))
+    TrainRunLayout(run.config.out).config.write_text(run.config.model_dump_json())
+    assert finished_record(run) is None  # running the study on would evaluate it again
+    assert finished_record(run, earlier_digest=True)["final_checkpoint"] == str(final)
+    other = run.config.model_copy(update={"optimizer": run.config.optimizer.model_copy(update={"lr": 0.5})})
+    TrainRunLayout(run.config.out).config.write_text(other.model_dump_json())
+    assert finished_record(run, earlier_digest=True) is None
+
+
 def test_a_plan_in_parallel_starts_each_run_once_the_runs_it_needs_have_finished():
     runs = [
         Run("explore", "train", 0, None, None),

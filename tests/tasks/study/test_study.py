@@ -269,7 +269,7 @@ def test_a_report_with_only_the_exploration_finished_is_refused_the_same_way(fix
     """A separate exploration run (explore_steps) is not an arm: finished alone, there is still nothing to report."""
     import rlep.tasks.study as study
 
-    monkeypatch.setattr(study, "finished_record", lambda run, hashes=None: {} if run.arm is None else None)
+    monkeypatch.setattr(study, "finished_record", lambda run, hashes=None, **_: {} if run.arm is None else None)
     config = StudyConfig.model_validate(tiny_study_settings(fixture_model, tmp_path / "out", ARMS, explore_steps=1))
     assert plan(config)[0].key == "explore/seed-0"
     with pytest.raises(StudyError, match="no arm's training run of the study .* has finished yet"):
