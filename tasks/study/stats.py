@@ -317,10 +317,7 @@ def evaluate_claims(
             if not len(diff):
                 test, p, verdict = "none", math.nan, "untestable: the arm is over the budget in every seed"
             else:
-                verdict = _verdict(diff, low, high, higher_is_better=True)
-                test, p = "paired t", paired_t_p(diff)
-                if math.isnan(p) and no_spread(diff):
-                    test, p = "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum()))
+                test, p, verdict = _accuracy_test(diff, low, high)
             better = float(diff.mean()) > 0 if len(diff) else False
         elif claim.kind == "accuracy_diff":
             values, replayed = {}, {}
@@ -349,10 +346,7 @@ def evaluate_claims(
             if same_runs:
                 test, p, verdict = "none", math.nan, f"untestable: no replay by step {claim.step}"
             else:
-                verdict = _verdict(diff, low, high, higher_is_better=True)
-                test, p = "paired t", paired_t_p(diff)
-                if math.isnan(p) and no_spread(diff):
-                    test, p = "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum()))
+                test, p, verdict = _accuracy_test(diff, low, high)
             better = float(diff.mean()) > 0 if len(diff) else False
         else:
             x = "step" if claim.kind == "steps_to_target" else "tokens_charged"
@@ -416,6 +410,15 @@ def evaluate_claims(
         for row in table.itertuples(index=False)
     ]
     return table.drop(columns="direction_better")
+
+
+def _accuracy_test(diff: pd.Series, low: float, high: float) -> tuple[str, float, str]:
+    """(test, p-value, verdict) of paired accuracy differences (higher is better): the paired t test, or with no
+    spread the exact sign test."""
+    verdict = _verdict(diff, low, high, higher_is_better=True)
+    if math.isnan(p := paired_t_p(diff)) and no_spread(diff):
+        return "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum())), verdict
+    return "paired t", p, verdict
 
 
 def _decided(p: float, better: bool, by: str) -> str:
