@@ -422,3 +422,22 @@ def test_the_claims_table_says_where_the_arm_was_read_at_equal_charge():
     assert "| eq | fast vs baseline | accuracy at the tokens charged to baseline by step 20 | 5 |" in text
     assert "- eq: fast 0: 0.450 (step 10, 2,000 of 2,000)" in text and "At equal charge: per seed" in text
     assert "Steps and tokens to a target" not in text  # no to-target claim, no note about them
+
+
+def test_real_room_re_read_with_todays_statistics_gives_the_figures_the_readme_quotes(capsys):
+    """docs/study-runs/real-room-2026-11-27/reread.py, from the per-seed values of the report kept there."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[3] / "docs" / "study-runs" / "real-room-2026-11-27" / "reread.py"
+    spec = importlib.util.spec_from_file_location("reread", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("rlep-", "reuse-"))}
+    assert "0.057   0.094    0.174" in rows["rlep-ahead-at-10"] and "0.347" in rows["rlep-ahead-at-10"]
+    assert "0.062   0.104    0.053" in rows["rlep-ahead-at-end"] and "0.158" in rows["rlep-ahead-at-end"]
+    assert "untestable: no replay by step 10" in rows["reuse-ahead-at-10"]
+    assert "0.079   0.131    0.175" in rows["reuse-ahead-at-end"]
+    assert "RLEP in 1" in out and "p 0.375; untestable: 5 paired seeds" in out
