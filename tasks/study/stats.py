@@ -296,12 +296,10 @@ def evaluate_claims(
                 raise ValueError(f"claim {claim.name!r}: arm {arm!r} has no finished run")
         over, note = pd.Index([]), ""  # at equal charge: the seeds the arm had no model within the budget in
         if claim.kind == "accuracy_at_equal_charge":
-            if not (tables[against].step == claim.step).any():
-                raise ValueError(f"claim {claim.name!r}: arm {against!r} was not evaluated at step {claim.step}")
+            theirs = _at_step(claim, against, tables[against]).accuracy
             charged = at_equal_charge(tables[claim.arm], tables[against], claim.step)
             within = charged.dropna(subset=["arm_accuracy"])
-            mine, theirs = within.arm_accuracy, tables[against][tables[against].step == claim.step]
-            theirs = theirs.set_index("seed").accuracy.sort_index()
+            mine = within.arm_accuracy
             paired = mine.index.intersection(theirs.index)
             diff = mine.loc[paired] - theirs.loc[paired]
             over = charged.index.difference(within.index)
@@ -322,11 +320,9 @@ def evaluate_claims(
         elif claim.kind == "accuracy_diff":
             values, replayed = {}, {}
             for arm, table in tables.items():
-                at = table[table.step == claim.step]
-                if at.empty:
-                    raise ValueError(f"claim {claim.name!r}: arm {arm!r} was not evaluated at step {claim.step}")
-                values[arm] = at.set_index("seed").accuracy.sort_index()
-                replayed[arm] = at.set_index("seed").replayed if "replayed" in at else None
+                at = _at_step(claim, arm, table)
+                values[arm] = at.accuracy
+                replayed[arm] = at.replayed if "replayed" in at else None
             paired = values[claim.arm].index.intersection(values[against].index)
             mine, theirs = values[claim.arm], values[against]
             diff = mine.loc[paired] - theirs.loc[paired]
@@ -410,6 +406,14 @@ def evaluate_claims(
         for row in table.itertuples(index=False)
     ]
     return table.drop(columns="direction_better")
+
+
+def _at_step(claim, arm: str, table: pd.DataFrame) -> pd.DataFrame:
+    """`arm`'s rows (its `table`) at the claim's evaluation step, by seed; refused naming both when it has none."""
+    at = table[table.step == claim.step]
+    if at.empty:
+        raise ValueError(f"claim {claim.name!r}: arm {arm!r} was not evaluated at step {claim.step}")
+    return at.set_index("seed").sort_index()
 
 
 def _accuracy_test(diff: pd.Series, low: float, high: float) -> tuple[str, float, str]:

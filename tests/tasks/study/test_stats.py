@@ -370,23 +370,30 @@ def _charged(study, overhead):
     return study.assign(tokens_charged=study.tokens_generated + np.asarray(extra, dtype=float))
 
 
-def test_at_equal_charge_the_arm_is_read_where_it_had_spent_the_against_arms_tokens():
-    # 100 tokens a step in both arms; the arm is charged 1000 more for what it depends on: the baseline's 2000 by
-    # step 20 buy the arm its step 10 (1000 + 1000), ahead of the baseline's step 20 by 0.05 + 0.001 x seed.
+def _equal_charge_study():
+    """100 tokens a step in both arms, the arm charged 1000 more for what it depends on; its claims at equal charge
+    (`eq`) and step for step (`at-20`), both by the baseline's step 20."""
     study = _charged(
         _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.025 * t + 0.001 * s}),
         {"fast": lambda seed: 1000},
     )
     claims = [
         _claim(name="eq", kind="accuracy_at_equal_charge", step=20),
-        _claim(name="steps", kind="accuracy_diff", step=20),
+        _claim(name="at-20", kind="accuracy_diff", step=20),
     ]
+    return study, claims
+
+
+def test_at_equal_charge_the_arm_is_read_where_it_had_spent_the_against_arms_tokens():
+    # 100 tokens a step in both arms; the arm is charged 1000 more for what it depends on: the baseline's 2000 by
+    # step 20 buy the arm its step 10 (1000 + 1000), ahead of the baseline's step 20 by 0.05 + 0.001 x seed.
+    study, claims = _equal_charge_study()
     table = evaluate_claims(study, claims, "baseline").set_index("claim")
     equal = table.loc["eq"]
     assert equal.diff_mean == pytest.approx(0.052) and equal.n_paired == 5 and equal.unpaired == ""
     assert equal.verdict == "arm better" and equal.test == "paired t"
     assert "0: 0.450 (step 10, 2,000 of 2,000)" in equal.arm_per_seed and "0: 0.400" in equal.against_per_seed
-    assert table.loc["steps"].diff_mean == pytest.approx(0.302)  # step for step the arm is further ahead
+    assert table.loc["at-20"].diff_mean == pytest.approx(0.302)  # step for step the arm is further ahead
     # Charged 1500 more, the arm's step 10 (2500) is over the budget: its step 0 is what it had, and it is behind.
     costly = evaluate_claims(_charged(study, {"fast": lambda seed: 1500}), claims[:1], "baseline").iloc[0]
     assert "0: 0.200 (step 0, 1,500 of 2,000)" in costly.arm_per_seed and costly.verdict == "arm worse"
@@ -410,14 +417,7 @@ def test_at_equal_charge_a_seed_whose_arm_spent_the_budget_before_its_first_eval
 def test_the_claims_table_says_where_the_arm_was_read_at_equal_charge():
     from rlep.tasks.study.report import claims_markdown
 
-    study = _charged(
-        _table({"baseline": lambda s, t: 0.2 + 0.01 * t, "fast": lambda s, t: 0.2 + 0.025 * t + 0.001 * s}),
-        {"fast": lambda seed: 1000},
-    )
-    claims = [
-        _claim(name="eq", kind="accuracy_at_equal_charge", step=20),
-        _claim(name="end", kind="accuracy_diff", step=20),
-    ]
+    study, claims = _equal_charge_study()
     text = claims_markdown(evaluate_claims(study, claims, "baseline"))
     assert "| eq | fast vs baseline | accuracy at the tokens charged to baseline by step 20 | 5 |" in text
     assert "- eq: fast 0: 0.450 (step 10, 2,000 of 2,000)" in text and "At equal charge: per seed" in text
