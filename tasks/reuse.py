@@ -61,6 +61,7 @@ def finished_record(run: Run, hashes: dict[str, str | None] | None = None, earli
     found = record(run)
     if found is None:
         return None
+    hashes = {} if hashes is None else hashes  # the starting weights read once, by both questions
     if finished(run, found, hashes):
         return found
     return found if earlier_digest and _trained_already(run, found, _start_weights(run.config.model, hashes)) else None
