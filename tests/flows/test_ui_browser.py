@@ -89,7 +89,6 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(
         )
         assert (shots / "deployments.png").stat().st_size > 10_000
 
-        collect = next(d for d in client.post("/deployments/filter", json={}).json() if d["name"] == "collect")
         config = {
             "model": fixture_model,
             "out": str(tmp_path / "collect"),
@@ -100,16 +99,7 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(
             "problems": {"source": "tiny-math", "split": "train", "limit": 8},
             "engine": {"backend": "transformers"},
         }
-        run = client.post(
-            f"/deployments/{collect['id']}/create_flow_run", json={"parameters": {"config": config}}
-        ).json()
-        deadline = time.time() + 300
-        state = None
-        while state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            assert time.time() < deadline, f"collect run still {state}"
-            time.sleep(2)
-            state = client.get(f"/flow_runs/{run['id']}").json()["state"]["type"]
-        assert state == "COMPLETED", (tmp_path / "serve.log").read_text()[-3000:]
+        run = _run_deployment(client, "collect", {"config": config}, tmp_path / "serve.log", home)
         assert (tmp_path / "collect" / "pool.parquet").exists()
 
         artifacts = client.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
@@ -124,14 +114,26 @@ def test_deployments_schedule_run_and_artifacts_in_the_ui(
         _chromium(f"http://{HOST}:{port}/artifacts", tmp_path / "profile4", f"--screenshot={shots / 'artifacts.png'}")
         assert (shots / "collect-run.png").exists() and (shots / "artifacts.png").exists()
         answer_with_gold = lambda: gold_answers(monkeypatch)  # noqa: E731
-        _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, config, answer_with_gold)
+        _living_pool_from_the_ui(client, port, home, fixture_model, tmp_path, shots, config, answer_with_gold)
     finally:
         server.stop(serve)
 
 
-def _run_deployment(client, name: str, parameters: dict, log: Path) -> dict:
+def _run_deployment(client, name: str, parameters: dict, log: Path, home: Path) -> dict:
+    """Start a run of deployment `name` through the API and wait for it to finish; it must complete.
+    A server error answering the create is retried (the SQLite-backed server can answer 5xx while loaded
+    cores keep a write waiting); any other answer fails here, with the server's words and its log."""
     deployment = next(d for d in client.post("/deployments/filter", json={}).json() if d["name"] == name)
-    run = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters}).json()
+    for _ in range(3):
+        answer = client.post(f"/deployments/{deployment['id']}/create_flow_run", json={"parameters": parameters})
+        if answer.status_code < 500:
+            break
+        time.sleep(5)
+    server_log = home / "server.log"
+    assert answer.status_code == 201, f"{name}: HTTP {answer.status_code} {answer.text[:2000]}\n" + (
+        server_log.read_text()[-3000:] if server_log.exists() else ""
+    )
+    run = answer.json()
     deadline, state = time.time() + 300, None
     while state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
         assert time.time() < deadline, f"{name} run still {state}"
@@ -146,7 +148,7 @@ def _artifacts(client, run: dict, key: str) -> list[dict]:
     return [a for a in found if a["key"] == key]
 
 
-def _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, collect, answer_with_gold):
+def _living_pool_from_the_ui(client, port, home, fixture_model, tmp_path, shots, collect, answer_with_gold):
     """The living pool from the UI's side: a training run started from the `train` deployment follows a pool
     store (its per-step metrics artifact names the version each step replayed), and the `recollect` deployment
     samples that training's latest checkpoint and publishes the next version, its lineage naming the checkpoint.
@@ -177,12 +179,12 @@ def _living_pool_from_the_ui(client, port, fixture_model, tmp_path, shots, colle
         "loss": {"overlong_buffer": 6},
         "replay": {"kind": "rlep", "pool": str(store), "follow": True, "refresh_every": 1},
     }
-    trained = _run_deployment(client, "train", {"config": train}, log)
+    trained = _run_deployment(client, "train", {"config": train}, log, home)
     rows = [row for a in _artifacts(client, trained, "train-metrics") for row in json.loads(a["data"])]
     # one table per step, each naming the pool version that step replayed
     assert sorted((row["step"], row["replay_pool_version"]) for row in rows) == [(1, 1), (2, 1)]
     again = {"train_dir": str(tmp_path / "train"), "pool_store": str(store), "collect": {**collect, "out": "unused"}}
-    second = _run_deployment(client, "recollect", {"config": again}, log)
+    second = _run_deployment(client, "recollect", {"config": again}, log, home)
     lineage = PoolStore(store).lineage(2)
     assert lineage["contributions"][-1]["model"] == str(tmp_path / "train" / "checkpoints" / "step-2")
     for name, run in (("train-following-store.png", trained), ("recollect-from-training.png", second)):
