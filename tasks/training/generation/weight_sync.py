@@ -143,12 +143,12 @@ def receive_weights(
     holds (vLLM stages a layer until all its weights are in; a loop variable) is first moved to memory of its own
     (`Tensor.set_` on a copy: the consumer's tensor keeps its values, no longer in the buffer). Any other view of the
     buffer left alive (one the consumer derived) would change under it: that raises rather than loads wrong weights."""
+    message = recv()
+    # The buffer's own uses, counted once the first bucket is announced: its writer has let go of the buffer by then
+    # (a writer on a thread of this process, as in the tests, holds a view of it while it copies)
     alone = _storage_uses(buffer)
     assembled: torch.Tensor | None = None
-    while True:
-        message = recv()
-        if message[0] == "weights_end":
-            return
+    while message[0] != "weights_end":
         if message[0] != "weights_bucket":
             raise ValueError(f"generator: expected a weights bucket, got {message[0]!r}")
         given = []
@@ -179,3 +179,4 @@ def receive_weights(
             )
         bucket_read(buffer)
         acknowledge()
+        message = recv()

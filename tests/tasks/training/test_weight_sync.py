@@ -105,6 +105,26 @@ def test_a_tensor_the_engine_still_holds_keeps_its_values_when_the_buffer_is_reu
             derived.append(tensor[:10])  # a view of the buffer the receiver cannot see
 
 
+def test_a_view_the_writer_lets_go_of_before_announcing_its_first_bucket_is_not_the_engines():
+    """The buffer's own uses are counted once the first bucket is announced: a writer on a thread of the receiver's
+    process (as OneBuffer's) may hold a view while it copies when the receiver starts, and counting then would take
+    that view's release for one the engine made (this test's writer stops at that point every time)."""
+    buffer = torch.zeros(300, dtype=torch.uint8)
+    messages = []
+    send_weights(
+        [("t0", torch.full((64,), 1.0))], buffer, lambda h: messages.append(("weights_bucket", h)), lambda: None
+    )
+    messages.append(("weights_end",))
+    writing = [buffer[:256]]  # the writer's view while it copies
+
+    def recv():
+        writing.clear()  # gone by the time it announces the bucket
+        return messages.pop(0)
+
+    received = [(name, tensor.clone()) for name, tensor in receive_weights(recv, buffer, lambda: None)]
+    assert [name for name, _ in received] == ["t0"] and torch.equal(received[0][1], torch.full((64,), 1.0))
+
+
 def test_the_in_process_sync_holds_one_converted_tensor_at_a_time(policy, fixture_model):
     engine = make_engine(fixture_model, EngineConfig(backend="transformers", dtype="bfloat16"))
     assert engine.weight_dtype == torch.bfloat16
