@@ -278,7 +278,8 @@ class StudyLayout:
         return self.root / "pools" / arm / f"seed-{seed}"
 
     def table(self, name: str) -> Path:
-        """One of the study's tables (`study`, `final`, `summary`, `claims`, `endpoints`, `answer_check`)."""
+        """One of the study's tables (`study`, `final`, `summary`, `claims`, `endpoints`, `answer_check`, `stability`,
+        `curves`, `control`)."""
         return self.root / f"{name}.parquet"
 
     def plot(self, x: str) -> Path:

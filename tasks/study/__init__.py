@@ -7,6 +7,7 @@
   (OUT/claims.json), a change refused once runs exist unless amended;
 - `stats`: Student t intervals, paired differences, the claims of the configuration;
 - `answer_check`: the reward-hack check of every run's pool, rollouts and final answers;
+- `control`: whether each chance-control run was its baseline, step for step, until it re-seeded;
 - `report`: study.parquet, summary.parquet, claims, the answer check, plots, report.md.
 
 `run_study` is the study's one sequence (resolve the models, plan, record the plan, execute, gather, write):

@@ -1,6 +1,7 @@
 """A study's outputs: study.parquet, final.parquet, summary.parquet, claims.parquet, endpoints.parquet,
-answer_check.parquet, stability.parquet and curves.parquet (`tasks.study.curves`), four plots of accuracy with
-interval bands and one of entropy, report.md."""
+answer_check.parquet, stability.parquet and curves.parquet (`tasks.study.curves`), control.parquet (each chance
+control against its baseline before it re-seeds, `tasks.study.control`), four plots of accuracy with interval
+bands and one of entropy, report.md."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rlep.data.run_layout import ENTROPY_PLOT, STUDY_PLOTS, StudyLayout
 from rlep.tasks.settings.study import StudyConfig
 from rlep.tasks.study.answer_check import CHECK_COLUMNS, answer_check_markdown
 from rlep.tasks.study.claims import provenance_markdown
+from rlep.tasks.study.control import control_check, control_markdown
 from rlep.tasks.study.curves import evaluation_noise, plot_entropy, run_curves, stability, stability_markdown
 from rlep.tasks.study.stats import endpoints, evaluate_claims, summarize
 
@@ -48,6 +50,7 @@ def write_study_outputs(
     arms = sorted(config.arms)
     curves = run_curves(config.out, arms, config.seeds)
     stable = stability(study, curves)
+    control = control_check(config)
     frames = {
         "study": study,
         "final": final,
@@ -57,6 +60,7 @@ def write_study_outputs(
         "answer_check": checks,
         "stability": stable,
         "curves": curves,
+        "control": control,
     }
     if table is None:  # an interim report: no claim is tested on part of the runs
         layout.table("claims").unlink(missing_ok=True)
@@ -69,7 +73,10 @@ def write_study_outputs(
     paths["entropy_plot"] = plot_entropy(curves, layout.entropy_plot)
     paths["report"] = layout.report
     held = stability_markdown(stable, evaluation_noise(config.out, arms, config.seeds))
-    write_text_atomic(paths["report"], report_markdown(config, summary, table, ends, command, checks, interim, held))
+    text = report_markdown(
+        config, summary, table, ends, command, checks, interim, held, control_markdown(config, control)
+    )
+    write_text_atomic(paths["report"], text)
     return paths
 
 
@@ -206,8 +213,10 @@ def report_markdown(
     checks: pd.DataFrame | None = None,
     interim: tuple[list[str], int] | None = None,
     held: str | None = None,
+    control: str | None = None,
 ) -> str:
-    """`held`: the runs' stability section (`tasks.study.curves.stability_markdown`), when given."""
+    """`held`: the runs' stability section (`tasks.study.curves.stability_markdown`), when given; `control`: the
+    chance controls' section (`tasks.study.control.control_markdown`), when the study has one."""
     lines = [
         "# rlep study" + (f" (interim: {len(interim[0])} of {interim[1]} training runs finished)" if interim else ""),
         "",
@@ -241,6 +250,8 @@ def report_markdown(
             "the claims are tested only when every run of the plan has.",
             "",
         ]
+    if control is not None:
+        lines += ["## The chance control before its re-seed step", "", control, ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     if checks is not None:
         lines += ["## Reward-hack check: accepted answers that are not a number", "", answer_check_markdown(checks), ""]

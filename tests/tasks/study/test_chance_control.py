@@ -1,12 +1,15 @@
 """A study's chance control: an arm that is the baseline re-seeded from a step (`perturb: {reseed_at: R}`), planned
 as an ordinary run of every seed, and named by claims as `against`."""
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import tiny_study_settings
 
+from rlep.data.run_layout import StudyLayout, TrainRunLayout
 from rlep.flows.options import build_config
 from rlep.tasks.study import StudyConfig, StudyError, plan
+from rlep.tasks.study.control import control_arms, control_check, control_markdown
 
 ARMS = {
     "grpo": {"replay": {"kind": "none"}},
@@ -18,7 +21,7 @@ CLAIM = {"name": "rlep-beats-chance", "arm": "rlep", "against": "grpo-reseeded",
 
 def _study(tmp_path, arms=ARMS, **extra):
     path = tmp_path / "study.yaml"
-    settings = tiny_study_settings("tiny", tmp_path / "out", arms, baseline_arm="grpo", **extra)
+    settings = tiny_study_settings("tiny", tmp_path / "out", arms, **{"baseline_arm": "grpo", **extra})
     path.write_text(yaml.safe_dump(settings))
     return build_config(StudyConfig, path)
 
@@ -40,3 +43,53 @@ def test_a_control_that_would_never_be_reseeded_or_is_misspelled_is_refused_nami
         plan(_study(tmp_path, {**ARMS, "grpo-reseeded": {"perturb": {"reseed_at": 3}}}))
     with pytest.raises(StudyError, match=r"arms\.grpo-reseeded\.perturb\.reseed: Extra inputs"):
         plan(_study(tmp_path, {**ARMS, "grpo-reseeded": {"perturb": {"reseed": 2}}}))
+
+
+def _write_run(out, arm, seed, rewards, evals):
+    """A run's metrics (a reward and a wall-clock time per step) and evaluations (avg@k per evaluated step)."""
+    layout = TrainRunLayout(StudyLayout(out).run(arm, seed))
+    layout.root.mkdir(parents=True)
+    steps = range(1, len(rewards) + 1)
+    pd.DataFrame(
+        {"step": steps, "reward_mean": rewards, "time_step": [float(arm == "grpo")] * len(rewards)}
+    ).to_parquet(layout.metrics)
+    pd.DataFrame(
+        {"step": list(evals), "data_source": "all", "avg_at_k": list(evals.values()), "pass_at_k": 0.5, "maj_at_k": 0.5}
+    ).to_parquet(layout.eval)
+
+
+def test_the_report_says_seed_by_seed_whether_the_control_was_its_baseline_before_its_step(tmp_path):
+    four = {arm: {**settings, "steps": 4} for arm, settings in ARMS.items()}
+    config = _study(tmp_path, {**four, "grpo-reseeded": {"perturb": {"reseed_at": 3}, "steps": 4}})
+    assert control_arms(config) == [("grpo-reseeded", "grpo", 3)]  # rlep differs in replay: not its baseline
+    out = config.out
+    _write_run(out, "grpo", 0, [0.1, 0.2], {0: 0.1, 1: 0.2, 2: 0.3})
+    _write_run(out, "grpo-reseeded", 0, [0.1, 0.2], {0: 0.1, 1: 0.2, 2: 0.3})  # times differ: not compared
+    _write_run(out, "grpo", 1, [0.1, 0.2], {0: 0.1, 1: 0.2, 2: 0.3})
+    _write_run(out, "grpo-reseeded", 1, [0.1, 0.2], {0: 0.1, 1: 0.25, 2: 0.3})  # its evaluation after step 1
+    table = control_check(config).set_index("seed")
+    assert table.loc[0, ["parted_at", "steps_compared", "evals_compared", "complete"]].tolist() == [-1, 2, 3, True]
+    assert table.loc[1, ["parted_at", "parted_in", "control_value", "baseline_value"]].tolist() == [
+        1,
+        "evaluation avg_at_k (all)",
+        0.25,
+        0.2,
+    ]
+    text = control_markdown(config, table.reset_index())
+    assert "- `grpo-reseeded` is `grpo` re-seeded from step 3:" in text
+    assert "  - seed 0: the same at steps 1-2 (every metric but wall-clock times) and at 3 evaluation(s)" in text
+    assert (
+        "  - seed 1: **parted at step 1**, before its re-seed step: evaluation avg_at_k (all) 0.25 against 0.2." in text
+    )
+    assert "1 control run(s) parted from their baseline before re-seeding" in text
+
+
+def test_a_control_without_a_baseline_arm_is_said_and_a_study_without_one_has_no_section(tmp_path):
+    config = _study(
+        tmp_path, {"grpo-reseeded": {"perturb": {"reseed_at": 2}}, "rlep": ARMS["rlep"]}, baseline_arm="rlep"
+    )
+    assert control_arms(config) == [("grpo-reseeded", None, 2)]
+    assert "no arm has its settings without `perturb`" in control_markdown(config, control_check(config))
+    (tmp_path / "plain").mkdir()
+    plain = _study(tmp_path / "plain", {"grpo": ARMS["grpo"], "rlep": ARMS["rlep"]})
+    assert control_arms(plain) == [] and control_markdown(plain, control_check(plain)) is None

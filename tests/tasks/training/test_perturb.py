@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.settings.perturb import RESEEDED_OFFSET, PerturbConfig, sampling_seed
 from rlep.tasks.settings.train import TrainConfig
+from rlep.tasks.study.control import compare_before
 from rlep.tasks.training.loop.steps import Trainer
 
 STEPS, RESEED_AT = 4, 3
@@ -111,6 +112,20 @@ def test_the_control_is_the_baseline_until_its_step_and_differs_after(fixture_mo
     assert any(not (moved[0][k] == moved[1][k]).all() for k in moved[0])
     evals = [pq.read_table(run.eval).to_pandas().set_index(["step", "data_source"]) for run in (baseline, control)]
     assert evals[1].loc[[0, 2]].avg_at_k.equals(evals[0].loc[[0, 2]].avg_at_k)
+
+    # The study report's check reads the same from the two runs' files: the same before R, parted at R.
+    same = compare_before(baseline.root, control.root, RESEED_AT)
+    assert (same["parted_at"], same["steps_compared"], same["evals_compared"], same["complete"]) == (-1, 2, 2, True)
+    late = compare_before(baseline.root, control.root, RESEED_AT + 1)  # had R been one later, they part at R
+    assert late["parted_at"] == RESEED_AT and late["control_value"] != late["baseline_value"]
+    # One value changed before R, as a GPU's nondeterministic kernel would: found at its step and column.
+    edited = tmp_path / "edited"
+    shutil.copytree(control.root, edited)
+    table = pq.read_table(TrainRunLayout(edited).metrics).to_pandas()
+    table.loc[table.step == 2, "grad_norm"] += 1e-9
+    table.to_parquet(TrainRunLayout(edited).metrics)
+    parted = compare_before(baseline.root, edited, RESEED_AT)
+    assert (parted["parted_at"], parted["parted_in"]) == (2, "grad_norm")
 
     # Resumed from its checkpoint before the reseed step, the control samples the re-seeded stream again: its settings
     # carry `perturb` (read back as `rlep train --resume` reads them).
