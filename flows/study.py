@@ -45,7 +45,8 @@ def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) 
             paths = run_study(config, command=command, carry_out=_on_ray(ray, config.runner), parallel=True)
     else:  # each action a subflow of this run: in this process, or (`isolate`) in a fresh one of its own
         paths = run_study(config, command=command, carry_out=Subflows(isolate=config.runner.isolate))
-    create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
+    if "claims" in paths:  # absent when a run of the plan stopped short of its last evaluation: nothing tested
+        create_markdown_artifact(key="study-claims", markdown=claims_markdown(pd.read_parquet(paths["claims"])))
     summary = pd.read_parquet(paths["summary"]).round(4)
     create_table_artifact(
         key="study-summary",

@@ -25,7 +25,7 @@ CONTROL_COLUMNS = [
     "steps_compared",  # training steps before R found in both runs' metrics
     "evals_compared",  # evaluation steps before R found in both runs' eval.parquet
     "parted_at",  # the first step before R at which a value differs; -1 where none does
-    "parted_in",  # the first column that differs there (`eval:avg_at_k` for an evaluation)
+    "parted_in",  # the first column that differs there (`evaluation avg_at_k (all)` for an evaluation)
     "control_value",
     "baseline_value",
     "complete",  # both runs have every step 1..R-1: the comparison covers the whole branch
@@ -59,8 +59,8 @@ def _same(a, b) -> bool:
 
 def compare_before(baseline: Path | str, control: Path | str, reseed_at: int) -> dict:
     """How the runs in `baseline` and `control` compare at the steps before `reseed_at`: the first difference in
-    their metrics (steps 1..R-1, every column but wall-clock ones) or evaluations (steps 0..R-1), in step order,
-    a training step before the evaluation of the same step."""
+    their metrics (steps 1..R-1, every column but wall-clock ones) or evaluations (steps 0..R-1: avg@k, pass@k
+    and maj@k of every data source), in step order, a training step before the evaluation of the same step."""
     runs = [TrainRunLayout(baseline), TrainRunLayout(control)]
     metrics = [pd.read_parquet(r.metrics).set_index("step") for r in runs]
     evals = [pd.read_parquet(r.eval).set_index(["step", "data_source"]) for r in runs]
