@@ -107,6 +107,32 @@ def _variant_name(variant: type[BaseModel]) -> str:
     return kind.default if kind is not None and isinstance(kind.default, str) else variant.__name__
 
 
+def _variant_help(model: Any, path: tuple[str, ...]) -> str | None:
+    """For a setting that several variants of a union share with another meaning or default (`replay_ratio`:
+    FIFO's replayed share of the batch, ExGRPO's rho), each variant's own description and default; None when they
+    all agree (or the setting is not a union's)."""
+    node: Any = model
+    for name in path[:-1]:
+        sections = section_types(node)
+        if len(sections) != 1 or name not in sections[0].model_fields:
+            return None
+        node = sections[0].model_fields[name].annotation
+    fields = [(_variant_name(v), v.model_fields[path[-1]]) for v in section_types(node) if path[-1] in v.model_fields]
+    if any(len(_literal_choices(f.annotation) or ()) == 1 for _, f in fields):  # the union's tag (`kind`)
+        return None
+    said = [(name, f.description or "", f.get_default(call_default_factory=True)) for name, f in fields]
+    texts = {text for _, text, _ in said}
+    if len(fields) < 2 or len({(text, repr(default)) for _, text, default in said}) == 1:
+        return None
+
+    def default(value: Any) -> str:
+        return "required" if value is PydanticUndefined else repr(value)
+
+    if len(texts) == 1:  # one meaning, the variants' own defaults (a source's `source`)
+        return f"{texts.pop()} [default: " + ", ".join(f"{name}: {default(d)}" for name, _, d in said) + "]"
+    return " | ".join(f"{name}: {text} [default: {default(d)}]" for name, text, d in said)
+
+
 def _flag_names(
     model: Any,
 ) -> dict[tuple[str, ...], tuple[str, Any, list | None, tuple[str, ...], tuple[str, ...]]]:
@@ -187,7 +213,8 @@ def add_model_flags(
         default = _effective_default(defaults, path, field)
         applies = f" [only for: {', '.join(owners)}]" if owners else ""
         shown = "" if required or extra.get("cli_switch") else f" [default: {default!r}]"
-        help_text = f"{field.description or ''}{applies}{shown}".replace("%", "%%")
+        per_variant = _variant_help(model, path)  # each design's own meaning and default of a shared flag
+        help_text = (per_variant or f"{field.description or ''}{applies}{shown}").replace("%", "%%")
         kwargs: dict[str, Any] = {
             "dest": f"{namespace}:" + ".".join(path),
             "default": argparse.SUPPRESS,

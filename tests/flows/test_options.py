@@ -348,3 +348,24 @@ def test_a_mapping_of_names_given_replaces_the_defaults_one_whole(tmp_path):
     assert list(config.arms) == ["baseline", "reuse"]
     assert config.train.steps == 3 and config.train.prompts_per_step == StudyConfig().train.prompts_per_step
     assert list(build_config(StudyConfig).arms) == ["baseline", "rlep"]  # not given: the default arms
+
+
+def test_a_flag_the_designs_share_says_what_it_means_and_defaults_to_in_each():
+    from rlep.tasks.settings.train import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser, TrainConfig)
+    helps = {a.option_strings[0]: " ".join(a.help.split()) for a in parser._actions if a.option_strings}
+    # FIFO's replayed share of the batch and ExGRPO's rho share a flag, not a meaning or a default.
+    ratio = helps["--replay-ratio"]
+    assert ratio.startswith("fifo: 1 - fresh / batch") and "[default: 0.25] | exgrpo: rho:" in ratio
+    assert ratio.endswith("[default: 0.5]")
+    assert "prioritized: tau_max: rollouts older than this many steps are evicted. [default: 4]" in helps["--max-age"]
+    assert (
+        "prioritized: N: most rollouts kept; after age eviction, the lowest priority leaves first."
+        in helps["--buffer-size"]
+    )
+    # One meaning and one default in every design that has it: said once, with the designs it applies to.
+    rescore = "Re-check replayed answers with the current verifier (paper: yes). [only for: rlep] [default: True]"
+    assert helps["--rescore"] == rescore
+    assert helps["--replay"] == "Replay strategy. [default: 'none']"  # the union's tag, not a setting of each design
