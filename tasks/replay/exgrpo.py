@@ -109,7 +109,8 @@ class ExGRPOReplay:
     - retired prompts stay in the dataset's draw (the code drops them from the next epoch on); they are never
       stored or replayed again;
     - `buffer_trajectories` optionally bounds the buffer (oldest stored leave first); unbounded by default;
-    - sync mode only (`plan` reads the buffer as the step starts).
+    - sync mode and one training process only (`plan` reads the buffer as the step starts; refused with
+      `mode: async` and with `backend.nproc` > 1).
     """
 
     name: ClassVar[str] = "exgrpo"

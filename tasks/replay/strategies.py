@@ -7,7 +7,7 @@ Each class docstring states what its paper does, what we do, and every departure
 designs says the same in one line each. Each class declares what it needs from the run (`needs`: a pool,
 a buffer, the generation's advantages); code outside tasks/replay/ asks that, never which design runs.
 Scoring, advantages and the loss are shared and do not know which strategy runs. A new design is a config
-in config.py (and its place in the `ReplayConfig` union) and a class here, listed in `DESIGNS`.
+in tasks/settings/replay.py (and its place in the `ReplayConfig` union) and a class here, listed in `DESIGNS`.
 
 Every design reports the same stats where they mean something (NaN where not): `buffer_size` (entries its
 buffer or pool holds) and `buffer_utilisation` (the share of those ever replayed).
@@ -41,7 +41,10 @@ def _flatten(groups: list[Group]) -> list[Rollout]:
 
 
 class NoReplay(FreshPrompts):
-    """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged."""
+    """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged.
+
+    Departure: no dynamic sampling (DAPO's refill of flat groups with new ones): a group whose rewards are all equal
+    gives no gradient and is counted in `zero_std_group_frac`."""
 
     name: ClassVar[str] = "none"
     needs: ClassVar[ReplayNeeds] = ReplayNeeds()
@@ -77,7 +80,12 @@ class RLEPReplay(FreshPrompts):
     Departures: replayed answers are re-scored by the current verifier when `rescore` (the paper's pool holds
     only verified successes, so this only guards against a changed verifier); a prompt with fewer than M
     pooled answers replays what it has (the trainer records the effective M); `loss.is_correction=truncate`
-    can weight replayed tokens against their stored behaviour log-probs (off in the paper).
+    can weight replayed tokens against their stored behaviour log-probs (off in the paper). The pool keeps every
+    verified answer as the paper's does (`collect.dedupe` keeps one per distinct answer). The run's settings,
+    not this class, carry the rest of the recipe, and depart from it in size: G = 8, M = 2 and 32 prompts a step
+    in 4 updates on the CPU (paper 16 + 2, 512 prompts in mini-batches of 64), learning rate 2e-4 for the tiny
+    model (the recipe's 1e-6 is for 7B models), and the recipe's 10 warm-up updates, weight decay 0.1 and soft
+    overlong penalty only in the configurations the README's designs table names.
     """
 
     name: ClassVar[str] = "rlep"

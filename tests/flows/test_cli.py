@@ -61,12 +61,13 @@ def test_the_readmes_problems_command_runs_as_written(tmp_path, capsys):
     without a split column (which it says refuses `--split`)."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     row = re.search(r"^\| `(rlep problems [^`]*)`", readme, re.MULTILINE).group(1)
-    assert row == "rlep problems [--source FILE\\|hf:NAME] [--split test] --limit N --out FILE"
+    assert row == "rlep problems [--source FILE\\|hf:NAME] [--split test] [--limit N] --out FILE"
     command, *plain = re.sub(r"\[[^]]*\] ", "", row).split()[1:]
     (tmp_path / "mine.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n')
-    fill = {"N": "2", "FILE": str(tmp_path / "out.jsonl")}
-    source = ["--source", str(tmp_path / "mine.jsonl")]
-    for extra, code in (([], 0), (["--split", "test"], 0), (source, 0), ([*source, "--split", "test"], 2)):
+    fill = {"FILE": str(tmp_path / "out.jsonl")}
+    source, limit = ["--source", str(tmp_path / "mine.jsonl")], ["--limit", "2"]
+    cases = (([], 0), (limit, 0), ([*limit, "--split", "test"], 0), (source, 0), ([*source, "--split", "test"], 2))
+    for extra, code in cases:
         assert main([command, *extra, *(fill.get(word, word) for word in plain)]) == code, extra
     assert "mine.jsonl has no split column" in capsys.readouterr().err
 
