@@ -58,3 +58,17 @@ def test_freshness_draws_younger_rollouts():
     # alpha 0: the plain design draws uniformly over what is stored (ages 1-8); the decay favours the young ones.
     uniform, fresh = _mean_age_of_draws(None), _mean_age_of_draws(1.0)
     assert fresh < uniform - 1
+
+
+def test_over_capacity_the_lowest_decayed_priority_leaves():
+    # Capacity 2: an old answer of |A| 1.0 (6 updates old by the next step) and a fresh group of |A| 0.5 (1 update).
+    # Decayed (tau 1), the old one's priority is e^-6 against 0.5 e^-1: it leaves. Undecayed, it would stay.
+    def stored(tau):
+        config = PrioritizedReplayConfig(buffer_size=2, max_age=100, priority_eps=1e-3, freshness_tau=tau)
+        replay = PrioritizedReplay(config, seed=0)
+        replay.buffer, replay.drawn = [_rollout("old", 0, 1.0)], [False]
+        replay.mix([Group("new", [_rollout("new", 5, 0.5, 0), _rollout("new", 5, -0.5, 1)])], step=6)
+        return sorted(r.response for r in replay.buffer)
+
+    assert stored(1.0) == ["new-0", "new-1"]
+    assert stored(None) == ["new-0", "old-0"]

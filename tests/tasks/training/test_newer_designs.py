@@ -66,6 +66,9 @@ def test_zero_variance_advantages_by_hand():
     # alpha (max H - H_t), the max over the row's real tokens (0.8), not the padding's 5.0
     assert out[1].tolist() == pytest.approx([-0.05, 0.0, -0.07, 0.0])
     assert out[2].tolist() == pytest.approx([0.7, 0.7, 0.0, 0.0])
+    # The entropy is a weight, not a path for the gradient (the paper's stop-gradient).
+    shaped = zero_variance_advantages(torch.zeros(3), sign, entropy.clone().requires_grad_(), mask, alpha=0.1)
+    assert not shaped.requires_grad
 
 
 def _rollout(pid, sample, correct, version=0, origin="fresh"):
@@ -124,6 +127,15 @@ def base_model(fixture_model):
     return AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
 
 
+def _delta(base, batch, loss, lr=0.5):
+    """How one SGD update of a copy of `base` on `batch` moved its weights, as one flat vector."""
+    model = copy.deepcopy(base)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
+    policy_update(model, opt, sched, batch, UpdateSettings(loss, grad_clip=1e9))
+    return torch.cat([(a - b).detach().flatten() for a, b in zip(model.parameters(), base.parameters())])
+
+
 def _update(base, batch, loss, lr=0.5):
     """One SGD update of a copy of `base` on `batch`: its metrics and how far the weights moved (sum of |change|)."""
     model = copy.deepcopy(base)
@@ -150,6 +162,9 @@ def test_m2po_masks_stale_tokens_far_from_their_behaviour_policy(base_model):
     right_tokens = batch.mask[6].sum().item()  # the mixed group's correct answer is row 6
     assert metrics["m2po_masked_frac"] == pytest.approx(right_tokens / batch.mask.sum().item())
     assert metrics["m2po_m2"] > 0.04 and metrics["m2po_m2_kept"] <= 0.04
+    # The update reads the configured bound: at tau_M2 = 5 the second moment (4) is within it, nothing is masked.
+    metrics, _ = _update(base_model, batch, LossConfig(is_correction="m2po", m2po_threshold=5.0), lr=0.0)
+    assert metrics["m2po_masked_frac"] == 0.0 and metrics["m2po_m2_kept"] == pytest.approx(metrics["m2po_m2"])
     # Fresh rows train against the trainer's own pi_old: nothing to mask when nothing is stale.
     batch.age = torch.zeros_like(batch.age)
     metrics, _ = _update(base_model, batch, LossConfig(is_correction="m2po"), lr=0.0)
@@ -165,6 +180,30 @@ def test_rl_zvp_trains_on_flat_groups_that_grpo_skips(base_model):
         batch = build_batch(rollouts, pad_id=0, step=1, groups=[gi for gi, g in enumerate(groups) for _ in g.rollouts])
         _, moved = _update(base_model, batch, loss)
         assert (moved > 1e-6) is should_move, zero_variance
+
+
+def _marked_batch(groups, loss):
+    fill_advantages(groups, loss)
+    rollouts = [r for g in groups for r in g.rollouts]
+    return build_batch(rollouts, pad_id=0, step=1, groups=[gi for gi, g in enumerate(groups) for _ in g.rollouts])
+
+
+def test_rl_zvp_shapes_the_flat_rows_of_a_micro_batch_that_also_holds_rows_with_signal(base_model):
+    # One micro-batch of a mixed group and two flat ones: the flat rows' entropy-shaped advantages still act.
+    skip = _delta(base_model, _marked_batch(_groups(), LossConfig()), LossConfig())
+    zvp = LossConfig(zero_variance="rl-zvp")
+    shaped = _delta(base_model, _marked_batch(_groups(), zvp), zvp)
+    assert (shaped - skip).abs().sum().item() > 1e-6
+
+
+def test_rl_zvp_scales_with_its_alpha_through_the_update(base_model):
+    # Flat groups only, one SGD step of the unclipped first update: the weights move in proportion to alpha.
+    moves = {}
+    for alpha in (0.1, 0.3):
+        loss = LossConfig(zero_variance="rl-zvp", zvp_alpha=alpha)
+        moves[alpha] = _delta(base_model, _marked_batch(_groups()[:2], loss), loss)
+    assert moves[0.1].abs().sum().item() > 1e-6
+    assert torch.allclose(moves[0.3], 3 * moves[0.1], rtol=1e-3, atol=1e-7)
 
 
 def test_the_step_row_and_line_report_the_new_metrics():
