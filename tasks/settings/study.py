@@ -162,6 +162,13 @@ class StudyConfig(BaseModel):
         "count itself.",
     )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the runs execute.")
+    finished_runs_keep: Literal["final", "all"] = Field(
+        "final",
+        description="What a finished training run of the study keeps of its checkpoints: `final`, its final one "
+        "only (the earlier ones only served to resume it; with its AdamW state a SmolLM2-135M checkpoint is 1.6 GB, "
+        "and `keep_checkpoints` 2 keeps two a run), or `all` that `keep_checkpoints` kept. Not part of the plan's "
+        "digest.",
+    )
     amendments: list[Amendment] = Field(
         default_factory=list,
         description="Changes of the recorded plan (seeds, arms' settings, evaluation, claims, code version) made "

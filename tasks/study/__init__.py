@@ -18,8 +18,10 @@ Prefect subflows as the carrier, or Prefect tasks on Ray in parallel when `runne
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from rlep.data.run_layout import TrainRunLayout, checkpoint_step
 from rlep.tasks.carry import Carrier, InFreshProcess, local_stages
 from rlep.tasks.execute import execute_plan, execute_run
 from rlep.tasks.plan import Run
@@ -38,6 +40,7 @@ __all__ = [
     "StudyError",
     "fix_record",
     "gather",
+    "keep_final_checkpoint",
     "plan",
     "report_study",
     "run_study",
@@ -62,9 +65,28 @@ def run_study(
     fix_record(config, runs)  # before the first run: the plan and claims the report will test, with their digest
     if carry_out is None:
         carry_out = InFreshProcess(progress) if config.runner.isolate else local_stages(progress)
-    execute_plan(runs, lambda run, needs: execute_run(run, needs, carry_out), parallel=parallel)
+
+    def execute(run: Run, needs: dict) -> dict:
+        record = execute_run(run, needs, carry_out)
+        if config.finished_runs_keep == "final":
+            keep_final_checkpoint(record)
+        return record
+
+    execute_plan(runs, execute, parallel=parallel)
     study, final = gather(runs)
     return write_study_outputs(config, study, final, command, accepted_answers(runs))
+
+
+def keep_final_checkpoint(record: dict) -> None:
+    """Remove the checkpoints of a finished run (its `record`) older than its final one, which it keeps. Only older:
+    a living-pool part's record names the end of its part even when the arm's run has gone past it since."""
+    final = record.get("final_checkpoint")
+    step = checkpoint_step(final) if final else None
+    if step is None or not Path(final).is_dir():
+        return
+    for earlier, path in TrainRunLayout(Path(final).parent.parent).step_checkpoints():
+        if earlier < step:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def report_study(config: StudyConfig, command: str | None = None) -> dict[str, Path]:

@@ -507,6 +507,9 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
     ):
         assert extra["living", step] == pytest.approx(extra["rlep", step] + refreshes)
     assert set(pd.read_parquet(paths["final"]).arm) == {"baseline", "rlep", "living"}
+    # Each finished run kept its final checkpoint only (the living arm's at its parts' ends 2 and 4 were removed).
+    for arm in ("baseline", "rlep", "living"):
+        assert [p.name for p in sorted((runs / arm / "seed-0" / "checkpoints").iterdir())] == ["step-5"], arm
     # The same study with the pool refreshed every 3 steps: the living arm starts over, store included (its
     # old versions would otherwise pass for re-collections already done); the other runs are kept.
     settings["arms"]["living"] = {"replay": {**LIVING["replay"], "refresh_every": 3}}
@@ -514,7 +517,10 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
 
     recorded = StudyRecord.read(tmp_path / "study").digest  # a changed plan once runs exist is made on purpose
     settings["amendments"] = [{"of": recorded[:12], "reason": "the living pool refreshed every 3 steps"}]
+    settings["finished_runs_keep"] = "all"  # not part of the plan: no amendment needed
     run_study(StudyConfig.model_validate(settings), progress=False)
+    living_checkpoints = sorted((runs / "living" / "seed-0" / "checkpoints").iterdir())
+    assert [p.name for p in living_checkpoints] == ["step-3", "step-5"]  # keep_checkpoints 2, all kept
     assert [c["after_step"] for c in PoolStore(store.root).lineage(2)["contributions"]] == [0, 3]
     assert PoolStore(store.root).versions() == [1, 2]
     metrics = pd.read_parquet(runs / "living" / "seed-0" / "metrics.parquet")
