@@ -9,7 +9,7 @@ from conftest import tiny_study_settings
 from rlep.data.run_layout import StudyLayout, TrainRunLayout
 from rlep.flows.options import build_config
 from rlep.tasks.study import StudyConfig, StudyError, plan
-from rlep.tasks.study.control import control_arms, control_check, control_markdown
+from rlep.tasks.study.control import compare_before, control_arms, control_check, control_markdown
 
 ARMS = {
     "grpo": {"replay": {"kind": "none"}},
@@ -93,3 +93,63 @@ def test_a_control_without_a_baseline_arm_is_said_and_a_study_without_one_has_no
     (tmp_path / "plain").mkdir()
     plain = _study(tmp_path / "plain", {"grpo": ARMS["grpo"], "rlep": ARMS["rlep"]})
     assert control_arms(plain) == [] and control_markdown(plain, control_check(plain)) is None
+
+
+def _pair(tmp_path, control_metrics=None, control_evals=None):
+    """A baseline run (3 steps, a NaN column as replay's in a run without replay, evaluations at 0 and 2) and a
+    control that is the same but for what is given."""
+    metrics = {"step": [1, 2, 3], "reward_mean": [0.1, 0.2, 0.3], "replay_share": [float("nan")] * 3}
+    evals = {"step": [0, 2], "data_source": "all", "avg_at_k": [0.1, 0.2], "pass_at_k": 0.5, "maj_at_k": 0.5}
+    roots = []
+    for name, m, e in (("base", metrics, evals), ("control", control_metrics or metrics, control_evals or evals)):
+        layout = TrainRunLayout(tmp_path / name)
+        layout.root.mkdir(parents=True)
+        pd.DataFrame(m).to_parquet(layout.metrics)
+        pd.DataFrame(e).to_parquet(layout.eval)
+        roots.append(layout.root)
+    return roots
+
+
+def _parted(found):
+    return found["parted_at"], found["parted_in"]
+
+
+def test_the_check_reads_every_step_and_value_before_r_in_order(tmp_path):
+    base, control = _pair(tmp_path / "same")
+    found = compare_before(base, control, 3)
+    assert _parted(found) == (-1, "") and found["evals_compared"] == 2  # NaN against NaN is the same
+    # The evaluation of the starting weights (step 0) is compared too.
+    evals = {"step": [0, 2], "data_source": "all", "avg_at_k": [0.15, 0.2], "pass_at_k": 0.5, "maj_at_k": 0.5}
+    assert _parted(compare_before(*_pair(tmp_path / "start", control_evals=evals), 3)) == (
+        0,
+        "evaluation avg_at_k (all)",
+    )
+    # pass@k alone differing parts them.
+    evals = {"step": [0, 2], "data_source": "all", "avg_at_k": [0.1, 0.2], "pass_at_k": [0.5, 0.75], "maj_at_k": 0.5}
+    assert _parted(compare_before(*_pair(tmp_path / "pass", control_evals=evals), 3)) == (
+        2,
+        "evaluation pass_at_k (all)",
+    )
+    # At one step the training comes before the evaluation of its weights.
+    metrics = {"step": [1, 2, 3], "reward_mean": [0.1, 0.25, 0.3], "replay_share": [float("nan")] * 3}
+    found = compare_before(*_pair(tmp_path / "both", control_metrics=metrics, control_evals=evals), 3)
+    assert _parted(found) == (2, "reward_mean") and (found["control_value"], found["baseline_value"]) == (0.25, 0.2)
+
+
+def test_each_of_two_controls_is_compared_with_the_plain_arm_not_the_other_control(tmp_path):
+    arms = {"rlep": ARMS["rlep"], "again-2": {"perturb": {"reseed_at": 2}}, "again-3": {"perturb": {"reseed_at": 3}}}
+    four = {arm: {**settings, "steps": 4} for arm, settings in {**arms, "grpo": ARMS["grpo"]}.items()}
+    config = _study(tmp_path, four, baseline_arm="rlep")
+    assert control_arms(config) == [("again-2", "grpo", 2), ("again-3", "grpo", 3)]
+
+
+def test_a_control_not_yet_past_its_branch_says_how_far_it_was_compared(tmp_path):
+    four = {arm: {**settings, "steps": 4} for arm, settings in ARMS.items()}
+    config = _study(tmp_path, {**four, "grpo-reseeded": {"perturb": {"reseed_at": 3}, "steps": 4}})
+    _write_run(config.out, "grpo", 0, [0.1, 0.2], {0: 0.1})
+    _write_run(config.out, "grpo-reseeded", 0, [0.1], {0: 0.1})  # killed after its first step
+    table = control_check(config)
+    assert table.loc[0, ["steps_compared", "complete"]].tolist() == [1, False]
+    text = control_markdown(config, table)
+    assert "  - seed 0: the same at 1 of its 2 steps (every metric but wall-clock times)" in text
+    assert "; the rest is not run yet." in text
