@@ -187,19 +187,20 @@ def _to_target_list(values: pd.DataFrame, fmt: str) -> str:
     )
 
 
-def _verdict(diff: pd.Series, low: float, high: float, higher_is_better: bool) -> str:
-    """What the paired differences support: the t interval when it exists; with no spread, the sign test."""
+def _verdict(diff: pd.Series, low: float, high: float) -> str:
+    """What paired differences of a higher-is-better measure (accuracy) support: the t interval when it exists;
+    with no spread, the sign test."""
     if no_spread(diff):
         value = float(diff.iloc[0])
         if abs(value) <= 1e-12:
             return "no difference shown"
         if not sign_test_decides(len(diff)):
             return "no spread: interval undefined"
-        return ("arm better" if (value > 0) == higher_is_better else "arm worse") + " (sign test: every seed)"
+        return ("arm better" if value > 0 else "arm worse") + " (sign test: every seed)"
     if math.isnan(low):
         return "too few seeds"
     if low > 0 or high < 0:
-        return "arm better" if (low > 0) == higher_is_better else "arm worse"
+        return "arm better" if low > 0 else "arm worse"
     return "no difference shown"
 
 
@@ -419,7 +420,7 @@ def _at_step(claim, arm: str, table: pd.DataFrame) -> pd.DataFrame:
 def _accuracy_test(diff: pd.Series, low: float, high: float) -> tuple[str, float, str]:
     """(test, p-value, verdict) of paired accuracy differences (higher is better): the paired t test, or with no
     spread the exact sign test."""
-    verdict = _verdict(diff, low, high, higher_is_better=True)
+    verdict = _verdict(diff, low, high)
     if math.isnan(p := paired_t_p(diff)) and no_spread(diff):
         return "sign test", sign_test_p(int((diff > 0).sum()), int((diff < 0).sum())), verdict
     return "paired t", p, verdict

@@ -8,7 +8,14 @@ import pytest
 
 from rlep.tasks.settings.study import ClaimConfig
 from rlep.tasks.study.plan import Run
-from rlep.tasks.study.stats import evaluate_claims, holm, smallest_detectable, summarize, t_interval
+from rlep.tasks.study.stats import (
+    censored_differences,
+    evaluate_claims,
+    holm,
+    smallest_detectable,
+    summarize,
+    t_interval,
+)
 
 
 def _table(arms):
@@ -207,6 +214,26 @@ def test_a_seed_that_never_reaches_the_target_counts_against_its_arm():
     assert "2: not reached by 20" in steps.arm_per_seed and "2: +1" in steps.diff_per_seed
     tokens = table.loc["tokens"]  # censored at the run's total: 2,000 tokens, against the baseline's 2,000 at step 20
     assert tokens.diff_mean == pytest.approx((-1000 - 1000 + 0 + 0 + 0) / 5) and tokens.verdict.startswith("untestable")
+
+
+def test_a_censored_difference_is_the_one_nearest_0_the_runs_allow():
+    inf = math.inf
+    # Per seed: the arm's (reached, end) against the baseline's.
+    cases = {
+        0: ((10, 20), (inf, 20), -11.0),  # the baseline would have needed at least step 21
+        1: ((inf, 20), (20, 20), 1.0),  # the arm at least 21 against 20
+        2: ((30, 30), (inf, 20), 0.0),  # the baseline stopped unsuccessfully before the arm's 30: no sign shown
+        3: ((inf, 20), (30, 30), 0.0),  # the same, the other way round
+        4: ((inf, 20), (inf, 20), 0.0),  # neither reached it
+        5: ((12, 20), (15, 20), -3.0),  # both reached it: the plain difference
+    }
+    mine, theirs = (
+        pd.DataFrame({s: dict(zip(("reached", "end"), case[side])) for s, case in cases.items()}).T for side in (0, 1)
+    )
+    diff = censored_differences(mine, theirs, "step")
+    assert diff.tolist() == [case[2] for case in cases.values()]
+    # In charged tokens the bound is the run's total itself (no step more to add).
+    assert censored_differences(mine, theirs, "tokens").tolist() == [-10.0, 0.0, 0.0, 0.0, 0.0, -3.0]
 
 
 def test_a_target_neither_arm_reaches_is_untestable():
