@@ -101,6 +101,7 @@ def test_the_claims_are_recorded_when_the_study_starts_and_refused_when_changed_
     assert saved["digest"] == record.digest and saved["plan"]["claims"][0]["against"] == "baseline"
     assert not saved["fixed_after_runs"]
     moved = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS, claims=[{**claims[0], "step": 1}]))
+    (tmp_path / "runs" / "rlep" / "seed-1").mkdir(parents=True)  # a run's directory, empty: it has not started
     assert fix_record(moved, runs, code=CODE).digest != record.digest  # nothing ran yet: the claims may still change
     fix_record(config, runs, code=CODE)
     _started(tmp_path)
@@ -127,6 +128,9 @@ def test_the_record_covers_the_whole_plan_and_the_code_version(tmp_path):
         ({"seeds": [0, 1, 2]}, r"seeds \[0, 1\] -> \[0, 1, 2\]"),
         ({"arms": {**ARMS, "rlep": {"replay": {"kind": "rlep"}, "steps": 4}}}, r"arms\.rlep\.steps 2 -> 4"),
         ({"evaluate": {"samples": 3}}, r"evaluation\.samples 2 -> 3"),
+        ({"explore_steps": 1}, r"explore_steps None -> 1"),
+        ({"collect": {**settings["collect"], "samples_per_prompt": 3}}, r"collect\.samples_per_prompt 2 -> 3"),
+        ({"baseline_arm": "rlep"}, r"baseline_arm baseline -> rlep"),
         (
             {"train": {**settings["train"], "eval_problems": {**settings["train"]["eval_problems"], "limit": 8}}},
             r"arms\.baseline\.eval_problems\.limit 4 -> 8",
@@ -144,6 +148,23 @@ def test_the_record_covers_the_whole_plan_and_the_code_version(tmp_path):
     # A report runs nothing: other code is stated there, not refused; a changed plan still is.
     assert fix_record(config, plan(config), running=False, code={"commit": "b" * 40, "dirty": True}) == record
     assert json.loads((tmp_path / "claims.json").read_text()) == saved  # nothing was rewritten
+    more = StudyConfig.model_validate({**settings, "seeds": [0, 1, 2]})
+    with pytest.raises(StudyError, match=r"seeds \[0, 1\] -> \[0, 1, 2\]; code a{12} \(clean\) -> b{12}"):
+        fix_record(more, plan(more), running=False, code={"commit": "b" * 40, "dirty": True})
+
+
+def test_a_plan_recorded_after_runs_existed_is_marked_and_the_report_says_so(tmp_path, monkeypatch):
+    from rlep.tasks.study.claims import fix_record, provenance_markdown
+
+    config = StudyConfig.model_validate(tiny_study_settings("tiny", tmp_path, ARMS))
+    _started(tmp_path)  # runs from before the study kept a record
+    assert fix_record(config, plan(config), code=CODE).fixed_after_runs
+    monkeypatch.setattr("rlep.tasks.study.claims.code_version", lambda: CODE)
+    text = provenance_markdown(config)
+    assert "the plan was recorded at" in text and "after runs of the study existed" in text
+    assert "This report was written under code" not in text  # the recorded code
+    monkeypatch.setattr("rlep.tasks.study.claims.code_version", lambda: {"commit": "c" * 40, "dirty": False})
+    assert "This report was written under code cccccccccccc (clean)." in provenance_markdown(config)
 
 
 def test_an_amendment_applies_once_to_the_digest_it_names_and_the_report_prints_it(tmp_path):
@@ -172,6 +193,11 @@ def test_an_amendment_applies_once_to_the_digest_it_names_and_the_report_prints_
     text = provenance_markdown(more)
     assert f"Amended at {note['at']}" in text and "a third seed, for power" in text
     assert f"digest {record.digest[:12]} -> {amended.digest[:12]}" in text
+    # A second amendment, of the amended digest: both are kept, in order.
+    again = [*amend, {"of": amended.digest[:12], "reason": "a fourth seed"}]
+    four = StudyConfig.model_validate({**settings, "seeds": [0, 1, 2, 3], "amendments": again})
+    fix_record(four, plan(four), code=CODE)
+    assert [n["reason"] for n in StudyRecord.read(tmp_path).amendments] == ["a third seed, for power", "a fourth seed"]
 
 
 def test_a_claims_only_record_of_the_earlier_form_still_loads_and_says_so(tmp_path):
