@@ -52,3 +52,20 @@ def test_a_run_that_falls_back_is_told_from_one_that_holds(tmp_path):
 def test_no_run_with_metrics_gives_empty_curves_and_no_noise(tmp_path):
     assert run_curves(tmp_path, ["grpo"], [0]).empty
     assert math.isnan(evaluation_noise(tmp_path, ["grpo"], [0]))
+
+
+def test_rows_in_any_order_give_the_same_reading(tmp_path):
+    # Metrics written out of step order, evaluations listed per data source before the whole set's row.
+    layout = TrainRunLayout(StudyLayout(tmp_path).run("grpo", 0))
+    layout.root.mkdir(parents=True)
+    pd.DataFrame({"step": [3, 1, 2], "entropy": [0.2, 0.9, 0.5], "reward_mean": 0.1}).to_parquet(layout.metrics)
+    pd.DataFrame({"step": [0, 0], "data_source": ["add", "all"], "n_problems": [200, 800]}).to_parquet(layout.eval)
+    curves = run_curves(tmp_path, ["grpo"], [0])
+    assert curves.step.tolist() == [1, 2, 3] and curves.entropy.tolist() == [0.9, 0.5, 0.2]
+    noise = evaluation_noise(tmp_path, ["grpo"], [0])
+    assert math.isclose(noise, (0.5 / 800) ** 0.5)  # the whole set's 800 problems, not one source's 200
+    study = pd.DataFrame({"arm": "grpo", "seed": 0, "step": [3, 0, 2], "accuracy": [0.48, 0.2, 0.5]})
+    table = stability(study, curves.iloc[::-1]).set_index("seed")
+    assert table.loc[0, ["best_step", "last_step"]].tolist() == [2, 3]
+    assert table.loc[0, ["entropy_first", "entropy_last"]].tolist() == [0.9, 0.2]
+    assert "(0.025) of their best: grpo 1 of 1." in stability_markdown(table.reset_index(), noise)  # 0.02 below
