@@ -1,3 +1,4 @@
+import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -58,3 +59,44 @@ def test_every_runs_pool_rollouts_and_final_answers_are_read_for_answers_that_ar
         "every accepted answer to a numeric gold is a plain number.\n"
     )
     assert answer_check_markdown(pd.DataFrame(columns=checks.columns)) == "No run has left answers yet.\n"
+
+
+def test_a_living_arm_is_read_once_with_each_recollection_and_examples_are_capped_and_table_safe(tmp_path):
+    hack = judged_row(SUM, "The | final answer is 11 + 24", extracted_answer="11 + 24")
+    arm = TrainRunLayout(tmp_path / "living")
+    arm.fresh.mkdir(parents=True)
+    write_rows(arm.fresh_part(1), [hack, hack])
+    again = CollectRunLayout(tmp_path / "recollect")
+    again.root.mkdir()
+    write_rows(again.pool, [judged_row(SUM, "35", extracted_answer="35")])
+    runs = [  # the arm's first part stands for its run; its later part and re-collection share or add their files
+        Run(
+            key="living/seed-0",
+            kind="train",
+            seed=0,
+            arm="living",
+            config=SimpleNamespace(out=str(arm.root)),
+            span=(0, 2),
+        ),
+        Run(
+            key="living/seed-0/recollect-2",
+            kind="recollect",
+            seed=0,
+            arm="living",
+            config=SimpleNamespace(out=str(again.root)),
+            span=(2, 2),
+        ),
+        Run(
+            key="living/seed-0/steps-3-4",
+            kind="train",
+            seed=0,
+            arm="living",
+            config=SimpleNamespace(out=str(arm.root)),
+            span=(2, 4),
+        ),
+    ]
+    checks = accepted_answers(runs, examples=1)
+    got = checks[["run", "answers", "correct", "not_literal"]].to_records(index=False).tolist()
+    assert got == [("living/seed-0", "trained rollouts", 2, 2), ("living/seed-0/recollect-2", "pool", 1, 0)]
+    assert len(json.loads(checks.examples.iloc[0])) == 1
+    assert "add:11+24: `11 + 24`; `35`; The \\| final answer is 11 + 24" in answer_check_markdown(checks)
