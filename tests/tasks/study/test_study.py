@@ -148,6 +148,9 @@ def test_the_record_covers_the_whole_plan_and_the_code_version(tmp_path):
     # A report runs nothing: other code is stated there, not refused; a changed plan still is.
     assert fix_record(config, plan(config), running=False, code={"commit": "b" * 40, "dirty": True}) == record
     assert json.loads((tmp_path / "claims.json").read_text()) == saved  # nothing was rewritten
+    # What a finished run keeps of its checkpoints is not part of the plan: switching it is no change of the study.
+    kept = StudyConfig.model_validate({**settings, "finished_runs_keep": "all"})
+    assert fix_record(kept, plan(kept), code=CODE) == record
     more = StudyConfig.model_validate({**settings, "seeds": [0, 1, 2]})
     with pytest.raises(StudyError, match=r"seeds \[0, 1\] -> \[0, 1, 2\]; code a{12} \(clean\) -> b{12}"):
         fix_record(more, plan(more), running=False, code={"commit": "b" * 40, "dirty": True})
@@ -543,7 +546,7 @@ def test_a_living_arm_recollects_from_its_own_checkpoints_and_is_charged(
 
     recorded = StudyRecord.read(tmp_path / "study").digest  # a changed plan once runs exist is made on purpose
     settings["amendments"] = [{"of": recorded[:12], "reason": "the living pool refreshed every 3 steps"}]
-    settings["finished_runs_keep"] = "all"  # not part of the plan: no amendment needed
+    settings["finished_runs_keep"] = "all"  # not part of the plan (test_the_record_covers_the_whole_plan_...)
     run_study(StudyConfig.model_validate(settings), progress=False)
     living_checkpoints = sorted((runs / "living" / "seed-0" / "checkpoints").iterdir())
     assert [p.name for p in living_checkpoints] == ["step-3", "step-5"]  # keep_checkpoints 2, all kept
