@@ -136,6 +136,9 @@ def test_dependencies_are_charged_in_full_once_each(monkeypatch):
     by_key = {r.key: r for r in (explore, collect, rlep)}
     assert runs.dependency_cost(rlep, by_key) == {"tokens_generated": 1300.0, "seconds": 80.0}
     assert runs.dependency_cost(explore, by_key) == {"tokens_generated": 0.0, "seconds": 0.0}
+    # Reached twice (directly and through the collection), the exploration is still charged once.
+    both = Run("rlep2/seed-0", "train", 0, "rlep2", None, needs=["collect/seed-0", "baseline/seed-0"])
+    assert runs.dependency_cost(both, by_key) == {"tokens_generated": 1300.0, "seconds": 80.0}
 
 
 def test_a_step_recorded_twice_in_a_run_is_refused_naming_the_file_and_the_run(tmp_path):
@@ -164,6 +167,37 @@ def _finished_train_run(out, steps=(1, 2)):
     pd.DataFrame({"step": list(steps), "tokens_generated_total": [10, 20], "time_step": [1.0, 1.0]}).to_parquet(
         out / "metrics.parquet"
     )
+
+
+def test_gather_accumulates_each_step_and_reads_the_whole_sets_final_row(tmp_path):
+    """Per evaluation step: updates, trained rows replayed and seconds so far (the dependency's seconds charged on
+    top); a living-pool arm's later part, sharing its directory, is not gathered again; the final evaluation is
+    the whole set's row, not a data source's."""
+    from types import SimpleNamespace
+
+    from rlep.data.run_layout import TrainRunLayout
+    from rlep.tasks.study.runs import gather
+
+    _finished_train_run(tmp_path / "explore")
+    arm = TrainRunLayout(tmp_path / "living")
+    arm.root.mkdir()
+    pd.DataFrame({"step": [0, 1, 2], "data_source": "all", "avg_at_k": [0.1, 0.2, 0.3]}).to_parquet(arm.eval)
+    metrics = {"step": [1, 2], "tokens_generated_total": [10, 20], "time_step": [1.0, 3.0]}
+    metrics |= {"optimizer_updates": [2, 2], "tokens_trained": [5, 7], "replay_rows": [1, 3]}
+    pd.DataFrame(metrics).to_parquet(arm.metrics)
+    arm.final_eval.root.mkdir()
+    final = {"k": [1, 1], "avg_at_k": [0.9, 0.4], "pass_at_k": [0.9, 0.4], "maj_at_k": [0.9, 0.4]}
+    pd.DataFrame({"data_source": ["add", "all"], **final}).to_parquet(arm.final_eval.eval)
+    explore = Run("explore/seed-0", "train", 0, None, SimpleNamespace(out=str(tmp_path / "explore")))
+    config = SimpleNamespace(out=str(arm.root))
+    first = Run("living/seed-0", "train", 0, "living", config, needs=[explore.key], span=(0, 1))
+    later = Run("living/seed-0/steps-2-2", "train", 0, "living", config, needs=[first.key], span=(1, 2))
+    study, final_table = gather([explore, first, later])
+    assert study.step.tolist() == [0, 1, 2]  # once
+    assert study.optimizer_updates.tolist() == [0, 2, 4] and study.tokens_trained.tolist() == [0, 5, 12]
+    assert study.replayed.tolist() == [0, 1, 4] and study.wall_seconds.tolist() == [0.0, 1.0, 4.0]
+    assert study.seconds_charged.tolist() == [2.0, 3.0, 6.0]  # the exploration's 2 seconds on top
+    assert final_table[["arm", "avg_at_k"]].values.tolist() == [["living", 0.4]]
 
 
 def test_gather_reports_the_runs_asked_for_and_charges_their_dependencies_from_the_whole_plan(tmp_path):
