@@ -310,6 +310,14 @@ def test_seeds_in_one_arm_only_are_reported_not_dropped_silently():
     for kind in ({"kind": "accuracy_diff", "step": 10}, {"kind": "steps_to_target", "target": 0.4}):
         row = evaluate_claims(study, [_claim(**kind)], "baseline").iloc[0]
         assert row.n_paired == 4 and row.unpaired == "arm only: 7; against only: 4", kind
+    # The means are over the paired seeds (0-3), as the difference is.
+    row = evaluate_claims(study, [_claim(kind="accuracy_diff", step=10)], "baseline").iloc[0]
+    paired = study[(study.step == 10) & study.seed.isin([0, 1, 2, 3])]
+    assert row.arm_mean == pytest.approx(paired[paired.arm == "fast"].accuracy.mean())
+    assert row.against_mean == pytest.approx(paired[paired.arm == "baseline"].accuracy.mean())
+    # One paired seed: no interval, no test; Holm leaves it as it is.
+    one = evaluate_claims(study[study.seed == 0], [_claim(kind="accuracy_diff", step=10)], "baseline").iloc[0]
+    assert (one.verdict, one.holm_verdict) == ("too few seeds", "too few seeds")
 
 
 def test_summarize_pairs_the_steps_the_reference_has_and_leaves_the_rest_unpaired():
@@ -458,6 +466,7 @@ def test_at_equal_charge_the_arm_is_read_where_it_had_spent_the_against_arms_tok
     # Charged 1500 more, the arm's step 10 (2500) is over the budget: its step 0 is what it had, and it is behind.
     costly = evaluate_claims(_charged(study, {"fast": lambda seed: 1500}), claims[:1], "baseline").iloc[0]
     assert "0: 0.200 (step 0, 1,500 of 2,000)" in costly.arm_per_seed and costly.verdict == "arm worse"
+    assert costly.holm_verdict == "arm worse (Holm)"  # a family of one: Holm keeps the direction
 
 
 def test_at_equal_charge_a_seed_whose_arm_spent_the_budget_before_its_first_evaluation_is_named_not_counted():
