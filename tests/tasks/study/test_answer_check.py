@@ -14,8 +14,8 @@ from rlep.tasks.study.answer_check import accepted_answers, answer_check_markdow
 SUM = Problem(id="add:11+24", problem="11+24=?", answer="35", data_source="tiny-math/add")
 
 
-def _run(key, kind, out, arm=None):
-    return Run(key=key, kind=kind, seed=0, arm=arm, config=SimpleNamespace(out=str(out)))
+def _run(key, kind, out, arm=None, span=None):
+    return Run(key=key, kind=kind, seed=0, arm=arm, config=SimpleNamespace(out=str(out)), span=span)
 
 
 def test_every_runs_pool_rollouts_and_final_answers_are_read_for_answers_that_are_not_a_number(tmp_path):
@@ -70,30 +70,9 @@ def test_a_living_arm_is_read_once_with_each_recollection_and_examples_are_cappe
     again.root.mkdir()
     write_rows(again.pool, [judged_row(SUM, "35", extracted_answer="35")])
     runs = [  # the arm's first part stands for its run; its later part and re-collection share or add their files
-        Run(
-            key="living/seed-0",
-            kind="train",
-            seed=0,
-            arm="living",
-            config=SimpleNamespace(out=str(arm.root)),
-            span=(0, 2),
-        ),
-        Run(
-            key="living/seed-0/recollect-2",
-            kind="recollect",
-            seed=0,
-            arm="living",
-            config=SimpleNamespace(out=str(again.root)),
-            span=(2, 2),
-        ),
-        Run(
-            key="living/seed-0/steps-3-4",
-            kind="train",
-            seed=0,
-            arm="living",
-            config=SimpleNamespace(out=str(arm.root)),
-            span=(2, 4),
-        ),
+        _run("living/seed-0", "train", arm.root, "living", span=(0, 2)),
+        _run("living/seed-0/recollect-2", "recollect", again.root, "living", span=(2, 2)),
+        _run("living/seed-0/steps-3-4", "train", arm.root, "living", span=(2, 4)),
     ]
     checks = accepted_answers(runs, examples=1)
     got = checks[["run", "answers", "correct", "not_literal"]].to_records(index=False).tolist()
