@@ -1,4 +1,5 @@
-"""A finished study run keeps its final checkpoint only (`finished_runs_keep: final`): what is removed, and what never is."""
+"""A finished study run keeps its final checkpoint only (`finished_runs_keep: final`): what is removed, and what
+never is."""
 
 from rlep.tasks.study import keep_final_checkpoint
 
