@@ -127,23 +127,13 @@ def base_model(fixture_model):
     return AutoModelForCausalLM.from_pretrained(fixture_model, dtype=torch.float32)
 
 
-def _delta(base, batch, loss, lr=0.5):
-    """How one SGD update of a copy of `base` on `batch` moved its weights, as one flat vector."""
-    model = copy.deepcopy(base)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
-    policy_update(model, opt, sched, batch, UpdateSettings(loss, grad_clip=1e9))
-    return torch.cat([(a - b).detach().flatten() for a, b in zip(model.parameters(), base.parameters())])
-
-
 def _update(base, batch, loss, lr=0.5):
-    """One SGD update of a copy of `base` on `batch`: its metrics and how far the weights moved (sum of |change|)."""
+    """One SGD update of a copy of `base` on `batch`: its metrics and how it moved the weights (one flat vector)."""
     model = copy.deepcopy(base)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda n: 1.0)
     metrics = policy_update(model, opt, sched, batch, UpdateSettings(loss, grad_clip=1e9))
-    moved = sum((a - b).abs().sum().item() for a, b in zip(model.parameters(), base.parameters()))
-    return metrics, moved
+    return metrics, torch.cat([(a - b).detach().flatten() for a, b in zip(model.parameters(), base.parameters())])
 
 
 def test_m2po_masks_stale_tokens_far_from_their_behaviour_policy(base_model):
@@ -173,13 +163,9 @@ def test_m2po_masks_stale_tokens_far_from_their_behaviour_policy(base_model):
 
 def test_rl_zvp_trains_on_flat_groups_that_grpo_skips(base_model):
     for zero_variance, should_move in (("skip", False), ("rl-zvp", True)):
-        groups = _groups()[:2]  # flat groups only: no GRPO signal at all
         loss = LossConfig(zero_variance=zero_variance)
-        fill_advantages(groups, loss)
-        rollouts = [r for g in groups for r in g.rollouts]
-        batch = build_batch(rollouts, pad_id=0, step=1, groups=[gi for gi, g in enumerate(groups) for _ in g.rollouts])
-        _, moved = _update(base_model, batch, loss)
-        assert (moved > 1e-6) is should_move, zero_variance
+        _, moved = _update(base_model, _marked_batch(_groups()[:2], loss), loss)  # flat groups only: no GRPO signal
+        assert (moved.abs().sum().item() > 1e-6) is should_move, zero_variance
 
 
 def _marked_batch(groups, loss):
@@ -190,9 +176,9 @@ def _marked_batch(groups, loss):
 
 def test_rl_zvp_shapes_the_flat_rows_of_a_micro_batch_that_also_holds_rows_with_signal(base_model):
     # One micro-batch of a mixed group and two flat ones: the flat rows' entropy-shaped advantages still act.
-    skip = _delta(base_model, _marked_batch(_groups(), LossConfig()), LossConfig())
+    _, skip = _update(base_model, _marked_batch(_groups(), LossConfig()), LossConfig())
     zvp = LossConfig(zero_variance="rl-zvp")
-    shaped = _delta(base_model, _marked_batch(_groups(), zvp), zvp)
+    _, shaped = _update(base_model, _marked_batch(_groups(), zvp), zvp)
     assert (shaped - skip).abs().sum().item() > 1e-6
 
 
@@ -201,9 +187,11 @@ def test_rl_zvp_scales_with_its_alpha_through_the_update(base_model):
     moves = {}
     for alpha in (0.1, 0.3):
         loss = LossConfig(zero_variance="rl-zvp", zvp_alpha=alpha)
-        moves[alpha] = _delta(base_model, _marked_batch(_groups()[:2], loss), loss)
+        _, moves[alpha] = _update(base_model, _marked_batch(_groups()[:2], loss), loss)
     assert moves[0.1].abs().sum().item() > 1e-6
-    assert torch.allclose(moves[0.3], 3 * moves[0.1], rtol=1e-3, atol=1e-7)
+    # Compared as whole vectors: element by element, the nearly unmoved weights differ by float rounding (torch's
+    # CPU reductions do not sum in a fixed order), far past any elementwise tolerance.
+    assert (moves[0.3] - 3 * moves[0.1]).norm() <= 1e-3 * (3 * moves[0.1]).norm()
 
 
 def test_the_step_row_and_line_report_the_new_metrics():
