@@ -9,7 +9,8 @@ unbiased estimator of data.metrics.pass_at_k; both are averaged over problems. k
 of two up to the smallest n of any problem, so every row reports the same k.
 
 Accepted but not literal: the correct answers to a numeric gold that are neither the gold as written nor a plain
-number (`The final answer is 11 + 24` once passed as 35, docs/results.md). The verifier's equivalence is where a
+number (`The final answer is 11 + 24` once passed as 35, docs/results.md); accepted but another value: plain numbers
+whose exact value is not the gold's (the verifier accepting a wrong answer). The verifier's equivalence is where a
 reward hack hides, so these are counted and shown first, for a person to read before the pool is replayed.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from fractions import Fraction
 from functools import cache
 from itertools import islice
 from pathlib import Path
@@ -36,6 +38,8 @@ from rlep.data.trajectory import PROBLEM_KEY
 
 # A plain number once normalised: an integer, a decimal, a fraction a/b or \frac{a}{b}, with a sign.
 _LITERAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d+\s*/\s*\d+|\\[dt]?frac\{\d+\}\{\d+\})$")
+
+_EXAMPLE_FIELDS = ("problem_id", "extracted_answer", "gold_answer", "response")
 
 _COLUMNS = [
     "problem_id",
@@ -90,34 +94,57 @@ def summarize(path: Path | str, sample_rows: int = 3, text_chars: int = 120) -> 
         "pool": pool,
         "run": _run_section(manifest, table, token_lengths) if manifest is not None else None,
         "sample_rows": _sample_rows(table, sample_rows, text_chars),
-        "accepted_not_literal": accepted_not_literal(table, text_chars=text_chars),
+        **{f"accepted_{why}": found for why, found in accepted_against_numbers(table, text_chars=text_chars).items()},
     }
     return summary
 
 
-def accepted_not_literal(table: pa.Table, examples: int = 5, text_chars: int = 120) -> dict[str, Any]:
-    """The correct answers to a plain-number gold whose extracted answer is neither that gold nor a plain number
-    (after the verifier's normalisation): their count among the correct ones and the first `examples`."""
+def accepted_against_numbers(table: pa.Table, examples: int = 5, text_chars: int = 120) -> dict[str, dict[str, Any]]:
+    """The correct answers to a plain-number gold (after the verifier's normalisation) that a person should read:
+    `not_literal`, those neither that gold nor a plain number (a restated sum); `other_value`, plain numbers of
+    another value than the gold's (the verifier accepting a wrong number, a reward function's worst error). Each:
+    the count among the correct answers to a plain-number gold (`of_correct`) and the first `examples`."""
     from rlep.verifiers.normalize import normalize_answer  # here: the data layer loads without the verifiers
 
     normalized = cache(lambda text: normalize_answer(text).text)  # a problem's gold and answers repeat
     accepted = table.filter(pc.and_(table["correct"], pc.is_valid(table["extracted_answer"])))
-    rows = accepted.select(["problem_id", "extracted_answer", "gold_answer", "response"]).to_pylist()
+    rows = accepted.select(list(_EXAMPLE_FIELDS)).to_pylist()
     numeric_gold = 0
-    found = []
+    found: dict[str, list[dict]] = {"not_literal": [], "other_value": []}
     for row in rows:
         gold = normalized(row["gold_answer"])
         if not _LITERAL.match(gold):
             continue  # a symbolic gold: its right answers need not be literals
         numeric_gold += 1
         answer = normalized(row["extracted_answer"])
-        if answer != gold and not _LITERAL.match(answer):
-            found.append(row)
+        if answer == gold:
+            continue
+        if not _LITERAL.match(answer):
+            found["not_literal"].append(row)
+        elif literal_value(answer) is None or literal_value(answer) != literal_value(gold):
+            found["other_value"].append(row)
     return {
-        "count": len(found),
-        "of_correct": numeric_gold,
-        "examples": [{**row, "response": _truncate(row["response"], text_chars)} for row in found[:examples]],
+        why: {
+            "count": len(suspects),
+            "of_correct": numeric_gold,
+            "examples": [{**row, "response": _truncate(row["response"], text_chars)} for row in suspects[:examples]],
+        }
+        for why, suspects in found.items()
     }
+
+
+def literal_value(text: str) -> Fraction | None:
+    """The exact value of a plain number as `_LITERAL` reads it (`-3`, `.5`, `7/2`, `\\frac{7}{2}`); None for
+    anything else and for a zero denominator."""
+    if not _LITERAL.match(text):
+        return None
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-")
+    fraction = re.fullmatch(r"(\d+)\s*/\s*(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\}", body)
+    if fraction is None:
+        return sign * Fraction(body)
+    numerator, denominator = (int(part) for part in fraction.groups() if part is not None)
+    return sign * Fraction(numerator, denominator) if denominator else None
 
 
 def accuracy_rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -169,19 +196,23 @@ def render(summary: dict[str, Any]) -> Group:
         if pool["min_correct"] is not None:
             kept += f", min_correct={pool['min_correct']}"
         overview.add_row("pool", kept)
-    odd = summary["accepted_not_literal"]
-    if odd["of_correct"]:
-        overview.add_row(
-            "accepted, not literal", f"{odd['count']} of {odd['of_correct']} correct answers to a number (read them)"
-        )
+    suspects = [
+        (summary["accepted_not_literal"], "not a number", "accepted answers that are not a number: check them"),
+        (summary["accepted_other_value"], "another number", "accepted numbers of another value than the gold's"),
+    ]
+    for found, what, _ in suspects:
+        if found["of_correct"]:
+            count = f"{found['count']} of {found['of_correct']} correct answers to a number (read them)"
+            overview.add_row(f"accepted, {what}", count)
     parts.append(overview)
-    if odd["examples"]:
-        hacks = Table(title="accepted answers that are not a number: check they computed it")
-        for header in ["problem", "extracted", "gold", "response"]:
-            hacks.add_column(header)
-        for row in odd["examples"]:
-            hacks.add_row(*(Text(str(row[k])) for k in ("problem_id", "extracted_answer", "gold_answer", "response")))
-        parts.append(hacks)
+    for found, _, title in suspects:
+        if found["examples"]:
+            shown = Table(title=title)
+            for header in ["problem", "extracted", "gold", "response"]:
+                shown.add_column(header)
+            for row in found["examples"]:
+                shown.add_row(*(Text(str(row[k])) for k in _EXAMPLE_FIELDS))
+            parts.append(shown)
 
     if summary["accuracy"]:
         metrics = [key for key in summary["accuracy"][0] if key.startswith(("mean@", "pass@"))]

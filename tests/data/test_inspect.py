@@ -1,5 +1,6 @@
 import json
 from datetime import datetime, timezone
+from fractions import Fraction
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -7,7 +8,7 @@ import pytest
 from conftest import judged_row, write_rows
 from rich.console import Console
 
-from rlep.data.inspect import k_values, render, summarize
+from rlep.data.inspect import k_values, literal_value, render, summarize
 from rlep.data.pool import build_pool
 from rlep.data.problem import Problem
 from rlep.data.store import ExperienceStore
@@ -211,13 +212,43 @@ def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp
         judged_row(half, "0.5", extracted_answer="0.5"),
         judged_row(half, "\\frac{1}{2}", extracted_answer="\\frac{1}{2}"),
         judged_row(symbolic, "1+x^2", extracted_answer="1+x^2"),  # a symbolic gold: its answers are not numbers
+        judged_row(problem, "35.0", extracted_answer="35.0"),  # the gold's value written otherwise
+        judged_row(problem, "70/2", extracted_answer="\\frac{70}{2}"),
+        judged_row(problem, "So 36.", extracted_answer="36"),  # a wrong number the verifier let through
+        judged_row(half, "-0.5", extracted_answer="-0.5"),
     ]
     path = write_rows(tmp_path / "pool.parquet", rows)
     summary = summarize(path)
     odd = summary["accepted_not_literal"]
-    assert (odd["count"], odd["of_correct"]) == (1, 5)
+    assert (odd["count"], odd["of_correct"]) == (1, 9)
     assert [(row["problem_id"], row["extracted_answer"]) for row in odd["examples"]] == [("add:11+24", "11 + 24")]
     console = Console(record=True, width=200)
     console.print(render(summary))
     text = console.export_text()
-    assert "1 of 5 correct answers to a number" in text and "The final answer is 11 + 24" in text
+    assert "1 of 9 correct answers to a number" in text and "The final answer is 11 + 24" in text
+    other = summary["accepted_other_value"]
+    assert (other["count"], other["of_correct"]) == (2, 9)
+    assert [(row["problem_id"], row["extracted_answer"]) for row in other["examples"]] == [
+        ("add:11+24", "36"),
+        ("frac:1/4+1/4", "-0.5"),
+    ]
+    assert "accepted, another number" in text and "2 of 9 correct answers to a number" in text and "So 36." in text
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("35", Fraction(35)),
+        ("+35", Fraction(35)),
+        ("-0.25", Fraction(-1, 4)),
+        (".5", Fraction(1, 2)),
+        ("7 / 2", Fraction(7, 2)),
+        ("-\\frac{7}{2}", Fraction(-7, 2)),
+        ("\\dfrac{6}{4}", Fraction(3, 2)),
+        ("1/0", None),  # no value: an accepted 1/0 is never the gold's
+        ("11 + 24", None),
+        ("x", None),
+    ],
+)
+def test_a_plain_numbers_value_is_read_exactly(text, value):
+    assert literal_value(text) == value

@@ -23,7 +23,8 @@ def test_every_runs_pool_rollouts_and_final_answers_are_read_for_answers_that_ar
     training run's own rollouts, its final evaluation's answers; a run not finished has no final row."""
     collect = CollectRunLayout(tmp_path / "collect")
     collect.root.mkdir()
-    write_rows(collect.pool, [judged_row(SUM, "35", extracted_answer="35")] * 3)
+    wrong = judged_row(SUM, "So 36.", extracted_answer="36")  # a wrong number the verifier let through
+    write_rows(collect.pool, [judged_row(SUM, "35", extracted_answer="35")] * 3 + [wrong])
     done = TrainRunLayout(tmp_path / "reuse")
     done.fresh.mkdir(parents=True)
     write_rows(done.fresh_part(1), [judged_row(SUM, "35", extracted_answer="35")])
@@ -44,19 +45,21 @@ def test_every_runs_pool_rollouts_and_final_answers_are_read_for_answers_that_ar
         _run("baseline/seed-0", "train", unfinished.root, arm="baseline"),
     ]
     checks = accepted_answers(runs)
-    got = checks[["run", "answers", "correct", "not_literal"]].to_records(index=False).tolist()
+    got = checks[["run", "answers", "correct", "not_literal", "other_value"]].to_records(index=False).tolist()
     assert got == [
-        ("collect/seed-0", "pool", 3, 0),
-        ("reuse/seed-0", "trained rollouts", 2, 1),
-        ("reuse/seed-0", "final evaluation", 2, 1),
-        ("baseline/seed-0", "trained rollouts", 1, 0),
+        ("collect/seed-0", "pool", 4, 0, 1),
+        ("reuse/seed-0", "trained rollouts", 2, 1, 0),
+        ("reuse/seed-0", "final evaluation", 2, 1, 0),
+        ("baseline/seed-0", "trained rollouts", 1, 0, 0),
     ]
     assert checks.share.tolist() == [0.0, 0.5, 0.5, 0.0]
     text = answer_check_markdown(checks)
-    assert "| reuse/seed-0 | trained rollouts | 2 | 1 | 50.0% |" in text
+    assert "| collect/seed-0 | pool | 4 | 0 | 0.0% | 1 |" in text
+    assert "| reuse/seed-0 | trained rollouts | 2 | 1 | 50.0% | 0 |" in text
+    assert "- collect/seed-0, pool, add:11+24 (another number): `36`; `35`; So 36." in text
     assert "- reuse/seed-0, trained rollouts, add:11+24: `11 + 24`; `35`; The final answer is 11 + 24" in text
-    assert answer_check_markdown(checks.iloc[[0]]).endswith(
-        "every accepted answer to a numeric gold is a plain number.\n"
+    assert answer_check_markdown(checks.iloc[[3]]).endswith(
+        "every accepted answer to a numeric gold is a plain number of the gold's value.\n"
     )
     assert answer_check_markdown(pd.DataFrame(columns=checks.columns)) == "No run has left answers yet.\n"
 
