@@ -21,11 +21,10 @@ def run_cost(run: Run) -> dict[str, float]:
         from rlep.tasks.collect import collection_cost
 
         return collection_cost(out)
+    # A run that others need is an exploration or a collection, never a living-pool arm: its re-collections are
+    # charged where it is gathered (`gather`), from the step each was paid on.
     metrics = pd.read_parquet(TrainRunLayout(out).metrics, columns=["step", "tokens_generated_total", "time_step"])
-    cost = {"tokens_generated": float(metrics.tokens_generated_total.max()), "seconds": float(metrics.time_step.sum())}
-    for _, refresh in _refreshes(run):
-        cost = {name: cost[name] + refresh[name] for name in cost}
-    return cost
+    return {"tokens_generated": float(metrics.tokens_generated_total.max()), "seconds": float(metrics.time_step.sum())}
 
 
 def _refreshes(run: Run) -> list[tuple[int, dict[str, float]]]:
