@@ -254,7 +254,8 @@ def report_markdown(
         lines += ["## The chance control before its re-seed step", "", control, ""]
     lines += ["## End of the runs (descriptive)", "", endpoints_markdown(ends), ""]
     if checks is not None:
-        lines += ["## Reward-hack check: accepted answers that are not a number", "", answer_check_markdown(checks), ""]
+        heading = "## Reward-hack check: accepted answers that are not the gold's number"
+        lines += [heading, "", answer_check_markdown(checks), ""]
     lines += ["## Held-out accuracy per evaluation step (mean [95% t interval]; paired difference to the baseline)", ""]
     lines += [
         "| arm | step | seeds | accuracy | diff vs baseline | per seed | tokens charged | training seconds |",

@@ -371,7 +371,7 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
             for what in ("trained rollouts", "final evaluation")
         ]
     )
-    assert "## Reward-hack check: accepted answers that are not a number" in text
+    assert "## Reward-hack check: accepted answers that are not the gold's number" in text
     for name in (
         "accuracy_vs_step.png",
         "accuracy_vs_tokens.png",
