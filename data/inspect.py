@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from fractions import Fraction
 from functools import cache
 from itertools import islice
 from pathlib import Path
@@ -104,25 +103,29 @@ def accepted_against_numbers(table: pa.Table, examples: int = 5, text_chars: int
     `not_literal`, those neither that gold nor a plain number (a restated sum); `other_value`, plain numbers of
     another value than the gold's (the verifier accepting a wrong number, a reward function's worst error). Each:
     the count among the correct answers to a plain-number gold (`of_correct`) and the first `examples`."""
-    from rlep.verifiers.normalize import normalize_answer  # here: the data layer loads without the verifiers
+    from rlep.verifiers.fastpath import exact_equal, exact_value  # here: the data layer loads without the verifiers
+    from rlep.verifiers.normalize import normalize_answer
 
-    normalized = cache(lambda text: normalize_answer(text).text)  # a problem's gold and answers repeat
+    normalized = cache(normalize_answer)  # a problem's gold and answers repeat
     accepted = table.filter(pc.and_(table["correct"], pc.is_valid(table["extracted_answer"])))
     rows = accepted.select(list(_EXAMPLE_FIELDS)).to_pylist()
     numeric_gold = 0
     found: dict[str, list[dict]] = {"not_literal": [], "other_value": []}
     for row in rows:
         gold = normalized(row["gold_answer"])
-        if not _LITERAL.match(gold):
+        if not _LITERAL.match(gold.text):
             continue  # a symbolic gold: its right answers need not be literals
         numeric_gold += 1
         answer = normalized(row["extracted_answer"])
-        if answer == gold:
+        if answer.text == gold.text:
             continue
-        if not _LITERAL.match(answer):
+        if not _LITERAL.match(answer.text):
             found["not_literal"].append(row)
-        elif literal_value(answer) is None or literal_value(answer) != literal_value(gold):
-            found["other_value"].append(row)
+        elif not gold.approximate:  # an approximate gold (`\\approx 3.14`) is matched by rounding, by design
+            # the verifier's exact rule (a percent on one side may be read /100); a value it cannot read is not equal
+            values = exact_value(gold.text), exact_value(answer.text)
+            if None in values or not exact_equal(gold, values[0], answer, values[1]):
+                found["other_value"].append(row)
     return {
         why: {
             "count": len(suspects),
@@ -131,20 +134,6 @@ def accepted_against_numbers(table: pa.Table, examples: int = 5, text_chars: int
         }
         for why, suspects in found.items()
     }
-
-
-def literal_value(text: str) -> Fraction | None:
-    """The exact value of a plain number as `_LITERAL` reads it (`-3`, `.5`, `7/2`, `\\frac{7}{2}`); None for
-    anything else and for a zero denominator."""
-    if not _LITERAL.match(text):
-        return None
-    sign = -1 if text.startswith("-") else 1
-    body = text.lstrip("+-")
-    fraction = re.fullmatch(r"(\d+)\s*/\s*(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\}", body)
-    if fraction is None:
-        return sign * Fraction(body)
-    numerator, denominator = (int(part) for part in fraction.groups() if part is not None)
-    return sign * Fraction(numerator, denominator) if denominator else None
 
 
 def accuracy_rows(table: pa.Table) -> list[dict[str, Any]]:

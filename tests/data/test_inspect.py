@@ -8,10 +8,12 @@ import pytest
 from conftest import judged_row, write_rows
 from rich.console import Console
 
-from rlep.data.inspect import k_values, literal_value, render, summarize
+from rlep.data.inspect import k_values, render, summarize
 from rlep.data.pool import build_pool
 from rlep.data.problem import Problem
 from rlep.data.store import ExperienceStore
+from rlep.verifiers.fastpath import exact_value
+from rlep.verifiers.normalize import normalize_answer
 
 WHEN = datetime(2025, 7, 1, tzinfo=timezone.utc)
 # problem id, data source, correctness of each sample (n = 4, 4, 4, 8; c = 1, 4, 0, 2)
@@ -204,6 +206,7 @@ def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp
     problem = Problem(id="add:11+24", problem="11+24=?", answer="35", data_source="tiny-math/add")
     half = Problem(id="frac:1/4+1/4", problem="1/4+1/4=?", answer="1/2", data_source="tiny-math/frac")
     symbolic = Problem(id="alg:1", problem="Simplify.", answer="x^2+1", data_source="algebra")
+    percent = Problem(id="pct:1/2", problem="1/2 as a percent?", answer="50\\%", data_source="tiny-math/pct")
     rows = [
         judged_row(problem, "The answer is 35.", extracted_answer="35"),
         judged_row(problem, "\\boxed{35}", extracted_answer="\\boxed{35}"),
@@ -216,23 +219,24 @@ def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp
         judged_row(problem, "70/2", extracted_answer="\\frac{70}{2}"),
         judged_row(problem, "So 36.", extracted_answer="36"),  # a wrong number the verifier let through
         judged_row(half, "-0.5", extracted_answer="-0.5"),
+        judged_row(percent, "0.5", extracted_answer="0.5"),  # 50% read /100: the verifier's rule, not flagged
     ]
     path = write_rows(tmp_path / "pool.parquet", rows)
     summary = summarize(path)
     odd = summary["accepted_not_literal"]
-    assert (odd["count"], odd["of_correct"]) == (1, 9)
+    assert (odd["count"], odd["of_correct"]) == (1, 10)
     assert [(row["problem_id"], row["extracted_answer"]) for row in odd["examples"]] == [("add:11+24", "11 + 24")]
     console = Console(record=True, width=200)
     console.print(render(summary))
     text = console.export_text()
-    assert "1 of 9 correct answers to a number" in text and "The final answer is 11 + 24" in text
+    assert "1 of 10 correct answers to a number" in text and "The final answer is 11 + 24" in text
     other = summary["accepted_other_value"]
-    assert (other["count"], other["of_correct"]) == (2, 9)
+    assert (other["count"], other["of_correct"]) == (2, 10)
     assert [(row["problem_id"], row["extracted_answer"]) for row in other["examples"]] == [
         ("add:11+24", "36"),
         ("frac:1/4+1/4", "-0.5"),
     ]
-    assert "accepted, another number" in text and "2 of 9 correct answers to a number" in text and "So 36." in text
+    assert "accepted, another number" in text and "2 of 10 correct answers to a number" in text and "So 36." in text
 
 
 @pytest.mark.parametrize(
@@ -251,4 +255,5 @@ def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp
     ],
 )
 def test_a_plain_numbers_value_is_read_exactly(text, value):
-    assert literal_value(text) == value
+    """What the answer check compares a plain number by: the verifier's exact reading of the normalised text."""
+    assert exact_value(normalize_answer(text).text) == value
