@@ -295,12 +295,54 @@ def assert_same_run():
 @pytest.fixture(scope="session")
 def prefect_server():
     """One temporary Prefect server and database for the session (it takes ~10 s to start), for the tests that
-    need a server; yields its API URL. Its runs accumulate over the session: filter by flow run id."""
+    need a server; yields its API URL. Its runs accumulate over the session: filter by flow run id, or read a
+    test's own with `prefect_runs`."""
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
+
+
+def flow_run_logs(flow_run_id, wait: float = 10.0) -> list:
+    """The log records of a flow run and its task runs, as the UI's Logs tab reads them, once its `step 2/2` line
+    has arrived (or after `wait` seconds)."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    deadline = time.monotonic() + wait
+    with get_client(sync_client=True) as client:
+        while True:  # records reach the server in batches, a moment after they are logged
+            logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            if any("step 2/2" in log.message for log in logs) or time.monotonic() > deadline:
+                return logs
+            time.sleep(0.5)
+
+
+@pytest.fixture
+def prefect_runs(prefect_server):
+    """`prefect_runs(client)`: (flow runs, artifacts) this test made on the session's server, i.e. the runs created
+    since it began, started or not (an xdist worker runs one test at a time, each worker with a server of its own)."""
+    from datetime import datetime, timezone
+
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+    )
+
+    began = datetime.now(timezone.utc)
+
+    def read(client):
+        created = FlowRunFilterExpectedStartTime(after_=began)  # an ad-hoc run's is set when it is created
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(expected_start_time=created))
+        ids = ArtifactFilterFlowRunId(any_=[r.id for r in runs])
+        return runs, client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ids)) if runs else []
+
+    return read
 
 
 # `rlep train` flags of the tests' small runs: PROBLEMS' cells (6 training, 6 held-out problems), 5 steps of 3 prompts

@@ -39,13 +39,10 @@ def _rows(out):
 
 
 @pytest.mark.slow
-def test_shards_on_a_local_ray_match_a_collection_in_one_process(fixture_model, tmp_path):
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_shards_on_a_local_ray_match_a_collection_in_one_process(prefect_server, fixture_model, tmp_path):
     from rlep.flows.collect import collect_flow
 
-    with prefect_test_harness(server_startup_timeout=120):
-        result = collect_flow(_config(fixture_model, tmp_path / "ray"), RunnerConfig(kind="ray", max_parallel=2))
+    result = collect_flow(_config(fixture_model, tmp_path / "ray"), RunnerConfig(kind="ray", max_parallel=2))
     try:
         run_collection(_config(fixture_model, tmp_path / "local"), progress=False)
     finally:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.flows.pipeline import Subflows
@@ -74,7 +73,7 @@ class GoldSubflows(Subflows):
 
 
 @pytest.mark.slow
-def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path, monkeypatch):
+def test_pipeline_runs_rlep_in_three_phases_and_reports(prefect_runs, fixture_model, tmp_path, monkeypatch):
     from prefect.client.orchestration import get_client
 
     import rlep.flows.pipeline as pipeline_module
@@ -82,14 +81,13 @@ def test_pipeline_runs_rlep_in_three_phases_and_reports(fixture_model, tmp_path,
     monkeypatch.setattr(pipeline_module, "Subflows", GoldSubflows)
     out = tmp_path / "pipe"
     config = _config(fixture_model, out, {"kind": "rlep", "replay_per_group": 2})
-    with prefect_test_harness(server_startup_timeout=120):
-        report = pipeline_module.pipeline_flow(config)
-        with get_client(sync_client=True) as client:
-            runs = client.read_flow_runs()
-            names = sorted(client.read_flow(r.flow_id).name for r in runs)
-            keys = {a.key for a in client.read_artifacts()}
-            parent = next(r for r in runs if client.read_flow(r.flow_id).name == "pipeline")
-            children = [client.read_task_run(r.parent_task_run_id).flow_run_id for r in runs if r.id != parent.id]
+    report = pipeline_module.pipeline_flow(config)
+    with get_client(sync_client=True) as client:
+        runs, artifacts = prefect_runs(client)
+        names = sorted(client.read_flow(r.flow_id).name for r in runs)
+        keys = {a.key for a in artifacts}
+        parent = next(r for r in runs if client.read_flow(r.flow_id).name == "pipeline")
+        children = [client.read_task_run(r.parent_task_run_id).flow_run_id for r in runs if r.id != parent.id]
     text = (out / "report.md").read_text()
     assert str(out / "report.md") == report
 

@@ -1,14 +1,15 @@
 """What a user watching from the Prefect UI sees: a training run's step and evaluation lines in its Logs tab
 (read back from the server), from a flow called here and from the `rlep` command, whose library output stays
-in the run's rlep.log; and the tracker's event files beside metrics.parquet."""
+in the run's rlep.log; and the tracker's event files beside metrics.parquet. A study's runs, locally and on Ray:
+tests/flows/test_study_flow.py and tests/tasks/study/test_study.py, on the runs those tests make anyway."""
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import flow_run_logs
 
 from rlep.data.run_layout import TrainRunLayout
 from rlep.tasks.settings.train import TrainConfig
@@ -27,20 +28,6 @@ SETTINGS = dict(
 )
 
 
-def _logs(flow_run_id, wait: float = 10.0) -> list:
-    """The log records of a flow run and its task runs, as the UI's Logs tab reads them."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    deadline = time.monotonic() + wait
-    with get_client(sync_client=True) as client:
-        while True:  # records reach the server in batches, a moment after they are logged
-            logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-            if any("step 2/2" in log.message for log in logs) or time.monotonic() > deadline:
-                return logs
-            time.sleep(0.5)
-
-
 def _step_lines(logs) -> list[str]:
     return [log.message for log in logs if log.message.startswith(("step ", "held-out at step "))]
 
@@ -54,7 +41,7 @@ def test_a_train_flow_logs_its_steps_to_its_run_and_writes_the_tracker(prefect_s
     )
     state = train_flow(config, return_state=True)
     assert state.is_completed()
-    logs = _logs(state.state_details.flow_run_id)
+    logs = flow_run_logs(state.state_details.flow_run_id)
     lines = _step_lines(logs)
     assert [line.split("  ")[0] for line in lines if line.startswith("step ")] == ["step 1/2", "step 2/2"]
     assert all(" s/step (generate " in line and "reward " in line for line in lines if line.startswith("step "))
@@ -115,57 +102,10 @@ def test_the_rlep_command_sends_step_lines_to_the_server_and_library_output_to_i
     assert done.returncode == 0, done.stderr[-3000:]
     with get_client(sync_client=True) as client:
         (run,) = [r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(out)]
-    lines = _step_lines(_logs(run.id))
+    lines = _step_lines(flow_run_logs(run.id))
     assert (
         sum(line.startswith("step ") for line in lines) == 2 and sum(line.startswith("held-out") for line in lines) == 3
     )
     log = (out / "rlep.log").read_text()
     assert "step 2/2" in log  # the console copy of the same lines, with the libraries' output
     assert "step 2/2" not in done.stdout + done.stderr and "Beginning flow run" not in done.stdout + done.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("runner", ["ray", "local"])
-def test_a_study_run_logs_its_steps_to_its_train_flow_run(prefect_server, fixture_model, tmp_path, runner):
-    """A run's step lines reach its train flow's Logs tab, a subflow of the study's run (flows/subflows.py): locally
-    in the fresh process each run gets (`runner.isolate`), on Ray called in the run's task on its worker, whose own
-    Logs tab has the run's start and end."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
-
-    from rlep.flows.study import study_flow
-    from rlep.tasks.study import StudyConfig
-
-    out = tmp_path / "study"
-    train = {**SETTINGS, "model": fixture_model, "tracker": "tensorboard"}
-    config = StudyConfig.model_validate(
-        {
-            "out": str(out),
-            "seeds": [0],
-            "train": train,
-            "arms": {"baseline": {"replay": {"kind": "none"}}},
-            "evaluate": {"samples": 1},
-            "runner": {"kind": "ray", "max_parallel": 1} if runner == "ray" else {"kind": "local"},
-        }
-    )
-    study_flow(config)
-    run_out = out / "runs" / "baseline" / "seed-0"
-    with get_client(sync_client=True) as client:
-        (train_run,) = [r for r in client.read_flow_runs() if r.parameters.get("config", {}).get("out") == str(run_out)]
-    assert train_run.parent_task_run_id is not None  # a subflow of the study's flow run
-    steps = [line for line in _step_lines(_logs(train_run.id)) if line.startswith("step ")]
-    assert [line.split("  ")[0] for line in steps] == ["step 1/2", "step 2/2"]
-    assert TrainRunLayout(run_out).tensorboard.is_dir()
-    if runner == "local":
-        return
-    start = f"train run baseline/seed-0: {run_out}"
-    with get_client(
-        sync_client=True
-    ) as client:  # the session's server: this test's run is the one with this start line
-        runs = [t for t in client.read_task_runs() if t.name == "baseline/seed-0"]
-        logs = [
-            [log.message for log in client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=[t.id])))]
-            for t in runs
-        ]
-    (messages,) = [m for m in logs if start in m]
-    assert "baseline/seed-0 done" in messages

@@ -418,9 +418,13 @@ def test_a_tiny_study_runs_rlep_in_order_and_resumes(fixture_model, tmp_path, ha
 
 
 @pytest.mark.slow
-def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
-    from prefect.testing.utilities import prefect_test_harness
+def test_a_tiny_study_on_a_local_ray_through_prefect(prefect_runs, fixture_model, tmp_path):
+    """Also what a user watching from the Prefect UI sees of a study on Ray: each run's step lines in its train
+    flow's Logs tab (a subflow of the study's run, called in the run's task on its worker, flows/subflows.py), the
+    run's start and end in that task's own Logs tab, and the tracker's event files beside the run's metrics."""
+    from prefect.client.orchestration import get_client
 
+    from rlep.data.run_layout import TrainRunLayout
     from rlep.flows.study import study_flow
 
     settings = tiny_study_settings(
@@ -429,22 +433,24 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
         {"baseline": {"replay": {"kind": "none"}}, "fifo": {"replay": {"kind": "fifo"}}},
         runner={"kind": "ray", "max_parallel": 2},
     )
-    with prefect_test_harness(server_startup_timeout=120):
-        report = study_flow(StudyConfig.model_validate(settings))
-        from prefect.client.orchestration import get_client
-
-        with get_client(sync_client=True) as client:
-            keys = {a.key for a in client.read_artifacts()}
-            subflows = _subflows_by_run(client)
+    settings["train"]["tracker"] = "tensorboard"
+    report = study_flow(StudyConfig.model_validate(settings))
+    with get_client(sync_client=True) as client:
+        runs, artifacts = prefect_runs(client)
+        keys = {a.key for a in artifacts}
+        subflows = _subflows_by_run(client, runs, artifacts)
     assert keys >= {"study-claims", "study-summary", "study-report"}
     # Each run's train and evaluate flows are subflows of the study's run, called in the run's task on its worker,
     # with their artifacts and (train) step lines.
     assert sorted(subflows) == [f"{arm}/seed-{s}" for arm in ("baseline", "fifo") for s in (0, 1)]
-    for flows in subflows.values():
+    for key, flows in subflows.items():
         assert sorted(flows) == ["evaluate", "train"]
         assert flows["train"]["artifacts"] >= {"train-summary", "train-metrics"}
         assert "eval-summary" in flows["evaluate"]["artifacts"]
         assert [line.split("  ")[0] for line in flows["train"]["steps"]] == ["step 1/2", "step 2/2"]
+        run_out = tmp_path / "ray" / "runs" / key
+        assert f"train run {key}: {run_out}" in flows["train"]["task"] and f"{key} done" in flows["train"]["task"]
+        assert TrainRunLayout(run_out).tensorboard.is_dir()
     study = pd.read_parquet(tmp_path / "ray" / "study.parquet")
     assert report.endswith("report.md") and len(study) == 2 * 2 * 3  # arms x seeds x evaluation steps
     records = [
@@ -455,15 +461,14 @@ def test_a_tiny_study_on_a_local_ray_through_prefect(fixture_model, tmp_path):
     assert len({r["process"] for r in records}) == 4  # each run in a worker process of its own
 
 
-def _subflows_by_run(client) -> dict[str, dict[str, dict]]:
-    """Study run key -> flow name -> its artifact keys and step lines, for every flow run under the study's run:
-    each must be a child of the study's flow run through a task run whose parent is the run's `study-run` task."""
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+def _subflows_by_run(client, runs, artifacts) -> dict[str, dict[str, dict]]:
+    """Study run key -> flow name -> its artifact keys, step lines and the log lines of the task it was called in,
+    for every flow run under the study's run: each must be a child of the study's flow run through a task run whose
+    parent is the run's `study-run` task."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterTaskRunId
 
-    runs = client.read_flow_runs()
     names = {r.id: client.read_flow(r.flow_id).name for r in runs}
     (study,) = [r for r in runs if names[r.id] == "study"]
-    artifacts = client.read_artifacts()
     found: dict[str, dict[str, dict]] = {}
     for run in runs:
         if run.id == study.id:
@@ -474,9 +479,12 @@ def _subflows_by_run(client) -> dict[str, dict[str, dict]]:
         parents = tracking.task_inputs.get("__parents__", [])  # the task run the flow was called in
         key = client.read_task_run(parents[0].id).name if parents else f"no task: {names[run.id]}"
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+        ids = [p.id for p in parents]
+        task_logs = client.read_logs(LogFilter(task_run_id=LogFilterTaskRunId(any_=ids))) if ids else []
         found.setdefault(key, {})[names[run.id]] = {
             "artifacts": {a.key for a in artifacts if a.flow_run_id == run.id},
             "steps": [log.message for log in logs if log.message.startswith("step ")],
+            "task": [log.message for log in task_logs],  # the Logs tab of the task the flow was called in
         }
     return found
 
