@@ -39,19 +39,12 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """The longest files first (tests/file_seconds.py: measured, or estimated from their end-to-end tests): the
-    workers take whole files in this order (pyproject's `--no-loadscope-reorder` keeps it; xdist would otherwise
-    deal the files with the most tests first), so the long ones start at once and the short ones fill in around
-    them, instead of one long file running alone at the end."""
+    """Files with the most end-to-end (`slow`) tests first: the workers take whole files in this order, so the long
+    ones start at once and the short ones fill in around them, instead of one long file running alone at the end."""
     from collections import Counter
 
-    from file_seconds import estimate, load
-
-    measured, root = load(), config.rootpath
-    tests = Counter(item.path for item in items)
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
-    seconds = {path: estimate(path.relative_to(root).as_posix(), tests[path], slow[path], measured) for path in tests}
-    items.sort(key=lambda item: -seconds[item.path])  # stable: a file's own order kept
+    items.sort(key=lambda item: -slow[item.path])  # most end-to-end tests first; stable: a file's own order kept
 
 
 @pytest.fixture(scope="session")
