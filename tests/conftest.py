@@ -39,8 +39,10 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Files with the most end-to-end (`slow`) tests first: the workers take whole files in this order, so the long
-    ones start at once and the short ones fill in around them, instead of one long file running alone at the end."""
+    """Files with the most end-to-end (`slow`) tests first. Under `make test` xdist deals the files in its own
+    order (most tests first, its `--loadscope-reorder` default), which this sort does not change; it holds for
+    `-n 0` and `--no-loadscope-reorder`. (Keeping this order under xdist, estimated at 30 s a slow test, measured
+    20 min 31 s of pytest against 16 min 15 s with xdist's, 2026-11-28.)"""
     from collections import Counter
 
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
