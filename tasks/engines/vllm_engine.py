@@ -136,9 +136,11 @@ class VLLMEngine:
         self.sleeps = sleeps_during_update(config.sleep_during_update, current_platform.is_sleep_mode_available())
         self.asleep = False
         # vLLM's engine start collects garbage several times (seven on the CPU), each a scan of every object the
-        # imports made (about 700,000 here, a third of a second a scan on a 2-core CPU). Frozen first, the scans
+        # imports made (about 700,000 here, a third of a second a scan on a 2-core CPU). Collected once and
+        # frozen first (no garbage of the trainer's kept: a GPU's memory is measured for the KV cache), the scans
         # skip them. vLLM's in-process core freezes the heap itself once started, until its shutdown; `close`
-        # unfreezes it in every case (a core in a process of its own does not unfreeze ours).
+        # and a failed start unfreeze it.
+        gc.collect()
         gc.freeze()
         try:
             self.llm = vllm.LLM(

@@ -74,7 +74,7 @@ def test_vllm_engine_interface_and_seed(vllm_engine):
 
 def test_the_heap_is_frozen_while_vllm_starts_and_nothing_is_left_frozen(fixture_model, monkeypatch):
     """vLLM's start collects garbage several times, each a scan of the whole heap of imports unless it is frozen
-    first (measured: a 2-step run's CPU seconds 21.5 -> 17.5 here); `close`, and a start that fails, leave nothing
+    first (measured: a 2-step run's CPU seconds 21.5 -> 18.6 here); `close`, and a start that fails, leave nothing
     frozen (a core in a process of its own never unfreezes its parent's heap). vLLM is stubbed: no engine starts."""
     import gc
     from types import SimpleNamespace
