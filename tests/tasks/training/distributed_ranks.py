@@ -1,7 +1,8 @@
-"""The harness of the torch.distributed tests (test_distributed*.py): 2 CPU ranks on gloo, spawned by
-torch.multiprocessing, on a tiny random Qwen2 built in code (no vLLM, nothing downloaded), and the batch, policy
-and update settings every such test shares."""
+"""The harness of the torch.distributed tests (test_distributed*.py): 2 CPU ranks on gloo, started by
+torch.multiprocessing from a forkserver, on a tiny random Qwen2 built in code (no vLLM, nothing downloaded), and
+the batch, policy and update settings every such test shares."""
 
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -22,6 +23,11 @@ TINY = model_config("tiny")
 LR = 1e-4
 UPDATE = dict(ppo_epochs=2, updates_per_epoch=2, micro_batch_size=2, horizon=9)
 TINY_INIT = LocalBackend(PolicySpec(TINY, OptimizerConfig(), init_seed=5)).full_state_dict()
+# Ranks are forked from one forkserver per test process that has imported what every rank imports: a fresh
+# spawn spends about 3 s of a core per rank on torch and transformers alone. Only imports run there, no torch op
+# (this module, whose TINY_INIT builds a model, is imported by each rank): a process forked after OpenMP has
+# started its threads can hang in its own first parallel region (GNU libgomp).
+PRELOAD = ["torch", "torch.distributed.fsdp", "transformers", "rlep.tasks.training.backends.distributed"]
 
 
 def mixed_batch(seed=0):
@@ -87,7 +93,7 @@ def rank_main(rank, world, port, scenario, args, out, follower=None):
 def spawn(scenario, *args, tmp_path, follower=None):
     """Run `scenario` on rank 0 of 2 spawned ranks; its result. Each rank is waited for on its own (a rank
     that dies on purpose must not make the harness kill rank 0 before it reports)."""
-    context = mp.spawn(rank_main, args=(2, free_port(), scenario, args, str(tmp_path), follower), nprocs=2, join=False)
+    context = start_ranks(rank_main, (2, free_port(), scenario, args, str(tmp_path), follower), join=False)
     for process in context.processes:
         process.join(timeout=120)
     alive = [p.pid for p in context.processes if p.is_alive()]
@@ -125,5 +131,11 @@ def _leave_without_teardown() -> None:
 
 def spawn_every_rank(scenario, *args, tmp_path):
     """Run `scenario(rank, *args)` on each of 2 spawned ranks; their results in rank order."""
-    mp.spawn(_every_rank, args=(2, free_port(), scenario, args, str(tmp_path)), nprocs=2, join=True)
+    start_ranks(_every_rank, (2, free_port(), scenario, args, str(tmp_path)), join=True)
     return [torch.load(tmp_path / f"result-{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def start_ranks(rank_fn, args, join):
+    """`rank_fn(rank, *args)` on 2 ranks forked from the forkserver (see PRELOAD); as `mp.spawn` does."""
+    multiprocessing.set_forkserver_preload(PRELOAD)  # read when the forkserver starts, the first time only
+    return mp.start_processes(rank_fn, args=args, nprocs=2, join=join, start_method="forkserver")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from conftest import free_port
-from distributed_ranks import LR, TINY, TINY_INIT, NoTokenizer, rank_main, run_update, spawn, spec
+from distributed_ranks import LR, TINY, TINY_INIT, NoTokenizer, rank_main, run_update, spawn, spec, start_ranks
 from transformers import AutoModelForCausalLM
 
 from rlep.tasks.settings.backend import backend_config
@@ -219,7 +218,7 @@ def test_the_model_is_built_on_meta_and_loaded_once_from_rank_0(tmp_path):
     AutoModelForCausalLM.from_config(TINY).save_pretrained(weights)
     assert TINY.tie_word_embeddings
     plain = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).state_dict()
-    context = mp.spawn(_rank_counting_reads, args=(2, free_port(), str(weights), str(tmp_path)), nprocs=2, join=False)
+    context = start_ranks(_rank_counting_reads, (2, free_port(), str(weights), str(tmp_path)), join=False)
     for process in context.processes:
         process.join(timeout=180)
     assert all(p.exitcode == 0 for p in context.processes)
