@@ -136,6 +136,8 @@ def spawn_every_rank(scenario, *args, tmp_path):
 
 
 def start_ranks(rank_fn, args, join):
-    """`rank_fn(rank, *args)` on 2 ranks forked from the forkserver (see PRELOAD); as `mp.spawn` does."""
+    """`rank_fn(rank, *args)` on 2 ranks forked from the forkserver (see PRELOAD), as `mp.spawn` runs it, with one
+    difference: the ranks see the environment the forkserver started with, not a variable set later (pass it in
+    `args`)."""
     multiprocessing.set_forkserver_preload(PRELOAD)  # read when the forkserver starts, the first time only
     return mp.start_processes(rank_fn, args=args, nprocs=2, join=join, start_method="forkserver")
