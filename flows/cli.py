@@ -172,38 +172,49 @@ def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parse_args(parser, argv)
-    if not args.verbose:
-        _quiet_libraries()
-    try:
+    args = None
+    try:  # from the first import the parser makes: a Ctrl-C at once is one line too
+        args = parse_args(build_parser(), argv)
+        if not args.verbose:
+            _quiet_libraries()
         return _run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a model build removes its unfinished folder)
-        print(f"rlep {_name(args)}: interrupted", file=sys.stderr)
+        name = _name(args) if args is not None else _typed_name(sys.argv[1:] if argv is None else argv)
+        print(f"rlep {name}: interrupted", file=sys.stderr)
+        _forget_the_interrupt()
         return EXIT_INTERRUPTED
+
+
+def _forget_the_interrupt() -> None:
+    """Python 3.11 marks a KeyboardInterrupt that left code run by `exec` of a string as unhandled even when it is
+    caught (Ctrl-C during an import, where dataclasses make their methods that way), and a module run by
+    `python -m` then ends by SIGINT (exit status -2) instead of with its exit code; each exec of a string starts
+    by clearing the mark."""
+    exec("")  # noqa: S102 - an empty string: nothing runs
+
+
+# The errors a user can fix, besides the command line's own (UserError, ConfigError): each is one line and exit
+# code 2. They are looked up by module when an error reaches `_run`, in the modules loaded by then: a module never
+# imported raised none of them, and importing one only to catch nothing would load torch (the checkpoint module's)
+# into every command, a second of `rlep inspect`'s two.
+USER_ERRORS = (
+    ("rlep.data.pool", "PoolError"),
+    ("rlep.data.prompting", "PromptError"),
+    ("rlep.data.sources", "ProblemSourceError"),
+    ("rlep.data.store", "StoreError"),
+    ("rlep.tasks.engines", "EngineUnavailable"),
+    ("rlep.tasks.models", "ModelNotFound"),
+    ("rlep.tasks.training.backends.checkpoint", "CheckpointError"),
+)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    loaded = [(sys.modules.get(module), name) for module, name in USER_ERRORS]
+    return (UserError, ConfigError, *(getattr(module, name) for module, name in loaded if module is not None))
 
 
 def _run(args: argparse.Namespace) -> int:
     """The command's handler, in its run log where it has one; a user error is one line and exit code 2."""
-    from rlep.data.pool import PoolError
-    from rlep.data.prompting import PromptError
-    from rlep.data.sources import ProblemSourceError
-    from rlep.data.store import StoreError
-    from rlep.tasks.engines import EngineUnavailable
-    from rlep.tasks.models import ModelNotFound
-    from rlep.tasks.training.backends.checkpoint import CheckpointError
-
-    user_errors = (
-        UserError,
-        ConfigError,
-        ProblemSourceError,
-        StoreError,
-        EngineUnavailable,
-        ModelNotFound,
-        PoolError,
-        CheckpointError,
-        PromptError,
-    )
     try:
         logged = args.command in (*_config_commands(), "study") or (args.command == "bench" and args.bench == "async")
         if args.verbose or not logged:
@@ -215,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
         if log is not None and log.is_file():
             print(f"library output (vLLM, torch, ...): {log}; rlep --verbose {args.command} shows it here")
         return code
-    except user_errors as err:
+    except _user_errors() as err:  # looked up once an error is raised, when the modules that raise are loaded
         print(f"rlep {_name(args)}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -223,6 +234,13 @@ def _run(args: argparse.Namespace) -> int:
 def _name(args: argparse.Namespace) -> str:
     """The command as typed, `rlep bench async: error: ...`."""
     return " ".join(filter(None, (args.command, getattr(args, "bench", None))))
+
+
+def _typed_name(argv: list[str]) -> str:
+    """`_name` before the arguments are parsed: the first words that are not flags (`rlep`'s own flags take no
+    value, so the first is the command)."""
+    words = [word for word in argv if not word.startswith("-")]
+    return " ".join(words[: 2 if words[:1] == ["bench"] else 1])
 
 
 if __name__ == "__main__":

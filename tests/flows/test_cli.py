@@ -1,5 +1,6 @@
 """The command line as a user meets it: help, fast start, clear errors with exit code 2, nothing written."""
 
+import importlib
 import os
 import re
 import subprocess
@@ -9,9 +10,13 @@ from typing import get_args
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import judged_row, write_rows
 from pydantic import ValidationError
 
-from rlep.flows.cli import main
+from rlep.data.sources import load_problems
+from rlep.flows.cli import USER_ERRORS, main
+from rlep.tasks.settings.source import problem_source
+from rlep.tasks.settings.train import TrainConfig
 
 
 def _run(*args):
@@ -41,6 +46,45 @@ def test_building_the_cli_imports_no_heavy_library():
         "'prefect', 'sympy') if m in sys.modules))"
     )
     assert _run_code(code) == "[]"
+
+
+def test_writing_and_inspecting_problems_and_pools_loads_no_torch(tmp_path):
+    """`rlep problems` and `rlep inspect` run without torch (nor vLLM, Prefect or sympy): the error handling that
+    every command shares used to import torch for one error class, a second of `rlep inspect`'s two."""
+    problems, pool = tmp_path / "problems.jsonl", tmp_path / "pool.parquet"
+    write_rows(pool, [judged_row(p, f"\\boxed{{{p.answer}}}") for p in load_problems(problem_source(limit=4))])
+    code = (
+        "import contextlib, io, sys\n"
+        "from rlep.flows.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    codes = [main(['problems', '--limit', '5', '--out', {str(problems)!r}]),\n"
+        f"             main(['inspect', {str(pool)!r}])]\n"
+        "print(codes, sorted(m for m in ('torch', 'vllm', 'prefect', 'sympy') if m in sys.modules))"
+    )
+    assert _run_code(code) == "[0, 0] []"
+
+
+def test_each_user_error_is_found_where_the_cli_looks_it_up():
+    for module, name in USER_ERRORS:
+        error = getattr(importlib.import_module(module), name)
+        assert isinstance(error, type) and issubclass(error, Exception), (module, name)
+
+
+@pytest.mark.parametrize("command", ["inspect", "train"])
+def test_an_error_of_a_module_loaded_by_the_command_is_one_line(command, fixture_model, tmp_path, capsys):
+    """A data command loads the module whose error it raises while it runs (`rlep inspect`: the store's); the
+    others have loaded them all before (`rlep train --resume`: the checkpoint module's). Either is one line."""
+    if command == "inspect":
+        (tmp_path / "junk.parquet").write_text("junk")
+        argv, message = [str(tmp_path / "junk.parquet")], f"{tmp_path / 'junk.parquet'}: unreadable Parquet file: "
+    else:
+        settings = TrainConfig(model=fixture_model, out=str(tmp_path)).model_dump_json()
+        (tmp_path / "train_config.json").write_text(settings)
+        argv = ["--no-prefect", "--resume", str(tmp_path)]
+        message = f"--resume {tmp_path}: no complete checkpoint under {tmp_path / 'checkpoints'}"
+    assert main([command, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rlep {command}: error: {message}"), err
 
 
 def _run_code(code):
