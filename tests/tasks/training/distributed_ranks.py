@@ -57,7 +57,7 @@ class NoTokenizer:
 
 
 def rank_main(rank, world, port, scenario, args, out, follower=None):
-    """One spawned rank: join the group, rank 0 runs `scenario` and saves its result, the others serve.
+    """One rank: join the group, rank 0 runs `scenario` and saves its result, the others serve.
     `follower(distributed)`, when given, runs on the other ranks before they serve (a rank made to die on
     purpose); then no rank shuts the group down, which a lost rank leaves unusable."""
     os.environ.update(
@@ -91,7 +91,7 @@ def rank_main(rank, world, port, scenario, args, out, follower=None):
 
 
 def spawn(scenario, *args, tmp_path, follower=None):
-    """Run `scenario` on rank 0 of 2 spawned ranks; its result. Each rank is waited for on its own (a rank
+    """Run `scenario` on rank 0 of 2 ranks (`start_ranks`); its result. Each rank is waited for on its own (a rank
     that dies on purpose must not make the harness kill rank 0 before it reports)."""
     context = start_ranks(rank_main, (2, free_port(), scenario, args, str(tmp_path), follower), join=False)
     for process in context.processes:
@@ -105,7 +105,7 @@ def spawn(scenario, *args, tmp_path, follower=None):
 
 
 def _every_rank(rank, world, port, scenario, args, out):
-    """One spawned rank of a scenario every rank runs in full (no rank 0 driving): its result in result-RANK.pt."""
+    """One rank of a scenario every rank runs in full (no rank 0 driving): its result in result-RANK.pt."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -130,7 +130,7 @@ def _leave_without_teardown() -> None:
 
 
 def spawn_every_rank(scenario, *args, tmp_path):
-    """Run `scenario(rank, *args)` on each of 2 spawned ranks; their results in rank order."""
+    """Run `scenario(rank, *args)` on each of 2 ranks (`start_ranks`); their results in rank order."""
     start_ranks(_every_rank, (2, free_port(), scenario, args, str(tmp_path)), join=True)
     return [torch.load(tmp_path / f"result-{rank}.pt", weights_only=False) for rank in range(2)]
 
