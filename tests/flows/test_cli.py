@@ -72,8 +72,8 @@ def test_each_user_error_is_found_where_the_cli_looks_it_up():
 
 @pytest.mark.parametrize("command", ["inspect", "train"])
 def test_an_error_of_a_module_loaded_by_the_command_is_one_line(command, fixture_model, tmp_path, capsys):
-    """A data command loads the module whose error it raises while it runs (`rlep inspect`: the store's); the
-    others have loaded them all before (`rlep train --resume`: the checkpoint module's). Either is one line."""
+    """Each command loads the module whose error it raises while it runs, after `_run` began (`rlep inspect`: the
+    store's; `rlep train --resume`: the checkpoint module's). Either error is still one line."""
     if command == "inspect":
         (tmp_path / "junk.parquet").write_text("junk")
         argv, message = [str(tmp_path / "junk.parquet")], f"{tmp_path / 'junk.parquet'}: unreadable Parquet file: "
