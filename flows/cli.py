@@ -18,10 +18,10 @@ from pathlib import Path
 
 from rlep.flows.commands import benches, pools, serving, sources, studies, training
 from rlep.flows.commands.common import UserError, add_command, config_from_args
+from rlep.flows.entry import interrupted, typed_name
 from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 # Offline by default: no telemetry from Prefect, vLLM or the HF libraries.
 for _name, _value in (
@@ -179,18 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             _quiet_libraries()
         return _run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (a model build removes its unfinished folder)
-        name = _name(args) if args is not None else _typed_name(sys.argv[1:] if argv is None else argv)
-        print(f"rlep {name}: interrupted", file=sys.stderr)
-        _forget_the_interrupt()
-        return EXIT_INTERRUPTED
-
-
-def _forget_the_interrupt() -> None:
-    """Python 3.11 marks a KeyboardInterrupt that left code run by `exec` of a string as unhandled even when it is
-    caught (Ctrl-C during an import, where dataclasses make their methods that way), and a module run by
-    `python -m` then ends by SIGINT (exit status -2) instead of with its exit code; each exec of a string starts
-    by clearing the mark."""
-    exec("")  # noqa: S102 - an empty string: nothing runs
+        return interrupted(_name(args) if args is not None else typed_name(sys.argv[1:] if argv is None else argv))
 
 
 # The errors a user can fix, besides the command line's own (UserError, ConfigError): each is one line and exit
@@ -234,13 +223,6 @@ def _run(args: argparse.Namespace) -> int:
 def _name(args: argparse.Namespace) -> str:
     """The command as typed, `rlep bench async: error: ...`."""
     return " ".join(filter(None, (args.command, getattr(args, "bench", None))))
-
-
-def _typed_name(argv: list[str]) -> str:
-    """`_name` before the arguments are parsed: the first words that are not flags (`rlep`'s own flags take no
-    value, so the first is the command)."""
-    words = [word for word in argv if not word.startswith("-")]
-    return " ".join(words[: 2 if words[:1] == ["bench"] else 1])
 
 
 if __name__ == "__main__":

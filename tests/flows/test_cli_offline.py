@@ -178,3 +178,26 @@ def test_a_bad_source_fails_before_the_tiny_model_is_built(tmp_path, command, so
     )
     assert not (tmp_path / "rlep-cache").exists() and not (tmp_path / "OUT").exists()  # nothing built or made
     assert time.monotonic() - started < 60  # seconds (imports on shared cores), where the build takes minutes
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_path):
+    """The installed `rlep` script imports the command line inside its Ctrl-C handling: a Ctrl-C while the
+    commands' modules load (the first tenth of a second, before `cli.main` runs) is one line and exit code 130, not
+    the import's traceback. The interrupt is raised by an import hook when rlep.flows.commands is imported, and the
+    script is the one the install wrote (the console_scripts entry point)."""
+    (tmp_path / "interrupted_import.py").write_text(
+        "import importlib.abc, sys\n"
+        "from importlib.metadata import entry_points\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'rlep.flows.commands':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "main = entry_points(group='console_scripts')['rlep'].load()\n"
+        "sys.argv = ['rlep', '--verbose', 'collect', '--no-prefect']\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "interrupted_import"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (130, "rlep collect: interrupted\n")
