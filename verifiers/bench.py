@@ -30,8 +30,9 @@ p50/p99 of per-answer latency (our workers' time per answer; math-verify's wall 
 verdict reasons. The JSON lands in `out_dir/verify-<timestamp>.json`.
 
 The whole-corpus run uses `timeout_seconds=1.0` so that the slow hostile answers cost seconds, not
-minutes; the benign run, which the ratio compares, uses the default VerifierConfig (5 s, math-verify's own
-default), so that on a loaded machine benign answers are not cut off by a wall-clock budget.
+minutes; the benign run, which the ratio compares, uses the default VerifierConfig (5 s of CPU time,
+math-verify's own default in wall-clock time), so that no benign answer is cut off by a tighter budget than
+math-verify's.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def run_verify_bench(
     benign = [pair for pair in pairs if not pair.hostile]
     config = VerifierConfig(workers=workers, timeout_seconds=BENCH_TIMEOUT_SECONDS)
     # The benign run that the ratio compares keeps the default timeout, as plain math-verify keeps its
-    # own (5 s): on a loaded machine a 1 s wall-clock budget times out benign sympy answers, and each
-    # kill costs a worker restart that has nothing to do with either verifier's speed.
+    # own (5 s): a 1 s budget could time out a slow benign sympy answer, and each kill costs a worker
+    # restart that has nothing to do with either verifier's speed.
     benign_config = VerifierConfig(workers=workers)
 
     with Progress(console=console, transient=True) as progress:

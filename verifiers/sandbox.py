@@ -3,9 +3,12 @@
 Why processes: sympy and the LaTeX grammar can run for hours or exhaust memory on a hostile answer
 (`9^{9^{9^9}}` evaluates a power with hundreds of millions of digits, in C, deaf to signals). Only a
 separate process that can be killed bounds that. Each worker (verifiers.worker) runs under RLIMIT_AS and
-interrupts itself at `timeout_seconds`; this module kills it at `timeout_seconds + kill_grace_seconds`
-when it does not come back, answers `timeout` for the stuck answer, re-queues the rest of its chunk and
-starts a replacement.
+interrupts itself when an answer has used `timeout_seconds` of its CPU time; this module kills it once it
+has used `timeout_seconds + kill_grace_seconds` of CPU time since it last reported without coming back,
+answers `timeout` for the stuck answer, re-queues the rest of its chunk and starts a replacement. Both
+limits count CPU time, so a worker that other work starves of the cores is waited for, not blamed: a verdict
+does not depend on how busy the machine is. A worker that uses no CPU at all (stopped, or blocked in the
+kernel) is killed after `_STARVED_FACTOR` times that budget in wall-clock time.
 
 Design:
 
@@ -48,6 +51,11 @@ _START_TIMEOUT_SECONDS = 60.0
 _MAX_FAILED_STARTS = 5
 # Each batch is cut into about this many chunks per worker, so workers finish at about the same time.
 _CHUNKS_PER_WORKER = 4
+# A busy worker that has not used its CPU budget (timeout + grace) is killed all the same after this many
+# budgets of wall-clock time: a process that gets no CPU for so long is stopped or stuck in the kernel, not
+# merely starved (a study beside the test suite at the lowest priority ran about 15 times slower than alone).
+_STARVED_FACTOR = 30
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass
@@ -104,13 +112,35 @@ class _Worker:
         self.chunk: _Chunk | None = None
         self.chunk_id = -1
         self.progress_at = 0.0
+        self.progress_cpu: float | None = None
+
+    def progressed(self) -> None:
+        """The worker was sent a chunk or reported answers: its answer's budget starts again from here."""
+        self.progress_at, self.progress_cpu = time.monotonic(), self.cpu_seconds()
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time (user + system) the worker has used so far, or None where it cannot be read (no /proc,
+        or the process is gone)."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime, fields 14 and 15
 
     def deadline(self) -> float | None:
+        """When to check the worker next: it is killed at that time unless it reported meanwhile. A busy
+        worker's deadline is the earliest time it could have used its CPU budget since it last reported
+        (sooner where its CPU time cannot be read: the budget in wall-clock time)."""
         if not self.ready:
             return self.started_at + _START_TIMEOUT_SECONDS
         if self.chunk is None:
             return None
-        return self.progress_at + self.chunk.config.timeout_seconds + self.chunk.config.kill_grace_seconds
+        budget = self.chunk.config.timeout_seconds + self.chunk.config.kill_grace_seconds
+        used = self.cpu_seconds()
+        if used is None or self.progress_cpu is None:
+            return self.progress_at + budget
+        return min(time.monotonic() + budget - (used - self.progress_cpu), self.progress_at + _STARVED_FACTOR * budget)
 
 
 class WorkerPool:
@@ -218,7 +248,7 @@ class WorkerPool:
                     return
                 chunk = self._queue.popleft()
             worker.chunk, worker.chunk_id = chunk, next(self._chunk_ids)
-            worker.progress_at = time.monotonic()
+            worker.progressed()
             try:
                 worker.conn.send((worker.chunk_id, chunk.config, chunk.items))
             except (OSError, ValueError):
@@ -265,7 +295,7 @@ class WorkerPool:
         for position, *row in rows:
             chunk.job.store(chunk.slots[position], tuple(row))
             chunk.reported = position + 1
-        worker.progress_at = time.monotonic()
+        worker.progressed()
         if chunk.reported == len(chunk.items):
             worker.chunk = None
 
@@ -283,6 +313,7 @@ class WorkerPool:
         self._workers.remove(worker)
         if not worker.ready:
             self._failed_starts += 1
+        cpu = worker.cpu_seconds()  # what it used until now, read before the kill
         if worker.process.poll() is None:
             worker.process.kill()
         try:
@@ -296,7 +327,8 @@ class WorkerPool:
         position = chunk.reported
         if blame is not None:
             seconds = time.monotonic() - worker.progress_at
-            chunk.job.store(chunk.slots[position], (False, None, blame, seconds))
+            used = cpu - worker.progress_cpu if cpu is not None and worker.progress_cpu is not None else 0.0
+            chunk.job.store(chunk.slots[position], (False, None, blame, seconds, used))
             position += 1
         if position < len(chunk.items):
             rest = _Chunk(chunk.job, chunk.config, chunk.slots[position:], chunk.items[position:])

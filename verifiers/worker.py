@@ -9,16 +9,18 @@ Protocol over one socket wrapped in a `multiprocessing.connection.Connection`:
 
 - worker -> pool, once at start: `("ready", pid, address_space_limit_bytes)`.
 - pool -> worker: `(chunk_id, config, [(response, gold), ...])`, or None to exit.
-- worker -> pool: `("results", chunk_id, [(position, correct, extracted, reason, seconds), ...])`,
+- worker -> pool: `("results", chunk_id, [(position, correct, extracted, reason, seconds, cpu_seconds), ...])`,
   sent when a chunk is done and whenever more than FLUSH_SECONDS passed since the last message.
 
 The flush rule is what lets the pool time each answer from outside: the answer a worker is stuck on
 started at most FLUSH_SECONDS after the last message, so "last message + timeout + grace" never kills a
 worker early, and the first unreported answer of the chunk is the one to blame.
 
-Time and memory: RLIMIT_AS turns runaway allocation into MemoryError (reason `memory`); a SIGALRM timer
-interrupts Python code at `timeout_seconds` (reason `timeout`). Long C computations (a huge integer
-power) ignore the timer; the pool kills the whole process for those.
+Time and memory: RLIMIT_AS turns runaway allocation into MemoryError (reason `memory`); a profiling timer
+(ITIMER_PROF, SIGPROF) interrupts Python code once the answer has used `timeout_seconds` of the worker's CPU
+time, user and system (reason `timeout`). CPU time, not wall-clock time: on a machine busy with other work a
+wall-clock budget would time out an answer that needs a fraction of it, so a verdict would depend on the load.
+Long C computations (a huge integer power) ignore the timer; the pool kills the whole process for those.
 
 This module imports only the standard library at the top; sympy and math-verify load after the
 memory limit is set.
@@ -38,13 +40,15 @@ from multiprocessing.connection import Connection
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 FLUSH_SECONDS = 0.02
+# The per-answer timer counts the process's CPU time (user + system) and signals SIGPROF when it runs out.
+TIMER, TIMER_SIGNAL = signal.ITIMER_PROF, signal.SIGPROF
 # A few pairs that pull sympy's and the LaTeX grammar's lazily loaded parts in before the first real
 # answer, so that answer does not pay ~0.3 s of imports out of its timeout.
 _WARM_UP = (("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}"), ("\\boxed{(x+1)^2}", "x^2+2x+1"))
 
 
 class AnswerTimeout(BaseException):
-    """Raised by the SIGALRM handler. A BaseException, so that libraries' `except Exception` let it pass."""
+    """Raised by the CPU timer's handler. A BaseException, so that libraries' `except Exception` let it pass."""
 
 
 def _on_alarm(signum, frame):
@@ -72,7 +76,7 @@ def serve(conn: Connection, memory_limit_mb: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle.
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(TIMER_SIGNAL, _on_alarm)
     # math-verify warns once that its own timeouts are off; here the timer and the pool replace them.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -103,30 +107,31 @@ def serve(conn: Connection, memory_limit_mb: int) -> None:
 
 
 def judge_with_limits(response: str, gold: str, config) -> tuple:
-    """Judge one pair as (correct, extracted, reason, seconds), never raising.
+    """Judge one pair as (correct, extracted, reason, seconds, cpu_seconds), never raising: the wall time it
+    took and the CPU time it used, which is what its limit counts.
 
-    An interruption or error becomes a verdict: the soft timeout -> `timeout`, MemoryError -> `memory`,
+    An interruption or error becomes a verdict: the soft timeout (CPU time) -> `timeout`, MemoryError -> `memory`,
     anything else (RecursionError in the LaTeX grammar, a ValueError deep in sympy) -> `parse-error`.
     """
     from rlep.verifiers.judge import decide, find_answer  # already loaded by serve(); a dict lookup here
 
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     extracted = None
     try:
-        signal.setitimer(signal.ITIMER_REAL, config.timeout_seconds)
+        signal.setitimer(TIMER, config.timeout_seconds)
         try:
             found = find_answer(response, config)
             extracted = found.answer
             correct, extracted, reason = decide(found, gold, config)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(TIMER, 0)
     except AnswerTimeout:
         correct, reason = False, "timeout"
     except MemoryError:
         correct, reason = False, "memory"
     except Exception:
         correct, reason = False, "parse-error"
-    return correct, extracted, reason, time.perf_counter() - start
+    return correct, extracted, reason, time.perf_counter() - start, time.process_time() - start_cpu
 
 
 if __name__ == "__main__":

@@ -21,15 +21,16 @@ class VerifierConfig(BaseModel):
         default=5.0,
         gt=0,
         le=600,
-        description="Wall-clock budget for checking one answer. The worker interrupts itself at this "
-        "limit; if it does not come back (long C computations ignore signals) it is killed at "
-        "timeout_seconds + kill_grace_seconds. 5 s is math-verify's own default.",
+        description="CPU-time budget for checking one answer (the worker's user + system seconds, so that a "
+        "verdict does not depend on how busy the machine is). The worker interrupts itself at this limit; if it "
+        "does not come back (long C computations ignore signals) it is killed once it has used timeout_seconds + "
+        "kill_grace_seconds. 5 s is math-verify's own (wall-clock) default.",
     )
     kill_grace_seconds: float = Field(
         default=0.5,
         ge=0.05,
         le=30,
-        description="Extra time after timeout_seconds before an unresponsive worker is killed and replaced.",
+        description="Extra CPU time after timeout_seconds before an unresponsive worker is killed and replaced.",
     )
     memory_limit_mb: int = Field(
         default=1024,

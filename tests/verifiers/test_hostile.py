@@ -54,7 +54,7 @@ def test_hostile_corpus_returns_verdicts_within_limits():
     for (name, _, reason), verdict in zip(HOSTILE, verdicts, strict=True):
         assert verdict.reason == reason, (name, verdict)
         assert not verdict.correct, (name, verdict)
-        assert verdict.seconds <= TIMEOUT + GRACE + 1.0, (name, verdict)
+        assert verdict.cpu_seconds <= TIMEOUT + GRACE + 0.2, (name, verdict)  # CPU time: the load does not count
     # Every answer is bounded, so the batch is too (slow answers run in parallel on the workers).
     assert elapsed < 20, elapsed
 
