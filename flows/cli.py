@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlep.flows.commands import benches, pools, serving, sources, studies, training
 from rlep.flows.commands.common import UserError, add_command, config_from_args
-from rlep.flows.entry import interrupted, typed_name
+from rlep.flows.entry import interrupted, interrupts_noted, typed_name
 from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
 
 EXIT_USAGE = 2
@@ -174,7 +174,13 @@ def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:  # from the first import the parser makes: a Ctrl-C at once is one line too
-        args = parse_args(build_parser(), argv)
+        with interrupts_noted() as noted:
+            try:
+                args = parse_args(build_parser(), argv)
+            except Exception:  # the commands' modules load here: an error a library made of a Ctrl-C
+                if noted():
+                    raise KeyboardInterrupt from None
+                raise
         if not args.verbose:
             _quiet_libraries()
         return _run(args)

@@ -5,17 +5,49 @@ left (the interpreter's start and this module's import) is a few milliseconds.""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 
 def main() -> int:
-    try:
-        from rlep.flows.cli import main as run
-    except KeyboardInterrupt:
-        return interrupted(typed_name(sys.argv[1:]))
+    with interrupts_noted() as noted:
+        try:
+            from rlep.flows.cli import main as run
+        except BaseException as error:
+            if isinstance(error, KeyboardInterrupt) or noted():
+                return interrupted(typed_name(sys.argv[1:]))
+            raise
     return run()
+
+
+@contextmanager
+def interrupts_noted() -> Iterator[Callable[[], bool]]:
+    """Notes a SIGINT before it raises KeyboardInterrupt, for the caller to tell an interrupt from the error a
+    library made of it: pydantic-core turns a KeyboardInterrupt that lands while it builds a model class into a
+    SchemaError. For the main thread only, where Python's own handler is in place (not where SIGINT is ignored,
+    as in a background job); that handler is put back after, so that a command's own handling (asyncio's, say,
+    which looks for it) is as it would be."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield lambda: False
+        return
+    seen: list[int] = []
+
+    def note(signum, frame):
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield lambda: bool(seen)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def interrupted(name: str) -> int:

@@ -180,18 +180,28 @@ def test_a_bad_source_fails_before_the_tiny_model_is_built(tmp_path, command, so
     assert time.monotonic() - started < 60  # seconds (imports on shared cores), where the build takes minutes
 
 
-def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_path):
+@pytest.mark.parametrize("loading", ["rlep.flows.commands", "rlep.data.sources"], ids=["script", "parser"])
+@pytest.mark.parametrize("converted", [False, True], ids=["interrupt", "converted"])
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_path, loading, converted):
     """The installed `rlep` script imports the command line inside its Ctrl-C handling: a Ctrl-C while the
-    commands' modules load (the first tenth of a second, before `cli.main` runs) is one line and exit code 130, not
-    the import's traceback. The interrupt is raised by an import hook when rlep.flows.commands is imported, and the
-    script is the one the install wrote (the console_scripts entry point)."""
+    commands' modules load (rlep.flows.commands as the script imports the command line, rlep.data.sources as the
+    parser is built) is one line and exit code 130, not the import's traceback. Also where a library turned the
+    KeyboardInterrupt into an error of its own (pydantic-core makes a SchemaError of one that lands while it
+    builds a model class): a Ctrl-C was seen, so it is the interrupt. The Ctrl-C is a real SIGINT, sent by an
+    import hook when the module is imported; the script is the one the install wrote (its entry point)."""
     (tmp_path / "interrupted_import.py").write_text(
-        "import importlib.abc, sys\n"
+        "import importlib.abc, os, signal, sys, time\n"
         "from importlib.metadata import entry_points\n"
         "class Interrupt(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'rlep.flows.commands':\n"
-        "            raise KeyboardInterrupt\n"
+        f"        if name == {loading!r}:\n"
+        "            try:\n"
+        "                os.kill(os.getpid(), signal.SIGINT)\n"
+        "                time.sleep(10)\n"
+        "            except KeyboardInterrupt:\n"
+        f"                if {converted!r}:\n"
+        "                    raise RuntimeError('a library made this of the interrupt') from None\n"
+        "                raise\n"
         "sys.meta_path.insert(0, Interrupt())\n"
         "main = entry_points(group='console_scripts')['rlep'].load()\n"
         "sys.argv = ['rlep', '--verbose', 'collect', '--no-prefect']\n"
