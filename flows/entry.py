@@ -30,24 +30,28 @@ def interrupts_noted() -> Iterator[Callable[[], bool]]:
     """Notes a SIGINT before it raises KeyboardInterrupt, for the caller to tell an interrupt from the error a
     library made of it: pydantic-core turns a KeyboardInterrupt that lands while it builds a model class into a
     SchemaError. For the main thread only, where Python's own handler is in place (not where SIGINT is ignored,
-    as in a background job); that handler is put back after, so that a command's own handling (asyncio's, say,
-    which looks for it) is as it would be."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    as in a background job); that handler is put back after, unless something installed its own meanwhile, so
+    that a command's own handling (asyncio's, say, which looks for Python's) is as it would be. Used inside
+    itself, the inner use shares the outer's notes."""
+    current = signal.getsignal(signal.SIGINT)
+    if isinstance(getattr(current, "rlep_seen", None), list):  # already noting, further out
+        yield lambda: bool(current.rlep_seen)
+        return
+    if threading.current_thread() is not threading.main_thread() or current is not signal.default_int_handler:
         yield lambda: False
         return
-    seen: list[int] = []
 
     def note(signum, frame):
-        seen.append(signum)
+        note.rlep_seen.append(signum)
         signal.default_int_handler(signum, frame)
 
+    note.rlep_seen = []
     signal.signal(signal.SIGINT, note)
     try:
-        yield lambda: bool(seen)
+        yield lambda: bool(note.rlep_seen)
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGINT) is note:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def interrupted(name: str) -> int:

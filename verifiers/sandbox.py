@@ -7,8 +7,9 @@ interrupts itself when an answer has used `timeout_seconds` of its CPU time; thi
 has used `timeout_seconds + kill_grace_seconds` of CPU time since it last reported without coming back,
 answers `timeout` for the stuck answer, re-queues the rest of its chunk and starts a replacement. Both
 limits count CPU time, so a worker that other work starves of the cores is waited for, not blamed: a verdict
-does not depend on how busy the machine is. A worker that uses no CPU at all (stopped, or blocked in the
-kernel) is killed after `_STARVED_FACTOR` times that budget in wall-clock time.
+does not depend on how busy the machine is. A worker that has not used its budget after `_STARVED_FACTOR`
+times that budget in wall-clock time (it got less than a thirtieth of a core, or none: stopped, or blocked in
+the kernel) is killed all the same.
 
 Design:
 
@@ -52,9 +53,11 @@ _MAX_FAILED_STARTS = 5
 # Each batch is cut into about this many chunks per worker, so workers finish at about the same time.
 _CHUNKS_PER_WORKER = 4
 # A busy worker that has not used its CPU budget (timeout + grace) is killed all the same after this many
-# budgets of wall-clock time: a process that gets no CPU for so long is stopped or stuck in the kernel, not
-# merely starved (a study beside the test suite at the lowest priority ran about 15 times slower than alone).
+# budgets of wall-clock time: a process that gets less than a thirtieth of a core for so long is stopped or
+# stuck in the kernel rather than merely starved (a study beside the test suite at the lowest priority ran
+# about 15 times slower than alone).
 _STARVED_FACTOR = 30
+_RECHECK_SECONDS = 0.05
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -128,19 +131,27 @@ class _Worker:
         fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime, fields 14 and 15
 
-    def deadline(self) -> float | None:
-        """When to check the worker next: it is killed at that time unless it reported meanwhile. A busy
-        worker's deadline is the earliest time it could have used its CPU budget since it last reported
-        (sooner where its CPU time cannot be read: the budget in wall-clock time)."""
+    def deadline(self, now: float) -> float | None:
+        """When the worker is due: it is killed at that time unless it reports meanwhile. A busy worker is due
+        once it has used its CPU budget since it last reported, or has been given `_STARVED_FACTOR` budgets of
+        wall-clock time without using it. Its CPU time is read only once the budget in wall-clock time has
+        passed (one thread cannot use more CPU time than that), so a quick answer costs no read; where it
+        cannot be read, the budget is counted in wall-clock time."""
         if not self.ready:
             return self.started_at + _START_TIMEOUT_SECONDS
         if self.chunk is None:
             return None
         budget = self.chunk.config.timeout_seconds + self.chunk.config.kill_grace_seconds
-        used = self.cpu_seconds()
-        if used is None or self.progress_cpu is None:
-            return self.progress_at + budget
-        return min(time.monotonic() + budget - (used - self.progress_cpu), self.progress_at + _STARVED_FACTOR * budget)
+        wall = self.progress_at + budget
+        used = self.cpu_seconds() if now >= wall and self.progress_cpu is not None else None
+        if used is None:
+            return wall
+        left = budget - (used - self.progress_cpu)
+        if left <= 0:
+            return now
+        # Checked again when it could have used the rest, at most every _RECHECK_SECONDS (the kernel counts CPU
+        # time in ticks of 10 ms, so a sliver left must not wake the dispatcher again at once).
+        return min(now + max(left, _RECHECK_SECONDS), self.progress_at + _STARVED_FACTOR * budget)
 
 
 class WorkerPool:
@@ -168,7 +179,8 @@ class WorkerPool:
         return not self._closing and self._failure is None
 
     def run(self, pairs: list[tuple[str, str]], config: VerifierConfig) -> list[tuple]:
-        """Judge every (response, gold) pair; rows are (correct, extracted, reason, seconds), in order."""
+        """Judge every (response, gold) pair; rows are (correct, extracted, reason, seconds, cpu_seconds), in
+        order."""
         if not pairs:
             return []
         job = _Job(results=[None] * len(pairs), remaining=len(pairs))
@@ -259,8 +271,9 @@ class WorkerPool:
                 self._retire(worker, blame=None)
 
     def _wait_and_handle(self) -> None:
-        deadlines = [d for d in (worker.deadline() for worker in self._workers) if d is not None]
-        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        now = time.monotonic()
+        deadlines = [d for d in (worker.deadline(now) for worker in self._workers) if d is not None]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
         # A worker that dies closes its end of the socket, so its connection turns readable and recv()
         # raises EOFError: no separate process sentinel is needed.
         by_conn = {worker.conn: worker for worker in self._workers}
@@ -302,7 +315,7 @@ class WorkerPool:
     def _kill_overrunning(self) -> None:
         now = time.monotonic()
         for worker in list(self._workers):
-            deadline = worker.deadline()
+            deadline = worker.deadline(now)
             if deadline is not None and now >= deadline:
                 if worker.ready:
                     self.kills += 1

@@ -30,7 +30,9 @@ class VerifierConfig(BaseModel):
         default=0.5,
         ge=0.05,
         le=30,
-        description="Extra CPU time after timeout_seconds before an unresponsive worker is killed and replaced.",
+        description="Extra CPU time after timeout_seconds before an unresponsive worker is killed and replaced (a "
+        "worker that has not used timeout_seconds + kill_grace_seconds after 30 times that in wall-clock time is "
+        "killed all the same).",
     )
     memory_limit_mb: int = Field(
         default=1024,

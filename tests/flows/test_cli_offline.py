@@ -208,6 +208,12 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_p
         "sys.exit(main())\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "interrupted_import"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "interrupted_import"],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal has it (not ignored)
     )
     assert (done.returncode, done.stderr) == (130, "rlep collect: interrupted\n")
