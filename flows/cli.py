@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlep.flows.commands import benches, pools, serving, sources, studies, training
 from rlep.flows.commands.common import UserError, add_command, config_from_args
-from rlep.flows.entry import interrupted, interrupts_noted, typed_name
+from rlep.flows.interrupts import interrupted, interrupts_noted, typed_name
 from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
 
 EXIT_USAGE = 2
