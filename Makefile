@@ -58,8 +58,9 @@ lock:
 	  echo "# install with: pip install -c constraints/gpu.txt -e '.[gpu,dev,real]'"; cat $(LOCK_VENV)/gpu.txt; } > constraints/gpu.txt
 	rm -rf $(LOCK_VENV)
 
-# The whole mission on the embedded default: tiny model (built if missing) -> collect -> train RLEP and
-# a GRPO baseline -> evaluate -> runs/demo/report.md + runs/demo/heldout_accuracy.png.
+# The whole mission on the embedded default: tiny model (built if missing) -> GRPO baseline (the exploration)
+# -> collect from its last checkpoint -> RLEP from the start -> evaluate -> runs/demo/report.md and
+# runs/demo/heldout_accuracy.png.
 # Each demo starts from an empty runs/demo (a collection directory is only resumed with identical settings).
 demo: setup
 	rm -rf runs/demo

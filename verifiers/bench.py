@@ -1,6 +1,6 @@
 """Benchmark: rlep's `verify_batch` against plain math-verify, on the same corpus, in the same run.
 
-    python -m verifiers.bench --pairs 10000          # or: rlep bench verify --pairs 10000
+    python -m rlep.verifiers.bench --pairs 10000     # or: rlep bench verify --pairs 10000
     rlep bench verify --pairs 100000 --hostile-share 0.1 --skip-math-verify   # load test
     rlep bench verify --peer /path/to/Math-Verify     # Math-Verify's regression cases (verifiers.peer)
 

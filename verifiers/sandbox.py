@@ -17,7 +17,7 @@ Design:
   chunks on a queue and wait for their job's event, so any number of threads can call at once, and no
   caller ever runs parsing code. Nothing uses signals in the caller, so it works off the main thread
   (Prefect runs tasks in threads).
-- Workers are fresh interpreters (`python -m verifiers.worker`) connected by a socket pair, not
+- Workers are fresh interpreters (`python -m rlep.verifiers.worker`) connected by a socket pair, not
   `multiprocessing` children: spawn and forkserver children re-run the caller's `__main__` script, which
   in a trainer imports torch (before the worker could set its memory limit) and fails outright in a
   script without an `if __name__ == "__main__":` guard. A replacement costs about a second of one core
@@ -245,7 +245,7 @@ class WorkerPool:
         if self._failed_starts >= _MAX_FAILED_STARTS:
             raise RuntimeError(
                 f"{self._failed_starts} verifier workers in a row died while starting; is "
-                f"memory_limit_mb={self.memory_limit_mb} too small, or `python -m verifiers.worker` "
+                f"memory_limit_mb={self.memory_limit_mb} too small, or `python -m rlep.verifiers.worker` "
                 "failing to import? (its error is on stderr)"
             )
         while len(self._workers) < self.size:

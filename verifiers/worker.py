@@ -1,6 +1,6 @@
 """The worker process: judges chunks of answers under a memory limit and a per-answer soft timeout.
 
-Started by verifiers.sandbox as `python -m verifiers.worker FD PARENT_PID MEMORY_LIMIT_MB`: a fresh
+Started by verifiers.sandbox as `python -m rlep.verifiers.worker FD PARENT_PID MEMORY_LIMIT_MB`: a fresh
 interpreter, so nothing of the caller's program (its `__main__`, torch, threads) is imported again, and
 the memory limit is in force before sympy loads. It exits when the pool closes the socket, and is
 killed by the kernel if the pool's process dies (PR_SET_PDEATHSIG).
@@ -56,7 +56,7 @@ def _on_alarm(signum, frame):
 
 
 def main(argv: list[str]) -> None:
-    """`python -m verifiers.worker FD PARENT_PID MEMORY_LIMIT_MB`."""
+    """`python -m rlep.verifiers.worker FD PARENT_PID MEMORY_LIMIT_MB`."""
     fd, parent_pid, memory_limit_mb = (int(arg) for arg in argv)
     _die_with_parent(parent_pid)
     serve(Connection(fd), memory_limit_mb)
