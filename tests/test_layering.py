@@ -38,16 +38,22 @@ FOLDERS = {"settings": "tasks/settings"}
 PROJECT = ("flows", "tasks", "verifiers", "data")
 
 
-def imported_packages(path: Path) -> set[str]:
+def imported_packages(path: Path, package: str | None = None) -> set[str]:
     """Top-level packages `path` imports; the project's own by their folder (`rlep.tasks.x` -> `tasks`; the
     settings package, `rlep.tasks.settings.x`, -> `settings`), and a bare project name (`tasks.x`, which would
-    shadow or be shadowed by another distribution) as `bare:tasks`."""
+    shadow or be shadowed by another distribution) as `bare:tasks`. A relative import is resolved against
+    `package`, the module's own (by default its place in the checkout: tasks/training/x.py -> rlep.tasks.training)."""
+    if package is None:
+        package = ".".join(["rlep", *path.relative_to(REPO).parent.parts])
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+        elif isinstance(node, ast.ImportFrom):  # `from . import x`, `from ..a import b`
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+            names = [f"{base}.{node.module}"] if node.module else [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for name in names:
@@ -75,7 +81,13 @@ def test_the_check_sees_lazy_imports(tmp_path):
     module.write_text(
         "def f():\n    from rlep.flows.cli import main\n    import prefect.artifacts\n    import tasks.x\n"
     )
-    assert imported_packages(module) == {"flows", "prefect", "bare:tasks"}
+    assert imported_packages(module, package="rlep.data") == {"flows", "prefect", "bare:tasks"}
+
+
+def test_the_check_resolves_relative_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from ...flows import cli\nfrom . import fs\nfrom ...tasks.settings import train\n")
+    assert imported_packages(module, package="rlep.data.sub") == {"data", "flows", "settings"}
 
 
 def test_every_module_imports_the_project_under_its_namespace():

@@ -149,7 +149,9 @@ def test_refill_replaces_exactly_the_flat_groups_and_keeps_the_prompt_count():
     groups = replay.join(fresh, 2)
     assert len(groups) == 3 and groups[1] is fresh[1]
     assert sorted(g.problem_id for g in (groups[0], groups[2])) == ["a", "b"]  # both stored groups, distinct
-    assert all(r.origin == "replay" and r.age(2) == 1 and r.advantage is None for r in replayed(groups))
+    # Every answer of the two refilled slots is marked replayed (`replayed` keeps only those, so count them).
+    assert replayed(groups) == [*groups[0].rollouts, *groups[2].rollouts] and len(replayed(groups)) == 8
+    assert all(r.age(2) == 1 and r.advantage is None for r in replayed(groups))
     # Advantages recomputed over the replayed group's own rewards: [1, 0, 0, 0] -> mean 1/4, std 1/2.
     assert fill_advantages(groups, LossConfig()) == 0.0  # no flat group left
     a = next(g for g in groups if g.problem_id == "a")

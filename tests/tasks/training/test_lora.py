@@ -78,7 +78,9 @@ def test_a_checkpoint_holds_the_merged_model_and_the_adapters_come_back_on_resum
     state = backend.training_state()
     resumed = _backend(fixture_model)
     resumed.load_training_state(state)
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(resumed.named_weights(torch.float32), merged.items()))
+    restored = list(resumed.named_weights(torch.float32))
+    assert [n for n, _ in restored] == list(merged)
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(restored, merged.items()))
     with pytest.raises(ValueError, match="written with LoRA adapters"):
         _backend(fixture_model, lora=None).load_training_state(state)
 

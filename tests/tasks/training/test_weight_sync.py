@@ -95,6 +95,7 @@ def test_a_tensor_the_engine_still_holds_keeps_its_values_when_the_buffer_is_reu
     one = OneBuffer(300)
     one.send(named)
     held = list(one.receive())  # every tensor kept until the end, as a staging engine would
+    assert [n for n, _ in held] == [n for n, _ in named]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(held, named))
     assert all(t.untyped_storage().data_ptr() != one.buffer.untyped_storage().data_ptr() for _, t in held)
     one = OneBuffer(300)
