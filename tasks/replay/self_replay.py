@@ -65,8 +65,9 @@ class ReuseReplay(FreshPrompts):
     own answers keep the reward they were given when generated (the verifier and reward settings do not change
     within a run), pool-seeded ones are re-scored each time they are replayed; a seeded answer's age counts
     from step 0 (it entered the bank before step 1; its policy version is another run's), so the age reported
-    for replayed rows (`replay_age_mean`, `replay_age_max`) is steps in the bank, which equals policy updates
-    since generation for the run's own answers.
+    for replayed rows (`replay_age_mean`, `replay_age_max`) is steps in the bank, which equals policy versions
+    since generation for the run's own answers in sync mode (async mode generates a step's answers up to
+    `max_staleness` versions earlier).
     """
 
     name: ClassVar[str] = "reuse"

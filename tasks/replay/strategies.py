@@ -43,8 +43,10 @@ def _flatten(groups: list[Group]) -> list[Rollout]:
 class NoReplay(FreshPrompts):
     """Plain GRPO (the baseline): the step trains on its fresh groups, unchanged.
 
-    Departure: no dynamic sampling (DAPO's refill of flat groups with new ones): a group whose rewards are all equal
-    gives no gradient and is counted in `zero_std_group_frac`."""
+    Departures: the loss is the run's (`loss`), by default RLEP's recipe (clip 0.2 / 0.28, dual clip 10,
+    token-mean, no KL) rather than GRPO's (clip 0.2, each answer's token mean, KL to a reference), which those
+    settings can give. A group whose rewards are all equal gives no gradient and is counted in
+    `zero_std_group_frac` (no dynamic sampling, DAPO's refill of flat groups, which GRPO does not have either)."""
 
     name: ClassVar[str] = "none"
     needs: ClassVar[ReplayNeeds] = ReplayNeeds()
@@ -74,16 +76,19 @@ class RLEPReplay(FreshPrompts):
     Paper: phase 1 trains a policy with RL and collects its verified successes; phase 2 restarts from the
     base model, and every GRPO group holds G fresh answers plus M answers replayed from that pool for the same
     prompt (16 + 2), with advantages over all G+M; replayed answers are treated as on-policy (their log-probs
-    recomputed by the current policy, no importance correction), PPO clip 0.2 / 0.28, token-mean, no KL.
+    recomputed by the current policy, no importance correction), PPO clip 0.2 / 0.28 with dual clip 10 (the
+    released recipe's `clip_ratio_c`), token-mean, no KL.
     Here: the same per-group mix (`join`), M = `replay_per_group`, drawn uniformly without replacement from
     the prompt's pooled answers; the phases are run by the pipeline (explore -> collect -> train from base).
     Departures: replayed answers are re-scored by the current verifier when `rescore` (the paper's pool holds
     only verified successes, so this only guards against a changed verifier); a prompt with fewer than M
     pooled answers replays what it has (the trainer records the effective M); `loss.is_correction=truncate`
     can weight replayed tokens against their stored behaviour log-probs (off in the paper). The pool keeps every
-    verified answer as the paper's does (`collect.dedupe` keeps one per distinct answer). The run's settings,
+    verified answer as the paper's does (`collect.dedupe` keeps one per distinct answer). `follow` (off by default)
+    replays a living pool's newer versions, beyond the paper, whose pool is collected once. The run's settings,
     not this class, carry the rest of the recipe, and depart from it in size: G = 8, M = 2 and 32 prompts a step
-    in 4 updates on the CPU (paper 16 + 2, 512 prompts in mini-batches of 64), learning rate 2e-4 for the tiny
+    in 4 updates on the CPU (paper 16 + 2, 512 prompts in mini-batches of 64), 8 answers collected per problem
+    by default and 16 in the demo (paper 64), learning rate 2e-4 for the tiny
     model (the recipe's 1e-6 is for 7B models), and the recipe's 10 warm-up updates, weight decay 0.1 and soft
     overlong penalty only in the configurations the README's designs table names.
     """
@@ -259,13 +264,14 @@ class PrioritizedReplay(FreshPrompts):
     made here: groups whose rewards are all equal are not stored (their advantages are 0, so they could never
     be drawn with any weight); priorities are the advantages computed at generation and are not updated after
     a rollout is replayed; no PER-style importance weights for the non-uniform draw (`loss.is_correction`
-    corrects staleness only); eviction by age comes first, then, over capacity, the lowest priorities leave;
+    corrects staleness only); eviction by age comes first, then, over capacity, the lowest priorities leave (on a
+    tie, the newest);
     replay draws come from earlier steps only (this step's rollouts are in the batch already).
 
     `freshness_tau` makes it freshness-aware prioritized replay (FreshPER, arXiv 2604.16918):
     paper and released code multiply each priority by exp(-age / tau), so that of two equally informative rollouts
     the fresher is drawn more, and report that plain prioritized replay hurt LLM RL while the aged version helped.
-    Here: P(i) ~ (|A_i| + eps)^alpha * exp(-age_i / tau), age in policy updates at the draw; over capacity the
+    Here: P(i) ~ (|A_i| + eps)^alpha * exp(-age_i / tau), age in steps (policy versions) at the draw; over capacity the
     lowest decayed priorities leave. Departures: the released buffer's priority is |reward| + eps (an outcome
     reward; this design's is |advantage|, the prioritized paper's), and its `reward_fresh` puts the decay inside
     the exponent, ((|r| + eps) exp(-age / tau))^alpha, the same as this with tau / alpha; its max-priority

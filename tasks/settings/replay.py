@@ -161,7 +161,8 @@ class PrioritizedReplayConfig(_GroupedBatch):
         gt=0,
         le=1_000_000,
         description="Freshness-aware priorities (FreshPER, arXiv 2604.16918): each priority multiplied by "
-        "exp(-age / tau), age in policy updates since the rollout was generated; null = off (the prioritized paper).",
+        "exp(-age / tau), age in steps (policy versions) since the rollout was generated; null = off (the "
+        "prioritized paper).",
     )
 
 

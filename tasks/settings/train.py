@@ -101,7 +101,8 @@ class LossConfig(BaseModel):
         "skip",
         description="Flat groups (every answer equally rewarded: no GRPO signal): `skip` = advantage 0, they do not "
         "move the policy (GRPO); `rl-zvp` = RL-ZVP's entropy-shaped token advantages (arXiv 2509.21880): "
-        "zvp_alpha * H_t on an all-correct group, -zvp_alpha * (max_t H - H_t) on an all-wrong one (ppo-clip only).",
+        "zvp_alpha * H_t on a flat group's correct answers, -zvp_alpha * (max_t H - H_t) on its wrong ones (ppo-clip "
+        "only).",
     )
     zvp_alpha: float = Field(
         0.1,

@@ -63,17 +63,20 @@ def zero_variance_advantages(
     """RL-ZVP's token advantages [B, T] (Le et al. 2025, arXiv 2509.21880, Eq. 5): rows of a flat group get
     entropy-shaped advantages, every other row its own advantage on each token.
 
-    advantages, sign: [B] (`sign` +1: a row of an all-correct flat group, -1: of an all-wrong one, 0: any other);
+    advantages, sign: [B] (`sign` +1: a correct answer of a flat group, -1: a wrong one, 0: any other row);
     entropy, mask: [B, T], `entropy` the policy's token entropy H_t over the vocabulary (no gradient flows through
-    it). All correct: A_t = alpha * H_t, so confident tokens are reinforced least. All wrong:
+    it). Correct: A_t = alpha * H_t, so confident tokens are reinforced least. Wrong:
     A_t = -alpha * (max_k H_k - H_t), the max over the row's own real tokens, so the most confident wrong token is
     pushed down most and the least confident not at all.
 
     As the paper: rows of groups with signal keep GRPO's advantage, flat groups are trained instead of filtered,
-    the entropy is over the vocabulary and carries no gradient, under the clipped objective with clip-higher.
+    the entropy is over the vocabulary and carries no gradient, under the clipped objective with clip-higher
+    (ppo-clip only; with `is_correction` m2po, under M2PO's masked unclipped ratio instead).
     Departures: H_t is the entropy of the sampling distribution (logits / temperature) in each optimizer update's
-    own forward, so with several updates a step it is the policy's as it moves (a single update: pi_old's); a
-    group's direction is its verdict (`correct`), which the paper's binary reward equals; designs that keep the
+    own forward, so with several updates a step it is the policy's as it moves (a single update: pi_old's); each
+    answer's direction is its own verdict (`correct`): with the paper's binary reward a flat group's verdicts are
+    all one, but with the overlong penalty a correct answer deep in the length band can score a wrong one's 0, and
+    in such a flat group the correct answers are pushed up and the wrong ones down; designs that keep the
     advantages of generation (`fifo`) keep a stored rollout's mark too; alpha defaults to 0.1 and is not tuned here.
     """
     h = entropy.detach().float() * mask
@@ -88,8 +91,8 @@ def zero_variance_advantages(
 def fill_advantages(groups: list[Group], loss: LossConfig) -> float:
     """Advantages for every rollout without one, over its group's members (GRPO's, or AsymRE's r - V);
     returns the share of such groups whose rewards are all equal (no GRPO signal). With `loss.zero_variance`
-    rl-zvp a flat group's rollouts are marked +1 (all correct) or -1 (not) for RL-ZVP's token advantages, which
-    need the policy's entropies and so are made in the update (`zero_variance_advantages`)."""
+    rl-zvp a flat group's rollouts are marked +1 (correct) or -1 (not), each by its own verdict, for RL-ZVP's token
+    advantages, which need the policy's entropies and so are made in the update (`zero_variance_advantages`)."""
     pending = [(gi, r) for gi, g in enumerate(groups) for r in g.rollouts if r.advantage is None]
     if not pending:
         return 0.0

@@ -245,7 +245,7 @@ def m2po_loss(
     does), not the mini-batch, and with several training processes over each rank's rows, so unlike every other
     loss here the update depends on `micro_batch_size`; for fresh rows pi_behav is the trainer's pi_old (the policy
     that generated them, without the engine-vs-trainer gap) and for stale rows the stored mu (rows without stored
-    log-probs use pi_old: `update.off_policy_terms`).
+    log-probs use pi_old: `update.off_policy_terms`); ppo-clip objective only (AsymRE has no ratio to replace).
     """
     log_ratio = logp - behaviour_logp
     keep, m2_metrics = m2po_mask(log_ratio.detach(), advantages, mask, threshold)

@@ -113,6 +113,12 @@ def test_fill_advantages_marks_flat_groups_for_rl_zvp_only():
     again.advantage = None
     fill_advantages([Group("right", [again, _rollout("right", 5, False)])], LossConfig(zero_variance="rl-zvp"))
     assert again.zero_variance == 0 and again.advantage > 0
+    # Each answer's own verdict sets its direction: a correct answer in the overlong band scores a wrong one's 0, so
+    # the group is flat with mixed verdicts; the correct one is pushed up, the wrong ones down.
+    overlong = [_rollout("band", j, j == 0) for j in range(3)]
+    overlong[0].reward = 0.0  # 1 for the answer, -1 of overlong penalty
+    fill_advantages([Group("band", overlong)], LossConfig(zero_variance="rl-zvp"))
+    assert [r.zero_variance for r in overlong] == [1, -1, -1] and all(r.advantage == 0 for r in overlong)
 
 
 def test_the_new_options_need_the_clipped_objective():
