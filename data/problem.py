@@ -34,6 +34,20 @@ class Problem:
         return asdict(self)
 
 
+def check_prompt_template(template: str) -> None:
+    """Refuse a template `render_prompt` could not fill: it needs `{problem}` and no other field (a literal brace is
+    written `{{` or `}}`, as in the default's `\\boxed{{}}`). Checked with the settings, before any work starts."""
+    if "{problem}" not in template:
+        raise ValueError(f"prompt_template {template!r} must contain the `{{problem}}` placeholder")
+    try:
+        template.format(problem="")
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        raise ValueError(
+            f"prompt_template {template!r}: `{{problem}}` is its only field; write a literal brace as `{{{{` or "
+            f"`}}}}` ({type(e).__name__}: {e})"
+        ) from None
+
+
 def render_prompt(problem: Problem | str, template: str = DEFAULT_PROMPT_TEMPLATE, chat: Any = None) -> str:
     """The model input for a problem, the one rendering collection, training and evaluation share.
 

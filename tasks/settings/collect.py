@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, model_validator
 
-from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.run_layout import checkpoint_step
 from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
@@ -77,8 +77,7 @@ class CollectConfig(SavedSettings):
                 f"min_correct ({self.min_correct}) > samples_per_prompt ({self.samples_per_prompt}): no problem could "
                 f"enter the pool"
             )
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        check_prompt_template(self.prompt_template)
         return self
 
     def resolved_run_id(self) -> str:

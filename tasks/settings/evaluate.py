@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, model_validator
 
-from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.tasks.settings.engine import EngineConfig, EvalSampling, SamplingConfig, sampling_field
 from rlep.tasks.settings.migrate import SavedSettings
@@ -68,8 +68,7 @@ class EvalConfig(EvalProtocol):
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        check_prompt_template(self.prompt_template)
         return self
 
     def request(self) -> SamplingConfig:

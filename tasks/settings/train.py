@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.tasks.settings.backend import BackendConfig, LoraConfig, OneProcessBackend
 from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, sampling_field
@@ -312,8 +312,7 @@ class TrainConfig(SavedSettings):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain the `{problem}` placeholder")
+        check_prompt_template(self.prompt_template)
         if self.generator_gpus:
             if self.mode != "async":
                 raise ValueError(

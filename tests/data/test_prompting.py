@@ -1,10 +1,12 @@
 """Prompt rendering: plain text exactly as before for a model without a chat template, the tokenizer's chat
 template (generation prompt added) for one with it, and the `chat_template` setting forcing either way."""
 
+import re
+
 import pytest
 from transformers import AutoTokenizer
 
-from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, render_prompt
+from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, Problem, check_prompt_template, render_prompt
 from rlep.data.prompting import PromptError, chat_tokenizer, has_chat_template
 from rlep.data.tiny_math import generate
 
@@ -68,3 +70,26 @@ def test_a_chat_must_end_with_a_user_turn(chat_model):
     )
     with pytest.raises(PromptError, match="must end with a user message"):
         render_prompt(problem, DEFAULT_PROMPT_TEMPLATE, chat)
+
+
+@pytest.mark.parametrize(
+    "template, why",
+    [
+        ("Q: {problem} {x}", "KeyError: 'x'"),
+        ("Q: {problem} {oops", "expected '}'"),
+        ("{problem} {0}", "IndexError"),
+        ("{problem} }", "Single '}'"),
+        ("Q: no field", "must contain the `{problem}` placeholder"),
+    ],
+)
+def test_a_template_render_prompt_could_not_fill_is_refused_with_the_settings(template, why):
+    from rlep.tasks.settings.collect import CollectConfig
+    from rlep.tasks.settings.evaluate import EvalConfig
+    from rlep.tasks.settings.train import TrainConfig
+
+    for config in (TrainConfig, CollectConfig, EvalConfig):  # before any work: the command line says one line
+        with pytest.raises(ValueError, match=re.escape(why)) as refused:
+            config(prompt_template=template)
+        assert repr(template) in str(refused.value)
+    check_prompt_template(DEFAULT_PROMPT_TEMPLATE)  # a literal brace written `{{}}` is fine
+    assert render_prompt(PROBLEM, DEFAULT_PROMPT_TEMPLATE).endswith("\\boxed{}.\nA: ")
