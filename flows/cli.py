@@ -121,8 +121,11 @@ def _quiet_libraries() -> None:
 
 def _run_dir(args: argparse.Namespace) -> Path | None:
     """Where a run command's log goes: its --resume or out directory (none while its settings do not validate)."""
-    if getattr(args, "resume", None):
-        return Path(args.resume)
+    if getattr(args, "resume", None):  # a run directory the resume will accept; else none (it is refused at once)
+        from rlep.data.run_layout import TrainRunLayout
+
+        ok = args.config is None and TrainRunLayout(args.resume).config.is_file()
+        return Path(args.resume) if ok else None
     if args.command == "bench":  # `bench async`: the directory of its runs
         from rlep.tasks.bench.async_train import AsyncBenchConfig
 

@@ -22,9 +22,15 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from rlep.data.store import ensure_writable
     from rlep.tasks.settings.train import TrainConfig
 
     if args.resume:
+        if args.config is not None:  # it would be silently ignored: the run's own settings are the base
+            raise UserError(
+                f"--resume {args.resume} continues with the run's saved settings; --config {args.config} is not read "
+                "with it (flags still change settings)"
+            )
         saved = TrainRunLayout(args.resume).config
         if not saved.is_file():
             raise UserError(f"--resume {args.resume}: no {saved.name} there (not a training run directory)")
@@ -33,6 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
         config = config_from_args(TrainConfig, args)
     check_pool(config)
     check_inputs(config.model, config.problems, config.eval_problems)
+    ensure_writable(config.out)  # a file or an unwritable place fails here, not after the model is loaded
     if args.prefect:
         from rlep.flows.train import train_flow
 
@@ -62,10 +69,13 @@ def _print_train(result) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from rlep.data.store import ensure_writable
     from rlep.tasks.settings.evaluate import EvalConfig
 
     config = config_from_args(EvalConfig, args)
     check_inputs(config.model, config.problems)
+    if config.out is not None:
+        ensure_writable(config.out)
     if args.prefect:
         from rlep.flows.evaluate import evaluate_flow
 

@@ -217,3 +217,28 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_p
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal has it (not ignored)
     )
     assert (done.returncode, done.stderr) == (130, "rlep collect: interrupted\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--no-prefect", "--out", "{file}"], "output directory '{file}' is not writable: File exists"),
+        (["train", "--out", "{file}/run"], "output directory '{file}/run' is not writable: Not a directory"),
+        (["eval", "--no-prefect", "--out", "{file}/run"], "output directory '{file}/run' is not writable"),
+        (
+            ["train", "--no-prefect", "--resume", "{dir}", "--config", "{dir}/missing.yaml"],
+            "--resume {dir} continues with the run's saved settings; --config {dir}/missing.yaml is not read with it",
+        ),
+    ],
+    ids=["train-out-file", "train-out-under-a-file", "eval-out-under-a-file", "resume-with-config"],
+)
+def test_an_output_that_cannot_be_a_run_directory_is_one_line_before_any_work(tmp_path, capsys, args, message):
+    from rlep.flows.cli import main
+
+    file = tmp_path / "notes.txt"
+    file.write_text("not a directory")
+    filled = [a.format(file=file, dir=tmp_path) for a in args]
+    assert main(filled) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlep {args[0]}: error: {message.format(file=file, dir=tmp_path)}") and "\n" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing made beside it
