@@ -3,9 +3,10 @@ the export is data/rlep_format.py's) and `rlep pool import` (`PoolImportConfig`;
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class PoolExportConfig(BaseModel):
@@ -46,6 +47,20 @@ class PoolExportConfig(BaseModel):
         json_schema_extra={"cli_switch": True},
     )
 
+    @model_validator(mode="after")
+    def _check(self) -> PoolExportConfig:
+        if Path(self.out).suffix != ".parquet":
+            raise ValueError(f"out {self.out!r}: the export is a Parquet file, name it .parquet")
+        _not_an_input(self.out, pool=self.pool, pool_file=str(Path(self.pool) / "pool.parquet"), into=self.into)
+        return self
+
+
+def _not_an_input(out: str, **inputs: str | None) -> None:
+    """`out` would be written over one of the command's own inputs (it is read first, then replaced): refused."""
+    for name, path in inputs.items():
+        if path is not None and Path(out).resolve() == Path(path).resolve():
+            raise ValueError(f"out {out!r} is the {name.replace('_', ' ')} it reads; write it elsewhere")
+
 
 class PoolImportConfig(BaseModel):
     """`rlep pool import`'s settings: `import_pool`'s file, output and run id, and the training problems to match."""
@@ -67,3 +82,9 @@ class PoolImportConfig(BaseModel):
     problems_config: str | None = Field(
         None, description="YAML of the --problems source's settings (columns, answer_format, ...)."
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolImportConfig:
+        _not_an_input(self.out, file=self.path, problems=self.problems)
+        _not_an_input(str(Path(self.out) / "pool.parquet"), file=self.path)  # `out` a directory holding the file
+        return self

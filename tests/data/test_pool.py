@@ -106,6 +106,26 @@ def test_cli_import_matches_problems_reports_the_rate_and_inspect_reads_its_dire
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["export", "{pool}", "--out", "{pool}"], "out '{pool}' is the pool it reads"),
+        (["export", "{dir}", "--out", "{pool}"], "out '{pool}' is the pool file it reads"),
+        (["export", "{pool}", "--out", "{dir}/e.txt"], "out '{dir}/e.txt': the export is a Parquet file"),
+        (["import", "{pool}", "--out", "{pool}"], "out '{pool}' is the file it reads"),
+        (["import", "{pool}", "--out", "{dir}"], "out '{dir}/pool.parquet' is the file it reads"),
+    ],
+    ids=["export-over-its-pool", "export-over-its-run-pool", "export-not-parquet", "import-over-it", "import-into-it"],
+)
+def test_a_pool_command_never_writes_over_what_it_reads(tmp_path, capsys, args, message):
+    pool = _pool(tmp_path / "pool.parquet", {"p1": ["1"]})
+    before = pool.read_bytes()
+    filled = [a.format(pool=pool, dir=tmp_path) for a in args]
+    assert main(["pool", *filled]) == 2
+    assert message.format(pool=pool, dir=tmp_path) in capsys.readouterr().err
+    assert pool.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["pool.parquet"]
+
+
 def test_reader_refuses_a_file_that_is_not_a_pool(tmp_path):
     write_parquet_atomic(tmp_path / "pool.parquet", [{"problem_id": "p1", "response": "1"}])
     with pytest.raises(PoolError, match=f"{tmp_path / 'pool.parquet'}.*not a trajectory table"):
