@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlep.data.run_layout import POOL_FILE
+
 
 class PoolExportConfig(BaseModel):
     """`rlep pool export`'s settings: `export_pool`'s arguments."""
@@ -51,7 +53,7 @@ class PoolExportConfig(BaseModel):
     def _check(self) -> PoolExportConfig:
         if Path(self.out).suffix != ".parquet":
             raise ValueError(f"out {self.out!r}: the export is a Parquet file, name it .parquet")
-        _not_an_input(self.out, pool=self.pool, pool_file=str(Path(self.pool) / "pool.parquet"), into=self.into)
+        _not_an_input(self.out, pool=self.pool, pool_file=str(Path(self.pool) / POOL_FILE), into=self.into)
         return self
 
 
@@ -86,5 +88,5 @@ class PoolImportConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> PoolImportConfig:
         _not_an_input(self.out, file=self.path, problems=self.problems)
-        _not_an_input(str(Path(self.out) / "pool.parquet"), file=self.path)  # `out` a directory holding the file
+        _not_an_input(str(Path(self.out) / POOL_FILE), file=self.path)  # `out` a directory holding the file
         return self
