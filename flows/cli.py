@@ -203,6 +203,7 @@ USER_ERRORS = (
     ("rlep.tasks.engines", "EngineUnavailable"),
     ("rlep.tasks.models", "ModelNotFound"),
     ("rlep.tasks.training.backends.checkpoint", "CheckpointError"),
+    ("rlep.tasks.training.backends.lora", "LoraTargetError"),
 )
 
 

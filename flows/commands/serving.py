@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from rlep.flows.commands.common import UserError
 from rlep.flows.options import add_model_flags, build_from_flags
 
 
@@ -33,11 +34,25 @@ def add_ui(sub) -> None:
     add_model_flags(p, ServeConfig, only=SERVE_FLAGS)  # ui serves the same deployments
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from rlep.flows.deployments import serve_deployments
+def _serve_config(args: argparse.Namespace):
+    """The deployments' settings, the cron checked as Prefect's schedule will read it (before a server starts)."""
+    from prefect.client.schemas.schedules import validate_cron_string
+
     from rlep.tasks.settings.serve import ServeConfig
 
     config = build_from_flags(ServeConfig, args)
+    if config.cron is not None:
+        try:
+            validate_cron_string(config.cron)
+        except ValueError as error:
+            raise UserError(f"--recollect-cron {config.cron!r}: {error}") from None
+    return config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from rlep.flows.deployments import serve_deployments
+
+    config = _serve_config(args)
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
@@ -57,6 +72,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from rlep.tasks.settings.serve import ServerConfig
 
     config = build_from_flags(ServerConfig, args, namespace="server")
+    _serve_config(args)  # a bad schedule is refused before the server starts (and leaves nothing)
     log = config.home / "server.log"
     config.home.mkdir(parents=True, exist_ok=True)
     process = server.start_server(config.host, config.port, config.home, log)

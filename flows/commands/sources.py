@@ -29,7 +29,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in (".jsonl", ".parquet"):
         raise UserError(f"--out {out}: must end in .jsonl or .parquet")
     loaded = load_source(config)  # the summary names the split applied and the rows skipped, per reason
-    write_problems(loaded.problems, out)
+    try:
+        write_problems(loaded.problems, out)
+    except OSError as error:  # a directory or a file in its way, a read-only place
+        raise UserError(f"--out {out}: cannot be written ({error.strerror or error})") from None
     print(f"wrote {len(loaded.problems)} problems to {out} ({config.source}: {loaded.summary()})")
     return 0
 

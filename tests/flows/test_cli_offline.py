@@ -229,12 +229,24 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_p
             ["train", "--no-prefect", "--resume", "{dir}", "--config", "{dir}/missing.yaml"],
             "--resume {dir} continues with the run's saved settings; --config {dir}/missing.yaml is not read with it",
         ),
+        (["problems", "--out", "{file}/p.jsonl"], "--out {file}/p.jsonl: cannot be written"),
+        (["ui", "--recollect-cron", "not a cron"], "--recollect-cron 'not a cron': Invalid cron string"),
+        (["serve", "--recollect-cron", "61 * * * *"], "--recollect-cron '61 * * * *': Invalid cron string"),
     ],
-    ids=["train-out-file", "train-out-under-a-file", "eval-out-under-a-file", "resume-with-config"],
+    ids=[
+        "train-out-file",
+        "train-out-under-a-file",
+        "eval-out-under-a-file",
+        "resume-with-config",
+        "problems-out-under-a-file",
+        "ui-cron",
+        "serve-cron",
+    ],
 )
-def test_an_output_that_cannot_be_a_run_directory_is_one_line_before_any_work(tmp_path, capsys, args, message):
+def test_a_bad_output_or_schedule_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, args, message):
     from rlep.flows.cli import main
 
+    monkeypatch.chdir(tmp_path)  # a server or a run started by mistake would leave its folder here
     file = tmp_path / "notes.txt"
     file.write_text("not a directory")
     filled = [a.format(file=file, dir=tmp_path) for a in args]

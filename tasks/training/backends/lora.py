@@ -22,6 +22,10 @@ from rlep.tasks.settings.backend import LoraConfig
 ADAPTER = "default"  # peft's name of the one adapter
 
 
+class LoraTargetError(ValueError):
+    """`lora.target_modules` names no layer of the model (the command line says it in one line)."""
+
+
 def with_lora(model: torch.nn.Module, settings: LoraConfig) -> torch.nn.Module:
     """`model` (an HF causal LM) with adapters on `settings.target_modules`: peft's wrapper, base frozen, the
     adapters' B zero so the wrapped model computes exactly what `model` did."""
@@ -38,7 +42,7 @@ def with_lora(model: torch.nn.Module, settings: LoraConfig) -> torch.nn.Module:
     try:
         return peft.get_peft_model(model, config)
     except ValueError as error:  # e.g. "Target modules {...} not found in the base model"
-        raise ValueError(f"lora.target_modules {list(settings.target_modules)}: {error}") from None
+        raise LoraTargetError(f"lora.target_modules {list(settings.target_modules)}: {error}") from None
 
 
 def frozen_base_in_bf16(model: torch.nn.Module) -> torch.nn.Module:

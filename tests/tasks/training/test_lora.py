@@ -11,6 +11,7 @@ from rlep.tasks.settings.backend import LoraConfig, backend_config
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 from rlep.tasks.settings.train import OptimizerConfig, TrainConfig
 from rlep.tasks.training.backends.backend import LocalBackend
+from rlep.tasks.training.backends.lora import LoraTargetError
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.maths.logprobs import completion_logprobs, pad_sequences, token_logprobs
 
@@ -147,8 +148,11 @@ def test_lora_settings_are_checked():
     assert TrainConfig.model_validate({"lora": {"rank": 8}}).lora.target_modules[0] == "q_proj"
     with pytest.raises(ValueError, match="lora: one training process only"):
         TrainConfig.model_validate({"lora": {}, "mode": "async", "backend": {"nproc": 2}})
-    with pytest.raises(ValueError, match=r"lora.target_modules \['nope'\]"):
+    with pytest.raises(LoraTargetError, match=r"lora.target_modules \['nope'\]"):
         _backend_for_missing_module()
+    from rlep.flows.cli import _user_errors
+
+    assert LoraTargetError in _user_errors()  # the command line says it in one line, exit code 2
 
 
 def _backend_for_missing_module():
