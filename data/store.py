@@ -16,6 +16,7 @@ data.pool, which depends on this module and never the other way.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -54,6 +55,23 @@ TEMP_PATTERN = re.compile(r"^\..+\.(\d+)\.tmp$")
 
 class StoreError(ValueError):
     """A run directory that cannot be used as asked; the message names the path."""
+
+
+def check_directory_possible(directory: Path | str) -> None:
+    """Refuse (StoreError naming it) a `directory` that could not be made or written, without making anything: a
+    file in its place or on its path, or a nearest existing folder this process cannot write. For checks before
+    other checks, which must leave nothing behind when they refuse."""
+    directory = Path(directory)
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = None
+    if not existing.is_dir():
+        why = errno.EEXIST if existing == directory else errno.ENOTDIR
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = errno.EACCES
+    if why is not None:
+        raise StoreError(f"output directory {str(directory)!r} is not writable: {os.strerror(why)}")
 
 
 def ensure_writable(directory: Path | str) -> Path:

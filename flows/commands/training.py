@@ -22,7 +22,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rlep.data.store import ensure_writable
+    from rlep.data.store import check_directory_possible
     from rlep.tasks.settings.train import TrainConfig
 
     if args.resume:
@@ -39,7 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
         config = config_from_args(TrainConfig, args)
     check_pool(config)
     check_inputs(config.model, config.problems, config.eval_problems)
-    ensure_writable(config.out)  # a file or an unwritable place fails here, not after the model is loaded
+    check_directory_possible(config.out)  # a file or an unwritable place: refused here, not after the model loads
     if args.prefect:
         from rlep.flows.train import train_flow
 
@@ -69,13 +69,13 @@ def _print_train(result) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from rlep.data.store import ensure_writable
+    from rlep.data.store import check_directory_possible
     from rlep.tasks.settings.evaluate import EvalConfig
 
     config = config_from_args(EvalConfig, args)
     check_inputs(config.model, config.problems)
     if config.out is not None:
-        ensure_writable(config.out)
+        check_directory_possible(config.out)
     if args.prefect:
         from rlep.flows.evaluate import evaluate_flow
 

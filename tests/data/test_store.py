@@ -17,7 +17,7 @@ from conftest import judged_row
 from rlep.data.fs import NoWeightsError, file_sha256, package_versions, weights_hash
 from rlep.data.pool import build_pool, read_pool
 from rlep.data.problem import Problem
-from rlep.data.store import ExperienceStore, StoreError, ensure_writable
+from rlep.data.store import ExperienceStore, StoreError, check_directory_possible, ensure_writable
 from rlep.data.trajectory import ROW_KEY, TRAJECTORY_SCHEMA, to_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,6 +248,18 @@ def test_unwritable_output_dir_is_named_before_any_work(tmp_path):
         ExperienceStore(blocker / "run").prepare()
     assert ensure_writable(tmp_path / "fresh" / "run") == tmp_path / "fresh" / "run"
     assert list((tmp_path / "fresh" / "run").iterdir()) == []  # the probe is gone
+
+
+def test_a_directory_that_could_not_be_made_is_refused_without_making_anything(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match=f"'{blocker}' is not writable: File exists$"):
+        check_directory_possible(blocker)
+    with pytest.raises(StoreError, match=f"'{blocker / 'a' / 'b'}' is not writable: Not a directory$"):
+        check_directory_possible(blocker / "a" / "b")
+    check_directory_possible(tmp_path / "new" / "run")  # could be made: nothing is made to find out
+    check_directory_possible(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_read_only_output_dir_is_named(tmp_path, monkeypatch):
