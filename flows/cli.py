@@ -170,7 +170,8 @@ def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
     hints: list[str] = []
     for word in (u.split("=", 1)[0] for u in unknown if u.startswith("--")):
         ending = [f for f in flags if f.endswith("-" + word[2:])]
-        hints += [f for f in ending + difflib.get_close_matches(word, flags, n=3, cutoff=0.8) if f not in hints]
+        hints += ending + difflib.get_close_matches(word, flags, n=3, cutoff=0.8)
+    hints = list(dict.fromkeys(hints))  # each once, in the order found
     return f"; did you mean {' or '.join(hints)}?" if hints else ""
 
 

@@ -203,6 +203,10 @@ def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
         ),
         (["collect", "--samples-per-promt", "3"], "; did you mean --samples-per-prompt?"),
         (["pool", "export", "p", "--out", "o", "--intoo", "z"], "; did you mean --into?"),
+        (  # a flag that both ends like it and is spelled nearly like it is named once
+            ["pipeline", "--eval-problems-source", "x"],
+            "; did you mean --train-eval-problems-source or --evaluate-problems-source or --train-problems-source?",
+        ),
         (["train", "--zzz", "3"], " (`rlep train --help` lists its flags)"),
     ],
 )
