@@ -135,6 +135,9 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         (["train", "--model", "{missing}"], "model '{missing}': no such directory"),
         (["eval", "--model", "{missing}"], "model '{missing}': no such directory"),
         (["pipeline", "--collect-model", "{missing}"], "model '{missing}': no such directory"),
+        (["pipeline", "--train-model", "{missing}"], "model '{missing}': no such directory"),
+        (["pipeline", "--train-problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
+        (["pipeline", "--evaluate-problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (["train", "--problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (["eval", "--source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (
@@ -155,6 +158,9 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         "train-model",
         "eval-model",
         "pipeline-model",
+        "pipeline-train-model",
+        "pipeline-train-problems",  # issue 45: failed only after the base evaluation had run and written
+        "pipeline-evaluate-problems",
         "train-problems",
         "eval-problems",
         "collect-families-of-a-file",
@@ -170,6 +176,20 @@ def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsy
     assert main([*argv, "--out", str(out)]) == 2
     assert f"rlep {args[0]}: error: " in (err := capsys.readouterr().err) and message.format(**fill) in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
+
+
+@pytest.mark.parametrize("section", ["train", "evaluate"])
+def test_a_study_with_a_missing_source_is_refused_before_any_run(tmp_path, capsys, section):
+    # Issue 45: a study (as a pipeline) checked its sources only when the run reading each one started.
+    import yaml
+
+    study = yaml.safe_load((Path(__file__).parents[2] / "flows/configs/study-hard-quick.yaml").read_text())
+    study[section]["problems"] = {"source": str(tmp_path / "none.jsonl")}
+    study.update(out=str(tmp_path / "OUT"), runner={"kind": "local"})
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(tmp_path / "study.yaml"), "--no-prefect"]) == 2
+    assert f"{tmp_path}/none.jsonl: no such file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
 
 
 def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
