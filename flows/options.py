@@ -376,7 +376,7 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     try:
         config = adapter.validate_python(merge_settings(data, user, model))
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, str(config_file) if config_file else "")) from None
+        raise ConfigError(format_validation_error(err, str(config_file) if config_file else "", model)) from None
     refused = refused_choices(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))

@@ -110,18 +110,46 @@ def refused_choices(
     return refused
 
 
-def validation_problems(err: ValidationError, prefix: str = "") -> list[str]:
-    """One line per problem of `err`: the setting's dotted path (under `prefix`), the message, the value given."""
+def validation_problems(err: ValidationError, prefix: str = "", model: Any = None) -> list[str]:
+    """One line per problem of `err`: the setting's dotted path (under `prefix`), the message, the value given.
+    With the `model` validated, a path through a union of kinds drops the kind pydantic puts in it, and a setting
+    the chosen kind lacks says so and names the kinds that have it (pydantic's own words were `replay.fifo.pool:
+    Extra inputs are not permitted`)."""
     lines = []
     for e in err.errors():
-        field = ".".join(str(p) for p in (*([prefix] if prefix else []), *e["loc"])) or "(top level)"
+        path, kind, kinds_with = _walk_loc(model, e["loc"]) if model is not None else (list(e["loc"]), None, [])
+        field = ".".join(str(p) for p in (*([prefix] if prefix else []), *path)) or "(top level)"
         got = e.get("input")
         shown = "" if e["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{field}: {e['msg']}{shown}")
+        if e["type"] == "extra_forbidden" and kind is not None:
+            others = f"; the kinds that have it: {', '.join(kinds_with)}" if kinds_with else ""
+            lines.append(f"{field}: not a setting of kind {kind!r}{shown}{others}")
+        else:
+            lines.append(f"{field}: {e['msg']}{shown}")
     return lines
 
 
-def format_validation_error(err: ValidationError, origin: str = "") -> str:
-    """`err` as one line: `ORIGIN: invalid configuration: path: message (got value); ...`."""
+def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str]]:
+    """`loc` without the kinds of the unions it passes through; the last such kind, and when the last part is a
+    setting that kind lacks, the kinds of that union that have it."""
+    path: list = []
+    kind, kinds_with, union, annotation = None, [], {}, model
+    for part in loc:
+        by_kind = settings_by_kind(annotation) if annotation is not None else {}
+        if len(by_kind) > 1 and part in by_kind:  # pydantic names the variant it validated against
+            kind, union = part, by_kind
+            annotation = next(v for v in section_types(annotation) if v.model_fields["kind"].default == part)
+            continue
+        path.append(part)
+        kinds_with = [k for k, names in union.items() if part in names]
+        union = {}
+        classes = section_types(annotation) if annotation is not None else []
+        annotation = field_type(classes[0], part) if len(classes) == 1 and isinstance(part, str) else None
+    return path, kind, kinds_with
+
+
+def format_validation_error(err: ValidationError, origin: str = "", model: Any = None) -> str:
+    """`err` as one line: `ORIGIN: invalid configuration: path: message (got value); ...` (`model`: the one
+    validated, as for `validation_problems`)."""
     where = f"{origin}: " if origin else ""
-    return where + "invalid configuration: " + "; ".join(validation_problems(err))
+    return where + "invalid configuration: " + "; ".join(validation_problems(err, model=model))

@@ -47,7 +47,7 @@ def _validated(model, settings: dict, where: str):
     try:
         return model.model_validate(settings)
     except ValidationError as err:
-        raise StudyError("; ".join(validation_problems(err, where))) from None
+        raise StudyError("; ".join(validation_problems(err, where, model))) from None
 
 
 def _check_equal_updates(arms: dict[str, TrainConfig]) -> None:

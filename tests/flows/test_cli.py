@@ -142,15 +142,15 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         (["eval", "--source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
         (
             ["collect", "--source", "{tmp}/p.jsonl", "--families", "add"],
-            "problems.file.families: Extra inputs are not permitted (got ['add'])",
+            "problems.families: not a setting of kind 'file' (got ['add']); the kinds that have it: tiny-math",
         ),
         (
             ["train", "--problems-source", "hf:my/set", "--problems-levels", "2"],
-            "problems.hf.levels: Extra inputs are not permitted (got [2])",
+            "problems.levels: not a setting of kind 'hf' (got [2]); the kinds that have it: tiny-math",
         ),
         (
             ["problems", "--source", "{tmp}/p.jsonl", "--seed", "3"],
-            "file.seed: Extra inputs are not permitted (got '3')",
+            "seed: not a setting of kind 'file' (got '3'); the kinds that have it: tiny-math",
         ),
     ],
     ids=[

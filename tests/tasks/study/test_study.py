@@ -258,13 +258,13 @@ def test_an_arm_setting_for_another_kind_of_source_is_refused(tmp_path):
     settings = tiny_study_settings("tiny", tmp_path, ARMS)
     settings["train"]["problems"] = {"source": str(tmp_path / "mine.jsonl")}
     settings["arms"] = {**ARMS, "rlep": {**ARMS["rlep"], "problems": {"families": ["add"]}}}
-    with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.file\.families: Extra inputs are not permitted"):
+    with pytest.raises(StudyError, match=r"arms\.rlep\.problems\.families: not a setting of kind 'file'"):
         plan(StudyConfig.model_validate(settings))
 
 
 def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     with pytest.raises(
-        StudyError, match=r"arms\.fifo\.replay\.fifo\.replay_ratioo: Extra inputs are not permitted \(got 0\.5\)"
+        StudyError, match=r"arms\.fifo\.replay\.replay_ratioo: not a setting of kind 'fifo' \(got 0\.5\)"
     ):
         plan(
             StudyConfig.model_validate(
