@@ -266,6 +266,8 @@ def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
             return "trajectories", shards, None
     if path.is_file() and path.suffix == ".parquet":
         return "file", [path], None
+    if not path.exists():
+        raise StoreError(f"{path}: no such file or directory")
     raise StoreError(
         f"{str(path)!r} is not a run directory (with trajectories/), a trajectories directory "
         "(with part-*.parquet files) or a .parquet file"

@@ -188,9 +188,11 @@ def test_paths_that_are_nothing_we_know_are_named(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hi")
     pq.write_table(pa.table({"question": ["1+1"]}), tmp_path / "other.parquet")
-    for name in ["missing", "empty", "notes.txt"]:
+    for name in ["empty", "notes.txt"]:
         with pytest.raises(ValueError, match=f"'{tmp_path / name}' is not a run directory"):
             summarize(tmp_path / name)
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'missing'}: no such file or directory$"):
+        summarize(tmp_path / "missing")
     with pytest.raises(ValueError, match=r"other\.parquet: not a trajectory table \(missing columns \['run_id'"):
         summarize(tmp_path / "other.parquet")
 
