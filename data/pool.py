@@ -281,17 +281,18 @@ def resolve_pool_file(path: Path | str) -> Path:
     return path / POOL_FILE if path.is_dir() else path
 
 
-def resolve_pool_path(path: Path | str | None) -> Path:
-    """`resolve_pool_file`, checked: raises PoolError unless it names an existing file."""
+def resolve_pool_path(path: Path | str | None, setting: str = "replay.pool") -> Path:
+    """`resolve_pool_file`, checked: raises PoolError, naming the `setting` that gave the path, unless it names an
+    existing file."""
     if path is None:
         raise PoolError(
-            "replay.pool: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool "
+            f"{setting}: rlep replay needs a pool (a pool.parquet from `rlep collect`, its run directory, or a pool "
             "store)"
         )
     file = resolve_pool_file(path)
     if not file.is_file():
         raise PoolError(
-            f"replay.pool: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a "
+            f"{setting}: {path}: no pool file there (a {POOL_FILE}, a run or version directory holding one, or a "
             f"pool store)"
         )
     return file

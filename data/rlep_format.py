@@ -214,7 +214,7 @@ def export_pool(
             f"data_source {data_source!r}: verl's default_compute_score has no scorer of that name "
             f"(boxed answers: {', '.join(BOXED_SCORERS)})"
         )
-    pool_file = resolve_pool_path(pool_path)
+    pool_file = resolve_pool_path(pool_path, setting="pool")  # export's POOL argument
     problems = _pool_problems(pool_file)
     if into is not None:
         into = Path(into)

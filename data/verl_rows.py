@@ -20,6 +20,8 @@ from rlep.data.store import StoreError
 
 def read_verl(path: Path) -> pa.Table:
     """A verl / RLEP Parquet file, checked for the columns a row needs. Raises StoreError naming it."""
+    if not Path(path).exists():
+        raise StoreError(f"{path}: no such file")
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as err:

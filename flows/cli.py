@@ -232,8 +232,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _name(args: argparse.Namespace) -> str:
-    """The command as typed, `rlep bench async: error: ...`."""
-    return " ".join(filter(None, (args.command, getattr(args, "bench", None))))
+    """The command as typed, `rlep bench async: error: ...`, `rlep pool export: error: ...`."""
+    return " ".join(filter(None, (args.command, getattr(args, "bench", None), getattr(args, "pool_command", None))))
 
 
 if __name__ == "__main__":

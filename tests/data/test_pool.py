@@ -126,6 +126,20 @@ def test_a_pool_command_never_writes_over_what_it_reads(tmp_path, capsys, args, 
     assert pool.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["pool.parquet"]
 
 
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        ("export", "pool: {missing}: no pool file there"),  # its POOL argument, not a training setting
+        ("import", "{missing}: no such file"),  # not "unreadable Parquet file"
+    ],
+)
+def test_a_pool_command_on_a_missing_path_names_itself_and_the_path(tmp_path, capsys, action, message):
+    missing = tmp_path / "nothere.parquet"
+    assert main(["pool", action, str(missing), "--out", str(tmp_path / "out.parquet")]) == 2
+    assert capsys.readouterr().err.startswith(f"rlep pool {action}: error: {message.format(missing=missing)}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_reader_refuses_a_file_that_is_not_a_pool(tmp_path):
     write_parquet_atomic(tmp_path / "pool.parquet", [{"problem_id": "p1", "response": "1"}])
     with pytest.raises(PoolError, match=f"{tmp_path / 'pool.parquet'}.*not a trajectory table"):
