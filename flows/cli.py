@@ -37,8 +37,16 @@ for _name, _value in (
 # ---------------------------------------------------------------- parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line: argparse prints the whole usage block first (over 100 lines
+    for `rlep train`), which hides the line that says what was wrong. Subcommands inherit it."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` shows its usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rlep",
         description="RL for LLM reasoning with experience replay: collect verified answers, replay them in GRPO.",
     )

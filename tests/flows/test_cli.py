@@ -240,6 +240,23 @@ def test_a_flag_the_command_lacks_is_one_line_naming_flags_spelled_alike(capsys,
     assert capsys.readouterr().err == f"rlep {command}: error: unrecognized arguments: {unknown}{hint}\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["train", "--engine", "foo"], "rlep train: error: argument --engine: invalid choice: 'foo'"),
+        (["pool", "export"], "rlep pool export: error: the following arguments are required: pool, --out"),
+        (["frob"], "rlep: error: argument COMMAND: invalid choice: 'frob'"),
+    ],
+)
+def test_an_argparse_error_is_one_line_without_the_usage_block(capsys, argv, line):
+    # Issue 45: argparse printed the command's whole usage (114 lines for `rlep train`) above the line that mattered.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and err.startswith(line)
+    assert err.endswith("--help` shows its usage)\n")
+
+
 def test_the_sampling_flags_keep_their_names_in_every_command():
     # The settings moved into one `sampling:` section (issue 36); their flags are named as before it.
     from rlep.flows.cli import build_parser
