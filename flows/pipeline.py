@@ -23,7 +23,8 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from rlep.flows.subflows import Subflows
-from rlep.tasks.pipeline import run_pipeline
+from rlep.tasks.pipeline import plan, run_pipeline
+from rlep.tasks.plan import check_plan_inputs
 from rlep.tasks.report import write_report
 from rlep.tasks.settings.pipeline import PipelineConfig
 
@@ -39,6 +40,7 @@ def report_task(out: Path, arms: dict, evaluations: dict, collect_dir: Path | No
 def pipeline_flow(config: PipelineConfig = PipelineConfig()) -> str:
     """Run evaluate -> [explore] -> collect -> train (replay, baseline) -> evaluate -> report; returns the report's
     path."""
+    check_plan_inputs(plan(config))  # a UI-triggered run's sources, before its first run (the CLI checks earlier)
     report = run_pipeline(config, Subflows(isolate=True), report_task).report
     print(f"report: {report}")
     return str(report)

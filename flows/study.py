@@ -30,9 +30,10 @@ from rlep.flows.ray_runner import ray_task_runner
 from rlep.flows.runlog import send_logs_to_prefect
 from rlep.flows.subflows import Subflows, carry_out_task
 from rlep.tasks.carry import Action, Outcome
+from rlep.tasks.plan import check_plan_inputs
 from rlep.tasks.runner import worker_threads
 from rlep.tasks.settings.runner import RunnerConfig
-from rlep.tasks.study import StudyConfig, run_study
+from rlep.tasks.study import StudyConfig, plan, run_study
 from rlep.tasks.study.report import claims_markdown
 
 
@@ -40,6 +41,7 @@ from rlep.tasks.study.report import claims_markdown
 def study_flow(config: StudyConfig = StudyConfig(), command: str | None = None) -> str:
     """Run every (arm, seed) of `config` and write its statistics; returns the report's path."""
     send_logs_to_prefect()
+    check_plan_inputs(plan(config))  # a UI-triggered run's sources, before its first run (the CLI checks earlier)
     if config.runner.kind == "ray":
         with ray_task_runner(config.runner) as ray:
             paths = run_study(config, command=command, carry_out=_on_ray(ray, config.runner), parallel=True)

@@ -57,6 +57,30 @@ class Run:
         return self.span is not None and self.span[0] > 0
 
 
+def check_plan_inputs(runs: list[Run]) -> None:
+    """What a user can get wrong in a plan, checked in seconds before its first run starts: each distinct problem
+    source once (file, split, rows), and the model and replay inputs of each run that no earlier run of the plan
+    makes (a collection from the exploration's checkpoint, or an arm replaying the plan's own pool, needs those runs
+    first). Raises the source's, model's or pool's own error. Without it a bad training source failed only after the
+    base evaluation had run and written."""
+    from rlep.data.sources import load_problems
+    from rlep.tasks.models import check_model
+    from rlep.tasks.replay import check_inputs
+
+    seen = set()
+    for run in runs:
+        for config in (run.config, run.evaluate):
+            for name in ("problems", "eval_problems"):
+                source = getattr(config, name, None)
+                if source is not None and (key := source.model_dump_json()) not in seen:
+                    seen.add(key)
+                    load_problems(source)
+        if not run.needs:
+            check_model(run.config.model)
+            if run.kind == "train":
+                check_inputs(run.config.replay)
+
+
 class PlanLayout(Protocol):
     """Where a plan's runs write (the pipeline's and the study's layouts in `data.run_layout`)."""
 

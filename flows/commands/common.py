@@ -45,26 +45,3 @@ def check_inputs(model: str, *problem_sources) -> None:
     for source in problem_sources:
         load_problems(source)
     check_model(model)
-
-
-def check_plan_inputs(runs) -> None:
-    """`check_inputs` for every run of a plan (a pipeline's or a study's), before the first run starts: each
-    distinct problem source once, and the model and replay inputs of each run that no earlier run of the plan
-    makes (a collection from the exploration's checkpoint, or an arm replaying the plan's own pool, needs those
-    runs first). Without it a bad training source failed only after the base evaluation had run and written."""
-    from rlep.data.sources import load_problems
-    from rlep.tasks.models import check_model
-
-    seen = set()
-    for run in runs:
-        configs = [run.config] + ([run.evaluate] if run.evaluate is not None else [])
-        for config in configs:
-            for name in ("problems", "eval_problems"):
-                source = getattr(config, name, None)
-                if source is not None and (key := source.model_dump_json()) not in seen:
-                    seen.add(key)
-                    load_problems(source)
-        if not run.needs:
-            check_model(run.config.model)
-            if run.kind == "train":
-                check_pool(run.config)

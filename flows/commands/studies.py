@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rlep.data.run_layout import PipelineLayout
-from rlep.flows.commands.common import UserError, check_plan_inputs, config_from_args
+from rlep.flows.commands.common import UserError, config_from_args
 from rlep.flows.options import add_model_flags
 
 # The settings of a study file that `rlep study` flags override: --seeds, --out, --runner
@@ -17,10 +17,11 @@ STUDY_FLAGS = {"seeds", "out", "runner.kind"}
 def run_pipeline(args: argparse.Namespace) -> int:
     from rlep.tasks.collect import preflight, release_lock
     from rlep.tasks.pipeline import plan, run_pipeline
+    from rlep.tasks.plan import check_plan_inputs
     from rlep.tasks.settings.pipeline import PipelineConfig
 
     config = config_from_args(PipelineConfig, args)
-    check_plan_inputs(plan(config))  # every run's sources and inputs, before the first run writes anything
+    check_plan_inputs(plan(config))  # before anything is written, and before Prefect starts (the flow checks again)
     store, _, _ = preflight(config.collect)  # user errors surface here, before anything runs
     release_lock(store.root)  # the collection itself may run in another process
     if args.prefect:
@@ -64,6 +65,7 @@ def add_study(sub) -> None:
 def cmd_study(args: argparse.Namespace) -> int:
     import shlex
 
+    from rlep.tasks.plan import check_plan_inputs
     from rlep.tasks.study import StudyConfig, StudyError, plan, report_study
 
     config = config_from_args(StudyConfig, args)
@@ -72,7 +74,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     except StudyError as err:
         raise UserError(f"{args.config}: invalid configuration: {err}") from None
     if not args.report_only:
-        check_plan_inputs(runs)  # every run's sources and inputs, before the first run writes anything
+        check_plan_inputs(runs)  # before anything is written, and before Prefect starts (the flow checks again)
     command = "rlep " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["study"] else None
     if config.runner.kind == "ray" and not args.prefect and not args.report_only:
         raise UserError("--runner ray runs through Prefect's Ray task runner: drop --no-prefect")

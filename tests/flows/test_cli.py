@@ -192,6 +192,31 @@ def test_a_study_with_a_missing_source_is_refused_before_any_run(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
 
 
+@pytest.mark.parametrize("kind", ["pipeline", "study"])
+def test_a_flow_run_from_the_ui_checks_its_sources_before_its_first_run(tmp_path, kind):
+    # A deployment's run does not pass through the CLI's check: the flow makes it (its function body, here).
+    import yaml
+
+    from rlep.data.source_rows import ProblemSourceError
+    from rlep.flows.options import build_config
+    from rlep.flows.pipeline import pipeline_flow
+    from rlep.flows.study import study_flow
+    from rlep.tasks.settings.pipeline import PipelineConfig
+    from rlep.tasks.study import StudyConfig
+
+    model, flow, name = {
+        "pipeline": (PipelineConfig, pipeline_flow, "demo.yaml"),
+        "study": (StudyConfig, study_flow, "study-hard-quick.yaml"),
+    }[kind]
+    settings = yaml.safe_load((Path(__file__).parents[2] / "flows/configs" / name).read_text())
+    settings["train"]["problems"] = {"source": str(tmp_path / "none.jsonl")}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**settings, "out": str(tmp_path / "OUT")}))
+    config = build_config(model, tmp_path / "config.yaml")
+    with pytest.raises(ProblemSourceError, match="none.jsonl: no such file"):
+        flow.fn(config)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+
+
 def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
     # Issue 34: the README's `--answer-format boxed` was refused by collect and eval (`--problems-answer-format`).
     from rlep.flows.cli import build_parser
