@@ -114,24 +114,41 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
     """One line per problem of `err`: the setting's dotted path (under `prefix`), the message, the value given.
     With the `model` validated, a path through a union of kinds drops the kind pydantic puts in it, and a setting
     the chosen kind lacks says so and names the kinds that have it (pydantic's own words were `replay.fifo.pool:
-    Extra inputs are not permitted`)."""
+    Extra inputs are not permitted`); one value where a section goes shows the section as a mapping."""
     lines = []
     for e in err.errors():
-        path, kind, kinds_with = _walk_loc(model, e["loc"]) if model is not None else (list(e["loc"]), None, [])
+        path, kind, kinds_with, annotation = (
+            _walk_loc(model, e["loc"]) if model is not None else (e["loc"], None, [], None)
+        )
         field = ".".join(str(p) for p in (*([prefix] if prefix else []), *path)) or "(top level)"
         got = e.get("input")
         shown = "" if e["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+        sections = section_types(annotation) if annotation is not None else []
         if e["type"] == "extra_forbidden" and kind is not None:
             others = f"; the kinds that have it: {', '.join(kinds_with)}" if kinds_with else ""
             lines.append(f"{field}: not a setting of kind {kind!r}{shown}{others}")
+        elif e["type"] in ("model_type", "model_attributes_type") and sections and not isinstance(got, dict):
+            lines.append(f"{field}: a section of settings, not one value{shown}: {_as_mapping(path, sections, got)}")
         else:
             lines.append(f"{field}: {e['msg']}{shown}")
     return lines
 
 
-def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str]]:
-    """`loc` without the kinds of the unions it passes through; the last such kind, and when the last part is a
-    setting that kind lacks, the kinds of that union that have it."""
+def _as_mapping(path: list, sections: list[type[BaseModel]], got: Any) -> str:
+    """How the section at `path` is written: by the setting that names its kind (a problem source's `source`,
+    else `kind`), with the value given when it is one, else by its first setting."""
+    name = path[-1] if path else "section"
+    if len(sections) > 1:
+        key = "source" if all("source" in s.model_fields for s in sections) else "kind"
+        return f"write it as a mapping, e.g. `{name}: {{{key}: {got}}}`"
+    first = next(iter(sections[0].model_fields), "...")
+    return f"write it as a mapping of its settings, e.g. `{name}: {{{first}: ...}}`"
+
+
+def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str], Any]:
+    """`loc` without the kinds of the unions it passes through; the last such kind; when the last part is a
+    setting that kind lacks, the kinds of that union that have it; the annotation `loc` ends at (None where the
+    walk loses it)."""
     path: list = []
     kind, kinds_with, union, annotation = None, [], {}, model
     for part in loc:
@@ -145,7 +162,7 @@ def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str]]:
         union = {}
         classes = section_types(annotation) if annotation is not None else []
         annotation = field_type(classes[0], part) if len(classes) == 1 and isinstance(part, str) else None
-    return path, kind, kinds_with
+    return path, kind, kinds_with, annotation
 
 
 def format_validation_error(err: ValidationError, origin: str = "", model: Any = None) -> str:

@@ -371,3 +371,34 @@ def test_a_flag_the_designs_share_says_what_it_means_and_defaults_to_in_each():
     rescore = "Re-check replayed answers with the current verifier (paper: yes). [only for: rlep] [default: True]"
     assert helps["--rescore"] == rescore
     assert helps["--replay"] == "Replay strategy. [default: 'none']"  # the union's tag, not a setting of each design
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        (
+            "problems: mine.jsonl\n",
+            "problems: a section of settings, not one value (got 'mine.jsonl'): write it as a "
+            "mapping, e.g. `problems: {source: mine.jsonl}`",
+        ),
+        (
+            "replay: rlep\n",
+            "replay: a section of settings, not one value (got 'rlep'): write it as a mapping, e.g. "
+            "`replay: {kind: rlep}`",
+        ),
+        (
+            "optimizer: 3\n",
+            "optimizer: a section of settings, not one value (got 3): write it as a mapping of its "
+            "settings, e.g. `optimizer: {lr: ...}`",
+        ),
+    ],
+    ids=["a-source", "a-kind", "a-section"],
+)
+def test_one_value_where_a_section_goes_shows_the_section_as_a_mapping(tmp_path, yaml_text, message):
+    # pydantic's words were "Input should be a valid dictionary or object to extract fields from".
+    from rlep.tasks.settings.train import TrainConfig
+
+    (tmp_path / "train.yaml").write_text(yaml_text)
+    with pytest.raises(ConfigError) as refused:
+        build_config(TrainConfig, tmp_path / "train.yaml")
+    assert str(refused.value) == f"{tmp_path / 'train.yaml'}: invalid configuration: {message}"
