@@ -178,17 +178,27 @@ def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
 
 
-@pytest.mark.parametrize("section", ["train", "evaluate"])
-def test_a_study_with_a_missing_source_is_refused_before_any_run(tmp_path, capsys, section):
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("train", "{tmp}/none.jsonl: no such file"),
+        ("evaluate", "{tmp}/none.jsonl: no such file"),
+        ("pool", "replay.pool: {tmp}/none.parquet: no pool file there"),  # an arm's own pool, not the plan's
+    ],
+)
+def test_a_study_with_a_missing_input_is_refused_before_any_run(tmp_path, capsys, where, message):
     # Issue 45: a study (as a pipeline) checked its sources only when the run reading each one started.
     import yaml
 
     study = yaml.safe_load((Path(__file__).parents[2] / "flows/configs/study-hard-quick.yaml").read_text())
-    study[section]["problems"] = {"source": str(tmp_path / "none.jsonl")}
+    if where == "pool":
+        study["arms"]["rlep"]["replay"]["pool"] = str(tmp_path / "none.parquet")
+    else:
+        study[where]["problems"] = {"source": str(tmp_path / "none.jsonl")}
     study.update(out=str(tmp_path / "OUT"), runner={"kind": "local"})
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     assert main(["study", "--config", str(tmp_path / "study.yaml"), "--no-prefect"]) == 2
-    assert f"{tmp_path}/none.jsonl: no such file" in capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
 
 
