@@ -59,15 +59,15 @@ class Run:
 
 def check_plan_inputs(runs: list[Run]) -> None:
     """What a user can get wrong in a plan, checked in seconds before its first run starts: each distinct problem
-    source once (file, split, rows), and the model and replay inputs of each run that no earlier run of the plan
-    makes (a collection from the exploration's checkpoint, or an arm replaying the plan's own pool, needs those runs
-    first). Raises the source's, model's or pool's own error. Without it a bad training source failed only after the
-    base evaluation had run and written."""
+    source once (file, split, rows), each training run's base model, and the model and replay inputs of each other
+    run that no earlier run of the plan makes (a collection from the exploration's checkpoint, or an arm replaying
+    the plan's own pool, needs those runs first). Raises the source's, model's or pool's own error. Without it, a
+    bad training source failed only after the base evaluation had run and written."""
     from rlep.data.sources import load_problems
     from rlep.tasks.models import check_model
     from rlep.tasks.replay import check_inputs
 
-    seen = set()
+    seen = set()  # sources and models checked once each (a hub model's check may probe the network)
     for run in runs:
         for config in (run.config, run.evaluate):
             for name in ("problems", "eval_problems"):
@@ -75,10 +75,12 @@ def check_plan_inputs(runs: list[Run]) -> None:
                 if source is not None and (key := source.model_dump_json()) not in seen:
                     seen.add(key)
                     load_problems(source)
-        if not run.needs:
+        # a training run starts from its base model; a collection or evaluation that needs a run, from its checkpoint
+        if (run.kind == "train" or not run.needs) and run.config.model not in seen:
+            seen.add(run.config.model)
             check_model(run.config.model)
-            if run.kind == "train":
-                check_inputs(run.config.replay)
+        if run.kind == "train" and not run.needs:
+            check_inputs(run.config.replay)
 
 
 class PlanLayout(Protocol):
