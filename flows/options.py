@@ -20,6 +20,7 @@ command without a file (`rlep inspect`), or a second model beside the file's.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import types
 import typing
@@ -320,18 +321,58 @@ def build_from_flags(model: type[M], args: argparse.Namespace, namespace: str = 
     return build_config(model, None, flag_overrides(args, namespace))
 
 
+class _SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with two of YAML 1.1's traps closed: a key given twice in one mapping is an error (PyYAML
+    keeps the last one, silently), and only true/false are booleans, as in YAML 1.2 (`chat_template: on` is the
+    string its setting takes; a boolean setting still reads `on`/`yes` as true, through pydantic)."""
+
+
+def _mapping_once(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, typing.Hashable) and key in lines:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{key!r} is given twice (lines {lines[key]} and {key_node.start_mark.line + 1})",
+                key_node.start_mark,
+            )
+        if isinstance(key, typing.Hashable):
+            lines[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=True)
+
+
+_SettingsLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_once)
+_SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SettingsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A settings file's mapping (see `_SettingsLoader`); every problem with the file is one ConfigError line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory, not a config file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: unreadable config file ({err})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err})") from None
-    if data is None:
+        data = yaml.load(text, Loader=_SettingsLoader)
+    except yaml.YAMLError as err:  # PyYAML's text spans lines and calls the file "<unicode string>"
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}" + (f" ({context})" if context else "")) from None
+    if data is None:  # empty, or comments only: allowed, but said (a file whose lines are all commented out)
+        print(f"note: {path} holds no settings: every setting not given by a flag is its default", file=sys.stderr)
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings, got {type(data).__name__}")

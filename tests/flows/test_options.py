@@ -402,3 +402,44 @@ def test_one_value_where_a_section_goes_shows_the_section_as_a_mapping(tmp_path,
     with pytest.raises(ConfigError) as refused:
         build_config(TrainConfig, tmp_path / "train.yaml")
     assert str(refused.value) == f"{tmp_path / 'train.yaml'}: invalid configuration: {message}"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("steps: 5\nsteps: 6\n", "not valid YAML at line 2, column 1: 'steps' is given twice (lines 1 and 2)"),
+        (
+            "optimizer: {lr: 0.001}\noptimizer: {warmup_steps: 3}\n",  # the first section was dropped, silently
+            "not valid YAML at line 2, column 1: 'optimizer' is given twice (lines 1 and 2)",
+        ),
+        ("optimizer:\n  lr: 1\n  lr: 2\n", "not valid YAML at line 3, column 3: 'lr' is given twice (lines 2 and 3)"),
+        ("steps: [1\n", "not valid YAML at line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+        ("steps:\t3\n", "not valid YAML at line 1, column 7: found character '\\t' that cannot start any token"),
+    ],
+    ids=["a-setting-twice", "a-section-twice", "a-nested-setting-twice", "unclosed", "a-tab"],
+)
+def test_a_settings_file_yaml_would_misread_is_one_line_naming_its_line(tmp_path, yaml_text, message):
+    # PyYAML kept the last of two equal keys without a word, and its errors spanned lines naming "<unicode string>".
+    from rlep.tasks.settings.train import TrainConfig
+
+    (tmp_path / "train.yaml").write_text(yaml_text)
+    with pytest.raises(ConfigError) as refused:
+        build_config(TrainConfig, tmp_path / "train.yaml")
+    assert str(refused.value).startswith(f"{tmp_path / 'train.yaml'}: {message}")
+    assert "\n" not in str(refused.value)
+
+
+def test_only_true_and_false_are_booleans_in_a_settings_file(tmp_path, capsys):
+    # YAML 1.1 read `chat_template: on` (a documented value) as True, which the setting then refused.
+    from rlep.tasks.settings.train import TrainConfig
+
+    (tmp_path / "train.yaml").write_text("chat_template: on\n")
+    assert build_config(TrainConfig, tmp_path / "train.yaml").chat_template == "on"
+    (tmp_path / "train.yaml").write_text("chat_template: off\n")
+    assert build_config(TrainConfig, tmp_path / "train.yaml").chat_template == "off"
+    for written, value in (("off", False), ("no", False), ("false", False), ("yes", True), ("on", True)):
+        (tmp_path / "train.yaml").write_text(f"loss: {{scale_advantages_by_std: {written}}}\n")  # a boolean setting
+        assert build_config(TrainConfig, tmp_path / "train.yaml").loss.scale_advantages_by_std is value, written
+    (tmp_path / "train.yaml").write_text("# every line commented out\n")
+    assert build_config(TrainConfig, tmp_path / "train.yaml") == TrainConfig()
+    assert "holds no settings" in capsys.readouterr().err
