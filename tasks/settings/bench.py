@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.settings.paths import UserPath
 from rlep.verifiers.bench_corpus import HOSTILE_SHARE
 
 
@@ -23,10 +24,10 @@ class VerifyBenchConfig(BaseModel):
         description="Do not time plain math-verify (for load tests); no speed-up or agreement then.",
         json_schema_extra={"cli_switch": True},
     )
-    peer: Path | None = Field(
+    peer: UserPath | None = Field(
         None,
         description="Instead of the corpus: run Math-Verify's regression cases from a checkout of "
         "huggingface/Math-Verify at DIR and print the agreement.",
         json_schema_extra={"cli_metavar": "DIR"},
     )
-    out: Path = Field(Path("bench/results"), description="Directory for the JSON result.")
+    out: UserPath = Field(Path("bench/results"), description="Directory for the JSON result.")

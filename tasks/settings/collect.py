@@ -16,6 +16,7 @@ from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.data.run_layout import checkpoint_step
 from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, SamplingConfig, sampling_field
 from rlep.tasks.settings.migrate import SavedSettings
+from rlep.tasks.settings.paths import UserPath, UserPathOrName
 from rlep.tasks.settings.perturb import stream_seed
 from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.reward import RewardConfig
@@ -28,7 +29,7 @@ class CollectConfig(SavedSettings):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(
+    model: UserPathOrName = Field(
         "tiny",
         min_length=1,
         description="Policy to sample from: HF-format directory (e.g. a checkpoint) or name; `tiny` = the project's "
@@ -58,7 +59,9 @@ class CollectConfig(SavedSettings):
     shard_size: int = Field(
         64, ge=1, le=1_000_000, description="Problems per shard (the unit of progress and of resume)."
     )
-    out: Path = Field(Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json).")
+    out: UserPath = Field(
+        Path("runs/collect"), description="Run directory (trajectories/, pool.parquet, manifest.json)."
+    )
     run_id: str | None = Field(None, description="Run id stored in every row; default: the out directory's name.")
     policy_version: int | None = Field(
         None,

@@ -4,14 +4,13 @@ answer checking, and where the results go (`EvalConfig`). The evaluation itself 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import ConfigDict, Field, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.tasks.settings.engine import EngineConfig, EvalSampling, SamplingConfig, sampling_field
 from rlep.tasks.settings.migrate import SavedSettings
+from rlep.tasks.settings.paths import UserPath, UserPathOrName
 from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.source import ProblemSourceConfig, default_task
 from rlep.tasks.settings.verifier import VerifierConfig
@@ -45,7 +44,7 @@ class EvalProtocol(SavedSettings):
 class EvalConfig(EvalProtocol):
     """Evaluate one model on a problem split."""
 
-    model: str = Field(
+    model: UserPathOrName = Field(
         "tiny",
         min_length=1,
         description="HF-format model directory or name; `tiny` = the project's tiny model (built when missing).",
@@ -64,7 +63,9 @@ class EvalConfig(EvalProtocol):
         description="Prompts with less than max_tokens of room in the engine's max_model_len.",
     )
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Answer checking.")
-    out: Path | None = Field(None, description="Directory for eval.parquet and eval_samples.parquet; none: print only.")
+    out: UserPath | None = Field(
+        None, description="Directory for eval.parquet and eval_samples.parquet; none: print only."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:

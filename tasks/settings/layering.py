@@ -130,7 +130,8 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
         elif e["type"] in ("model_type", "model_attributes_type") and sections and not isinstance(got, dict):
             lines.append(f"{field}: a section of settings, not one value{shown}: {_as_mapping(path, sections, got)}")
         else:
-            lines.append(f"{field}: {e['msg']}{shown}")
+            message = e["msg"].removeprefix("Value error, ")  # our validators' own words, without pydantic's label
+            lines.append(f"{field}: {message}{shown}")
     return lines
 
 

@@ -4,10 +4,11 @@ tasks/real_model.py), and the names of the real models both name resolution and 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlep.tasks.settings.paths import UserPath
 
 # Real pretrained models fetched from a registry package and converted once (tasks/real_model.py).
 REAL_MODEL_NAMES = ("smollm2",)
@@ -19,7 +20,7 @@ class TinyModelBuild(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path | None = Field(None, description="Directory for the model (none: the cache, see docs/tiny_model.md).")
+    out: UserPath | None = Field(None, description="Directory for the model (none: the cache, see docs/tiny_model.md).")
     force: bool = Field(
         False, description="Rebuild even if a complete build is there.", json_schema_extra={"cli_switch": True}
     )

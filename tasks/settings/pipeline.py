@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rlep.data.run_layout import PipelineLayout
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.evaluate import EvalConfig
+from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.replay import NoReplayConfig, RLEPReplayConfig
 from rlep.tasks.settings.train import TrainConfig
 
@@ -20,7 +21,7 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path = Field(
+    out: UserPath = Field(
         Path("runs/pipeline"),
         description="Directory of the whole run: collect/, <replay>/, baseline/, eval/, report.md.",
     )

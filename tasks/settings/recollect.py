@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.tasks.settings.collect import CollectConfig
+from rlep.tasks.settings.paths import UserPath
 
 
 class RecollectConfig(BaseModel):
@@ -16,10 +17,10 @@ class RecollectConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    train_dir: Path | None = Field(
+    train_dir: UserPath | None = Field(
         None, description="Training run whose latest checkpoint is sampled; empty: `collect.model` is sampled."
     )
-    pool_store: Path = Field(
+    pool_store: UserPath = Field(
         Path("runs/pools"), description="Pool store: versions v0001, v0002, ... and the collection runs behind them."
     )
     collect: CollectConfig = Field(

@@ -3,10 +3,11 @@ the Prefect UI, `--replay KIND` plus the kind's own flags on the command line)."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlep.tasks.settings.paths import UserPath
 
 _KIND = {"cli_flag": "replay"}
 
@@ -35,7 +36,7 @@ class RLEPReplayConfig(_GroupedBatch):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["rlep"] = Field("rlep", description="Replay strategy.", json_schema_extra=_KIND)
-    pool: Path | None = Field(
+    pool: UserPath | None = Field(
         None,
         description="pool.parquet from `rlep collect`, a run directory holding one, a pool version directory, "
         "or a pool store (its latest version). Required for rlep (the pipeline fills in the pool it has just "
@@ -173,7 +174,7 @@ class ReuseReplayConfig(_GroupedBatch):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["reuse"] = Field("reuse", description="Replay strategy.", json_schema_extra=_KIND)
-    pool: Path | None = Field(
+    pool: UserPath | None = Field(
         None,
         description="Optional: seed the bank with a pool's verified answers (any path `--pool` takes) before step 1; "
         "null = the bank starts empty and holds only this run's answers. Seeded answers are re-scored when replayed.",

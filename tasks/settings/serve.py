@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.recollect import RecollectConfig
 
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
@@ -44,4 +45,4 @@ class ServerConfig(BaseModel):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(4200, ge=1, le=65535, description="Port of the UI and API.")
-    home: Path = Field(Path(".prefect"), description="PREFECT_HOME for the server's database.")
+    home: UserPath = Field(Path(".prefect"), description="PREFECT_HOME for the server's database.")

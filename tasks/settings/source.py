@@ -25,6 +25,7 @@ from rlep.data import tiny_math
 from rlep.data.gold_answers import NO_ANSWER_VALUES
 from rlep.data.source_rows import HF_PREFIX, peek_columns
 from rlep.tasks.settings.migrate import SourceKind, kind_of_source, upgrade_source_settings
+from rlep.tasks.settings.paths import UserPathOrName
 
 _SOURCE_HELP = (
     "`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a Hugging Face dataset "
@@ -163,7 +164,7 @@ class FileSource(_RowSource):
     kind: Literal["file"] = Field("file", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     # The schema says what the validator below checks, so that a section without `kind` matches one kind only
     # in the JSON schema too (the Prefect server checks a deployment's parameters against its `oneOf`).
-    source: str = Field(
+    source: UserPathOrName = Field(
         ...,
         min_length=1,
         description=_SOURCE_HELP,

@@ -18,6 +18,7 @@ from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.engine import EngineConfig, EvalSampling, sampling_field
 from rlep.tasks.settings.evaluate import EvalConfig, EvalProtocol
 from rlep.tasks.settings.layering import merge_settings
+from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.runner import RunnerConfig
 from rlep.tasks.settings.source import ProblemSourceConfig
 from rlep.tasks.settings.train import TrainConfig
@@ -122,7 +123,7 @@ class StudyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path = Field(
+    out: UserPath = Field(
         Path("runs/study"),
         description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.",
     )

@@ -13,6 +13,7 @@ from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
 from rlep.tasks.settings.backend import BackendConfig, LoraConfig, OneProcessBackend
 from rlep.tasks.settings.engine import EngineConfig, RolloutSampling, sampling_field
 from rlep.tasks.settings.migrate import SavedSettings
+from rlep.tasks.settings.paths import UserPath, UserPathOrName
 from rlep.tasks.settings.perturb import PerturbConfig, sampling_seed
 from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.replay import NoReplayConfig, ReplayConfig
@@ -159,7 +160,7 @@ class TrainConfig(SavedSettings):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(
+    model: UserPathOrName = Field(
         "tiny",
         min_length=1,
         description="Starting policy: HF-format directory or name; `tiny` = the project's tiny model.",
@@ -293,7 +294,7 @@ class TrainConfig(SavedSettings):
         default_factory=PromptLengthConfig,
         description="Prompts with less than max_tokens of room in the engine's max_model_len.",
     )
-    out: Path = Field(Path("runs/train"), description="Run directory (metrics, eval, checkpoints, fresh rollouts).")
+    out: UserPath = Field(Path("runs/train"), description="Run directory (metrics, eval, checkpoints, fresh rollouts).")
     run_id: str | None = Field(
         None, description="Run id written into every rollout row; default: the out directory's name."
     )
