@@ -131,7 +131,10 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
             lines.append(f"{field}: a section of settings, not one value{shown}: {_as_mapping(path, sections, got)}")
         else:
             message = e["msg"].removeprefix("Value error, ")  # our validators' own words, without pydantic's label
-            lines.append(f"{field}: {message}{shown}")
+            if not path and e["type"] == "value_error":  # a check across settings: its words name them
+                lines.append(message if not prefix else f"{prefix}: {message}")
+            else:
+                lines.append(f"{field}: {message}{shown}")
     return lines
 
 

@@ -9,8 +9,9 @@ seed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -118,6 +119,10 @@ class StudyEvalConfig(EvalProtocol):
         )
 
 
+ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+RESERVED_ARMS = ("explore", "collect", "evaluate")  # the keys of the runs a plan makes besides the arms'
+
+
 class StudyConfig(BaseModel):
     """Compare replay designs: arms x seeds, paired by seed, Student t intervals, claims fixed before the run."""
 
@@ -127,7 +132,7 @@ class StudyConfig(BaseModel):
         Path("runs/study"),
         description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.",
     )
-    seeds: list[int] = Field(
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=lambda: [0, 1, 2], min_length=1, description="Training seeds; every arm runs each."
     )
     collect: CollectConfig = Field(
@@ -184,6 +189,14 @@ class StudyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
+        for arm in self.arms:  # an arm's name is a run key (`ARM/seed-N`) and a directory of the study
+            if not ARM_NAME.fullmatch(arm):
+                raise ValueError(
+                    f"arms: {arm!r} cannot name an arm: it names the arm's directory (a letter or digit, then letters, "
+                    "digits, '.', '_', '+' or '-')"
+                )
+            if arm in RESERVED_ARMS:
+                raise ValueError(f"arms: {arm!r} is the name of the study's own {arm} runs: call the arm otherwise")
         if self.baseline_arm not in self.arms:
             raise ValueError(f"baseline_arm {self.baseline_arm!r} is not one of the arms {sorted(self.arms)}")
         if len(set(self.seeds)) != len(self.seeds):
@@ -192,8 +205,12 @@ class StudyConfig(BaseModel):
             for arm in (claim.arm, claim.against):
                 if arm is not None and arm not in self.arms:
                     raise ValueError(f"claims.{claim.name}: arm {arm!r} is not one of the arms {sorted(self.arms)}")
-        if len({c.name for c in self.claims}) != len(self.claims):
-            raise ValueError("claims: names repeat")
+        names = [c.name for c in self.claims]
+        if repeated := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"claims: names repeat: {', '.join(repeated)}")
+        for claim in self.claims:
+            if (claim.against or self.baseline_arm) == claim.arm:
+                raise ValueError(f"claims.{claim.name}: compares arm {claim.arm!r} with itself")
         self._check_claim_steps()
         return self
 

@@ -283,6 +283,35 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"arms": {**ARMS, "../../escaped": {}}}, "arms: '../../escaped' cannot name an arm: it names the arm's"),
+        ({"arms": {**ARMS, "rlep/v2": {}}}, "arms: 'rlep/v2' cannot name an arm"),
+        ({"arms": {**ARMS, "collect": {}}}, "arms: 'collect' is the name of the study's own collect runs"),
+        ({"arms": {**ARMS, "explore": {}}}, "arms: 'explore' is the name of the study's own explore runs"),
+        ({"seeds": [0, -1]}, "seeds.1: Input should be greater than or equal to 0"),
+        (
+            {"claims": [{"name": "c", "arm": "rlep", "kind": "accuracy_diff", "step": 1}] * 2},
+            "claims: names repeat: c",
+        ),
+        (
+            {"claims": [{"name": "c", "arm": "rlep", "against": "rlep", "kind": "accuracy_diff", "step": 1}]},
+            "claims.c: compares arm 'rlep' with itself",
+        ),
+    ],
+    ids=["escaping-arm", "nested-arm", "collect-arm", "explore-arm", "negative-seed", "claim-twice", "self-claim"],
+)
+def test_a_study_that_would_run_the_wrong_thing_is_refused(tmp_path, capsys, change, message):
+    # Arm names became run keys and directories unchecked: `collect` made two runs keyed collect/seed-0, `explore`
+    # dropped the arm from the plan, `../../escaped` trained outside the study.
+    path = tmp_path / "study.yaml"
+    path.write_text(json.dumps({**tiny_study_settings("tiny", tmp_path / "out", ARMS), **change}))
+    assert main(["study", "--config", str(path), "--no-prefect"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_report_of_a_study_with_no_run_finished_is_refused_naming_it(fixture_model, tmp_path, capsys):
     path = tmp_path / "study.yaml"
     path.write_text(json.dumps(tiny_study_settings(fixture_model, tmp_path / "out", ARMS)))
