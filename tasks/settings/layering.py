@@ -126,7 +126,10 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
         sections = section_types(annotation) if annotation is not None else []
         if e["type"] == "extra_forbidden" and kind is not None:
             others = f"; the kinds that have it: {', '.join(kinds_with)}" if kinds_with else ""
-            lines.append(f"{field}: not a setting of kind {kind!r}{shown}{others}")
+            hint = others or _spelled_alike(model, e["loc"])
+            lines.append(f"{field}: not a setting of kind {kind!r}{shown}{hint}")
+        elif e["type"] == "extra_forbidden":  # pydantic's "Extra inputs are not permitted"
+            lines.append(f"{field}: not a setting{shown}{_spelled_alike(model, e['loc'])}")
         elif e["type"] in ("model_type", "model_attributes_type") and sections and not isinstance(got, dict):
             lines.append(f"{field}: a section of settings, not one value{shown}: {_as_mapping(path, sections, got)}")
         else:
@@ -138,13 +141,34 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
     return lines
 
 
+def _spelled_alike(model: Any, loc: tuple) -> str:
+    """'; did you mean X?' naming the settings spelled nearly like `loc`'s last part: those of its section, and of
+    that section's own sections (`tempreature` at the top of training settings: `sampling.temperature`)."""
+    import difflib
+
+    if model is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    parent = _walk_loc(model, loc[:-1])[3]
+    dotted: dict[str, list[str]] = {}  # a setting's own name -> its names as written here
+    for section in section_types(parent) if parent is not None else []:
+        for name in section.model_fields:
+            dotted.setdefault(name, []).append(name)
+            for inner in section_types(field_type(section, name)):
+                for leaf in inner.model_fields:
+                    dotted.setdefault(leaf, []).append(f"{name}.{leaf}")
+    close = difflib.get_close_matches(loc[-1], list(dotted), n=2, cutoff=0.75)
+    names = list(dict.fromkeys(full for leaf in close for full in dotted[leaf]))
+    return f"; did you mean {' or '.join(names)}?" if names else ""
+
+
 def _as_mapping(path: list, sections: list[type[BaseModel]], got: Any) -> str:
     """How the section at `path` is written: by the setting that names its kind (a problem source's `source`,
     else `kind`), with the value given when it is one, else by its first setting."""
     name = path[-1] if path else "section"
     if len(sections) > 1:
         key = "source" if all("source" in s.model_fields for s in sections) else "kind"
-        return f"write it as a mapping, e.g. `{name}: {{{key}: {got}}}`"
+        value = got if isinstance(got, str | int | float) else "..."  # `replay: [rlep]`: not `{kind: ['rlep']}`
+        return f"write it as a mapping, e.g. `{name}: {{{key}: {value}}}`"
     first = next(iter(sections[0].model_fields), "...")
     return f"write it as a mapping of its settings, e.g. `{name}: {{{first}: ...}}`"
 

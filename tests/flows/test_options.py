@@ -165,7 +165,7 @@ def test_dump_yaml_round_trips(tmp_path):
             r"c\.yaml: invalid configuration: temperature: Input should be less than or equal to 10 \(got 20\)",
         ),
         ("", {"inner.seed": "-1"}, r"inner\.seed: Input should be greater than or equal to 0 \(got '-1'\)"),
-        ("tempreature: 1\n", {}, r"tempreature: Extra inputs are not permitted"),
+        ("tempreature: 1\n", {}, r"tempreature: not a setting \(got 1\); did you mean temperature\?"),
         ("- 1\n- 2\n", {}, r"top level must be a mapping"),
         ("a: [1\n", {}, r"not valid YAML"),
     ],
@@ -391,11 +391,24 @@ def test_a_flag_the_designs_share_says_what_it_means_and_defaults_to_in_each():
             "optimizer: a section of settings, not one value (got 3): write it as a mapping of its "
             "settings, e.g. `optimizer: {lr: ...}`",
         ),
+        (
+            "replay: [rlep]\n",
+            "replay: a section of settings, not one value (got ['rlep']): write it as a mapping, e.g. "
+            "`replay: {kind: ...}`",
+        ),
+        ("lr: 0.1\n", "lr: not a setting (got 0.1); did you mean optimizer.lr?"),  # a section's setting, one level up
+        ("sampling: {top_pp: 0.9}\n", "sampling.top_pp: not a setting (got 0.9); did you mean top_p?"),
+        (
+            "replay: {kind: rlep, replay_per_grop: 2}\n",
+            "replay.replay_per_grop: not a setting of kind 'rlep' (got 2); did you mean replay_per_group?",
+        ),
+        ("zzzz: 1\n", "zzzz: not a setting (got 1)"),  # nothing alike: no hint
     ],
-    ids=["a-source", "a-kind", "a-section"],
+    ids=["a-source", "a-kind", "a-section", "a-list", "misplaced", "misspelled", "misspelled-of-a-kind", "unknown"],
 )
 def test_one_value_where_a_section_goes_shows_the_section_as_a_mapping(tmp_path, yaml_text, message):
-    # pydantic's words were "Input should be a valid dictionary or object to extract fields from".
+    # pydantic's words were "Input should be a valid dictionary or object to extract fields from" and "Extra inputs
+    # are not permitted"; a misspelled or misplaced setting is named with the ones spelled alike.
     from rlep.tasks.settings.train import TrainConfig
 
     (tmp_path / "train.yaml").write_text(yaml_text)

@@ -41,7 +41,7 @@ def test_the_control_is_the_baseline_of_each_seed_reseeded_from_its_step(tmp_pat
 def test_a_control_that_would_never_be_reseeded_or_is_misspelled_is_refused_naming_its_arm(tmp_path):
     with pytest.raises(StudyError, match=r"arms\.grpo-reseeded.*reseed_at \(3\) is after the last step \(2\)"):
         plan(_study(tmp_path, {**ARMS, "grpo-reseeded": {"perturb": {"reseed_at": 3}}}))
-    with pytest.raises(StudyError, match=r"arms\.grpo-reseeded\.perturb\.reseed: Extra inputs"):
+    with pytest.raises(StudyError, match=r"arms\.grpo-reseeded\.perturb\.reseed: not a setting"):
         plan(_study(tmp_path, {**ARMS, "grpo-reseeded": {"perturb": {"reseed": 2}}}))
 
 

@@ -277,7 +277,7 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
     path.write_text(json.dumps(tiny_study_settings("tiny", tmp_path / "out", {"baseline": {"lr": 1}})))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 2
     # One error format for every command: the file, then each bad setting's path, message and value.
-    assert f"{path}: invalid configuration: arms.baseline.lr: Extra inputs are not permitted (got 1)" in (
+    assert f"{path}: invalid configuration: arms.baseline.lr: not a setting (got 1); did you mean optimizer.lr?" in (
         capsys.readouterr().err
     )
     assert not (tmp_path / "out").exists()
