@@ -32,6 +32,8 @@ class ProblemSourceError(ValueError):
 
 
 def file_rows(path: Path) -> list[dict[str, Any]]:
+    if path.is_dir():
+        raise ProblemSourceError(f"{path}: a directory, not a file of problems")
     if not path.is_file():
         raise ProblemSourceError(f"{path}: no such file")
     suffix = path.suffix.lower()

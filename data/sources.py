@@ -101,6 +101,15 @@ def load_problems(config: ProblemSourceConfig) -> list[Problem]:
     return load_source(config).problems
 
 
+def check_source(config: ProblemSourceConfig, setting: str) -> None:
+    """`load_problems(config)` as a check before a long step: its error names the `setting` that gave the source
+    (`evaluate.problems: tiny-math: unknown split ...`; a pipeline has four sections of problems)."""
+    try:
+        load_source(config)
+    except ProblemSourceError as err:
+        raise ProblemSourceError(f"{setting}: {err}") from None
+
+
 def load_source(config: ProblemSourceConfig) -> SourceLoad:
     """`load_problems` with the counts: rows read, rows skipped per reason (logged as a warning too)."""
     if isinstance(config, TinyMathSource):

@@ -63,18 +63,19 @@ def check_plan_inputs(runs: list[Run]) -> None:
     run that no earlier run of the plan makes (a collection from the exploration's checkpoint, or an arm replaying
     the plan's own pool, needs those runs first). Raises the source's, model's or pool's own error. Without it, a
     bad training source failed only after the base evaluation had run and written."""
-    from rlep.data.sources import load_problems
+    from rlep.data.sources import check_source
     from rlep.tasks.models import check_model
     from rlep.tasks.replay import check_inputs
 
     seen = set()  # sources and models checked once each (a hub model's check may probe the network)
+    sections = {"collect": "collect", "recollect": "collect", "evaluate": "evaluate", "train": "train"}
     for run in runs:
-        for config in (run.config, run.evaluate):
+        for section, config in ((sections[run.kind], run.config), ("evaluate", run.evaluate)):
             for name in ("problems", "eval_problems"):
                 source = getattr(config, name, None)
                 if source is not None and (key := source.model_dump_json()) not in seen:
                     seen.add(key)
-                    load_problems(source)
+                    check_source(source, f"{section}.{name} (run {run.key})")
         # a training run starts from its base model; a collection or evaluation that needs a run, from its checkpoint
         if (run.kind == "train" or not run.needs) and run.config.model not in seen:
             seen.add(run.config.model)

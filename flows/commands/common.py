@@ -35,13 +35,13 @@ def check_pool(config) -> None:
     check_inputs(config.replay)
 
 
-def check_inputs(model: str, *problem_sources) -> None:
+def check_inputs(model: str, **problem_sources) -> None:
     """What a user can get wrong, checked in seconds before Prefect starts and before a model is built or fetched:
-    each problem source readable as configured (file, split, rows), then the model there (a directory holding an
-    HF model; a hub name cached, or the hub reachable)."""
-    from rlep.data.sources import load_problems
+    each problem source readable as configured (file, split, rows; its error named by its setting), then the model
+    there (a directory holding an HF model; a hub name cached, or the hub reachable)."""
+    from rlep.data.sources import check_source
     from rlep.tasks.models import check_model
 
-    for source in problem_sources:
-        load_problems(source)
+    for setting, source in problem_sources.items():
+        check_source(source, setting)
     check_model(model)

@@ -38,7 +38,7 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(TrainConfig, args)
     check_pool(config)
-    check_inputs(config.model, config.problems, config.eval_problems)
+    check_inputs(config.model, problems=config.problems, eval_problems=config.eval_problems)
     check_directory_possible(config.out)  # a file or an unwritable place: refused here, not after the model loads
     if args.prefect:
         from rlep.flows.train import train_flow
@@ -73,7 +73,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from rlep.tasks.settings.evaluate import EvalConfig
 
     config = config_from_args(EvalConfig, args)
-    check_inputs(config.model, config.problems)
+    check_inputs(config.model, problems=config.problems)
     if config.out is not None:
         check_directory_possible(config.out)
     if args.prefect:

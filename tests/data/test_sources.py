@@ -109,6 +109,9 @@ def test_unknown_source_and_missing_file(tmp_path):
         _load("gsm8k")
     with pytest.raises(ProblemSourceError, match="no such file"):
         _load(tmp_path / "nope.jsonl")
+    (tmp_path / "d.jsonl").mkdir()  # it was "no such file" too
+    with pytest.raises(ProblemSourceError, match=r"d\.jsonl: a directory, not a file of problems$"):
+        _load(tmp_path / "d.jsonl")
 
 
 def test_hf_dataset_unavailable_is_a_clear_error():

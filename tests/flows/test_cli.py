@@ -181,8 +181,8 @@ def test_every_command_refuses_bad_input_before_writing_anything(tmp_path, capsy
 @pytest.mark.parametrize(
     ("where", "message"),
     [
-        ("train", "{tmp}/none.jsonl: no such file"),
-        ("evaluate", "{tmp}/none.jsonl: no such file"),
+        ("train", "train.problems (run baseline/seed-0): {tmp}/none.jsonl: no such file"),  # which of 4 sources
+        ("evaluate", "evaluate.problems (run baseline/seed-0): {tmp}/none.jsonl: no such file"),
         ("pool", "replay.pool: {tmp}/none.parquet: no pool file there"),  # an arm's own pool, not the plan's
     ],
 )

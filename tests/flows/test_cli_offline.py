@@ -172,9 +172,10 @@ def test_a_bad_source_fails_before_the_tiny_model_is_built(tmp_path, command, so
     started = time.monotonic()
     done = _rlep([*command, prefect, source_flag, str(tmp_path / "p.jsonl"), "--out", "OUT"], _env(tmp_path), tmp_path)
     assert done.returncode == 2, done.stderr
+    setting = "problems: " if command[0] == "train" else ""  # training has two sources: the error names which
     assert done.stderr.strip() == (
-        f"rlep {command[0]}: error: {tmp_path / 'p.jsonl'}: row 2: empty answer in column 'answer'; set invalid_rows "
-        "to skip (--invalid-rows skip) to leave such rows out"
+        f"rlep {command[0]}: error: {setting}{tmp_path / 'p.jsonl'}: row 2: empty answer in column 'answer'; set "
+        "invalid_rows to skip (--invalid-rows skip) to leave such rows out"
     )
     assert not (tmp_path / "rlep-cache").exists() and not (tmp_path / "OUT").exists()  # nothing built or made
     assert time.monotonic() - started < 60  # seconds (imports on shared cores), where the build takes minutes
