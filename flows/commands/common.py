@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from rlep.flows.options import build_config, flag_overrides
+from rlep.flows.options import ConfigError, build_config, flag_overrides
 
 
 class UserError(Exception):
@@ -14,9 +14,39 @@ class UserError(Exception):
 
 
 def config_from_args(model: type, args: argparse.Namespace, base_file: Path | None = None, extra: dict | None = None):
-    """The command's settings: `base_file` or --config, then flags, then `extra`, validated once."""
+    """The command's settings: `base_file` or --config, then flags, then `extra`, validated once. A file written
+    for another command (demo.yaml given to `rlep train`) is named as such, not as a list of unknown settings."""
     overrides = {**flag_overrides(args), **(extra or {})}
-    return build_config(model, base_file or args.config, overrides)
+    path = base_file or args.config
+    try:
+        return build_config(model, path, overrides)
+    except ConfigError:
+        other = _command_of(model, path) if path is not None else None
+        if other is None:
+            raise
+        raise ConfigError(
+            f"{path}: the settings of `rlep {other}`, not of this command: run `rlep {other} --config {path}`"
+        ) from None
+
+
+def _command_of(model: type, path: Path) -> str | None:
+    """The one other command whose settings every top-level key of `path` is, when `model` lacks two or more."""
+    from rlep.flows.options import read_yaml
+    from rlep.tasks.settings.collect import CollectConfig
+    from rlep.tasks.settings.evaluate import EvalConfig
+    from rlep.tasks.settings.pipeline import PipelineConfig
+    from rlep.tasks.settings.study import StudyConfig
+    from rlep.tasks.settings.train import TrainConfig
+
+    try:
+        keys = set(read_yaml(path))
+    except ConfigError:
+        return None
+    if len(keys - set(model.model_fields)) < 2:
+        return None
+    commands = {"train": TrainConfig, "collect": CollectConfig, "eval": EvalConfig, "pipeline": PipelineConfig}
+    fits = [name for name, other in {**commands, "study": StudyConfig}.items() if keys <= set(other.model_fields)]
+    return fits[0] if len(fits) == 1 else None
 
 
 def add_command(sub, name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:

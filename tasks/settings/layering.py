@@ -130,6 +130,8 @@ def validation_problems(err: ValidationError, prefix: str = "", model: Any = Non
             lines.append(f"{field}: not a setting of kind {kind!r}{shown}{hint}")
         elif e["type"] == "extra_forbidden":  # pydantic's "Extra inputs are not permitted"
             lines.append(f"{field}: not a setting{shown}{_spelled_alike(model, e['loc'])}")
+        elif e["type"] in ("model_type", "model_attributes_type") and sections and got is None:
+            lines.append(f"{field}: an empty section (are all its lines commented out?): remove it, or write `{{}}`")
         elif e["type"] in ("model_type", "model_attributes_type") and sections and not isinstance(got, dict):
             lines.append(f"{field}: a section of settings, not one value{shown}: {_as_mapping(path, sections, got)}")
         else:

@@ -227,6 +227,26 @@ def test_a_flow_run_from_the_ui_checks_its_sources_before_its_first_run(tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("command", "config", "meant"),
+    [
+        ("train", "demo.yaml", "pipeline"),
+        ("study", "demo.yaml", "pipeline"),
+        ("pipeline", "study-hard-quick.yaml", "study"),
+        ("collect", "real-control.yaml", "study"),
+    ],
+)
+def test_a_settings_file_of_another_command_is_named_as_such(tmp_path, capsys, command, config, meant):
+    # It was a list of every top-level section as "not a setting" (1,340 characters for a study file).
+    path = Path(__file__).parents[2] / "flows/configs" / config
+    assert main([command, "--config", str(path), "--no-prefect", "--out", str(tmp_path / "OUT")]) == 2
+    assert capsys.readouterr().err == (
+        f"rlep {command}: error: {path}: the settings of `rlep {meant}`, not of this command: run "
+        f"`rlep {meant} --config {path}`\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
     # Issue 34: the README's `--answer-format boxed` was refused by collect and eval (`--problems-answer-format`).
     from rlep.flows.cli import build_parser

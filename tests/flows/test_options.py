@@ -403,8 +403,22 @@ def test_a_flag_the_designs_share_says_what_it_means_and_defaults_to_in_each():
             "replay.replay_per_grop: not a setting of kind 'rlep' (got 2); did you mean replay_per_group?",
         ),
         ("zzzz: 1\n", "zzzz: not a setting (got 1)"),  # nothing alike: no hint
+        (
+            "optimizer:\n  # lr: 0.1\n",
+            "optimizer: an empty section (are all its lines commented out?): remove it, or write `{}`",
+        ),
     ],
-    ids=["a-source", "a-kind", "a-section", "a-list", "misplaced", "misspelled", "misspelled-of-a-kind", "unknown"],
+    ids=[
+        "a-source",
+        "a-kind",
+        "a-section",
+        "a-list",
+        "misplaced",
+        "misspelled",
+        "misspelled-of-a-kind",
+        "unknown",
+        "empty",
+    ],
 )
 def test_one_value_where_a_section_goes_shows_the_section_as_a_mapping(tmp_path, yaml_text, message):
     # pydantic's words were "Input should be a valid dictionary or object to extract fields from" and "Extra inputs
