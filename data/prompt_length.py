@@ -84,8 +84,8 @@ def check_prompt_lengths(
         else:
             advice = f"raise the engine's max_model_len (the model's limit is {model_limit}) or lower max_tokens"
         raise PromptTooLongError(
-            f"max new tokens ({max_new_tokens}) leave no room for a prompt in the model's context of {max_model_len} "
-            f"tokens: {advice}"
+            f"max_tokens ({max_new_tokens}, sampling) leaves no room for a prompt in the model's context of "
+            f"{max_model_len} tokens (engine.max_model_len or the model's limit): {advice}"
         )
     kept = tuple(i for i, count in enumerate(token_counts) if count <= budget)
     dropped = tuple(i for i, count in enumerate(token_counts) if count > budget)

@@ -65,13 +65,11 @@ def check_directory_possible(directory: Path | str) -> None:
     existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    why = None
     if not existing.is_dir():
-        why = errno.EEXIST if existing == directory else errno.ENOTDIR
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        why = errno.EACCES
-    if why is not None:
-        raise StoreError(f"output directory {str(directory)!r} is not writable: {os.strerror(why)}")
+        where = "it" if existing == directory else f"{str(existing)!r}, on its path,"
+        raise StoreError(f"output directory {str(directory)!r} cannot be made: {where} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreError(f"output directory {str(directory)!r} is not writable: {os.strerror(errno.EACCES)}")
 
 
 def ensure_writable(directory: Path | str) -> Path:

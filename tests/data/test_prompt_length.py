@@ -39,7 +39,7 @@ def test_filter_refuses_when_nothing_fits():
 
 
 def test_no_room_for_any_prompt():
-    with pytest.raises(PromptTooLongError, match=r"max new tokens \(256\) leave no room"):
+    with pytest.raises(PromptTooLongError, match=r"max_tokens \(256, sampling\) leaves no room"):
         check_prompt_lengths([1], max_model_len=256, max_new_tokens=256)
 
 

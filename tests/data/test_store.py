@@ -253,9 +253,11 @@ def test_unwritable_output_dir_is_named_before_any_work(tmp_path):
 def test_a_directory_that_could_not_be_made_is_refused_without_making_anything(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with pytest.raises(StoreError, match=f"'{blocker}' is not writable: File exists$"):
+    with pytest.raises(StoreError, match=f"'{blocker}' cannot be made: it is a file$"):
         check_directory_possible(blocker)
-    with pytest.raises(StoreError, match=f"'{blocker / 'a' / 'b'}' is not writable: Not a directory$"):
+    with pytest.raises(
+        StoreError, match=f"'{blocker / 'a' / 'b'}' cannot be made: '{blocker}', on its path, is a file$"
+    ):
         check_directory_possible(blocker / "a" / "b")
     check_directory_possible(tmp_path / "new" / "run")  # could be made: nothing is made to find out
     check_directory_possible(tmp_path)

@@ -223,9 +223,12 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_p
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["train", "--no-prefect", "--out", "{file}"], "output directory '{file}' is not writable: File exists"),
-        (["train", "--out", "{file}/run"], "output directory '{file}/run' is not writable: Not a directory"),
-        (["eval", "--no-prefect", "--out", "{file}/run"], "output directory '{file}/run' is not writable"),
+        (["train", "--no-prefect", "--out", "{file}"], "output directory '{file}' cannot be made: it is a file"),
+        (
+            ["train", "--out", "{file}/run"],
+            "output directory '{file}/run' cannot be made: '{file}', on its path, is a file",
+        ),
+        (["eval", "--no-prefect", "--out", "{file}/run"], "output directory '{file}/run' cannot be made"),
         (
             ["train", "--no-prefect", "--resume", "{dir}", "--config", "{dir}/missing.yaml"],
             "--resume {dir} continues with the run's saved settings; --config {dir}/missing.yaml is not read with it",
