@@ -176,9 +176,9 @@ def _as_mapping(path: list, sections: list[type[BaseModel]], got: Any) -> str:
 
 
 def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str], Any]:
-    """`loc` without the kinds of the unions it passes through; the last such kind; when the last part is a
-    setting that kind lacks, the kinds of that union that have it; the annotation `loc` ends at (None where the
-    walk loses it)."""
+    """`loc` without the kinds of the unions it passes through; the kind whose own setting the last part is, if
+    any; when that setting is one the kind lacks, the kinds of that union that have it; the annotation `loc` ends
+    at (None where the walk loses it)."""
     path: list = []
     kind, kinds_with, union, annotation = None, [], {}, model
     for part in loc:
@@ -188,6 +188,8 @@ def _walk_loc(model: Any, loc: tuple) -> tuple[list, Any, list[str], Any]:
             annotation = next(v for v in section_types(annotation) if v.model_fields["kind"].default == part)
             continue
         path.append(part)
+        if not union:  # deeper than the kind's own settings: the kind no longer describes where the part is
+            kind = None
         kinds_with = [k for k, names in union.items() if part in names]
         union = {}
         classes = section_types(annotation) if annotation is not None else []

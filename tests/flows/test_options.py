@@ -470,3 +470,35 @@ def test_only_true_and_false_are_booleans_in_a_settings_file(tmp_path, capsys):
     (tmp_path / "train.yaml").write_text("# every line commented out\n")
     assert build_config(TrainConfig, tmp_path / "train.yaml") == TrainConfig()
     assert "holds no settings" in capsys.readouterr().err
+
+
+class _Window(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    size: int = 1
+
+
+class _Sliding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["sliding"] = "sliding"
+    window: _Window = Field(default_factory=_Window)
+
+
+class _Fixed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["fixed"] = "fixed"
+    every: int = 1
+
+
+class _Schedule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schedule: _Sliding | _Fixed = Field(default_factory=_Sliding, discriminator="kind")
+
+
+def test_a_setting_deeper_than_a_kinds_own_is_not_blamed_on_the_kind(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("schedule: {kind: sliding, window: {sise: 2}}\n")
+    with pytest.raises(ConfigError, match=r"schedule\.window\.sise: not a setting \(got 2\); did you mean size\?$"):
+        build_config(_Schedule, path)
+    path.write_text("schedule: {kind: fixed, window: {size: 2}}\n")  # the kind's own: it is the kind that lacks it
+    with pytest.raises(ConfigError, match=r"schedule\.window: not a setting of kind 'fixed'; the kinds that have it"):
+        build_config(_Schedule, path)
