@@ -67,18 +67,18 @@ def check_plan_inputs(runs: list[Run]) -> None:
     from rlep.tasks.models import check_model
     from rlep.tasks.replay import check_inputs
 
-    seen = set()  # sources and models checked once each (a hub model's check may probe the network)
+    sources, models = set(), set()  # each checked once (a hub model's check may probe the network)
     sections = {"collect": "collect", "recollect": "collect", "evaluate": "evaluate", "train": "train"}
     for run in runs:
         for section, config in ((sections[run.kind], run.config), ("evaluate", run.evaluate)):
             for name in ("problems", "eval_problems"):
                 source = getattr(config, name, None)
-                if source is not None and (key := source.model_dump_json()) not in seen:
-                    seen.add(key)
+                if source is not None and (key := source.model_dump_json()) not in sources:
+                    sources.add(key)
                     check_source(source, f"{section}.{name} (run {run.key})")
         # a training run starts from its base model; a collection or evaluation that needs a run, from its checkpoint
-        if (run.kind == "train" or not run.needs) and run.config.model not in seen:
-            seen.add(run.config.model)
+        if (run.kind == "train" or not run.needs) and run.config.model not in models:
+            models.add(run.config.model)
             check_model(run.config.model)
         if run.kind == "train" and not run.needs:
             check_inputs(run.config.replay)
