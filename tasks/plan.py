@@ -25,6 +25,7 @@ from rlep.tasks.living_pool import LivingPool
 from rlep.tasks.rlep_order import exploration, rlep_order
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.evaluate import EvalConfig
+from rlep.tasks.settings.study import COLLECT_RUN, EVALUATE_RUN, EXPLORE_RUN
 from rlep.tasks.settings.train import TrainConfig
 
 
@@ -125,7 +126,7 @@ def plan_experiment(experiment: Experiment) -> list[Run]:
     seed's runs."""
     runs = []
     if experiment.start is not None:
-        runs.append(Run("evaluate/base", "evaluate", next(iter(experiment.seeds)), None, experiment.start))
+        runs.append(Run(f"{EVALUATE_RUN}/base", "evaluate", next(iter(experiment.seeds)), None, experiment.start))
     for seed, settings in experiment.seeds.items():
         runs += _plan_seed(experiment, seed, settings)
     return runs
@@ -136,7 +137,7 @@ def _plan_seed(experiment: Experiment, seed: int, settings: SeedSettings) -> lis
     arms, collect, layout, evaluation = settings.arms, settings.collect, experiment.layout, experiment.evaluation
     order = rlep_order(arms, experiment.baseline, experiment.explore_steps, experiment.pool_from)
     runs: list[Run] = []
-    collect_key = f"collect/seed-{seed}"
+    collect_key = f"{COLLECT_RUN}/seed-{seed}"
     explore_key = None
     if order.pooled and order.explores:
         if order.explore_arm is not None:
@@ -144,8 +145,8 @@ def _plan_seed(experiment: Experiment, seed: int, settings: SeedSettings) -> lis
             runs.append(_train(explore_key, seed, order.explore_arm, arms[order.explore_arm], evaluation, layout))
         else:
             explore = exploration(settings.base, order.explore_steps, layout.explore(seed))
-            explore_key = f"explore/seed-{seed}"
-            runs.append(_train(explore_key, seed, None, explore, evaluation, layout, name="explore"))
+            explore_key = f"{EXPLORE_RUN}/seed-{seed}"
+            runs.append(_train(explore_key, seed, None, explore, evaluation, layout, name=EXPLORE_RUN))
     collects = bool(order.pooled) or experiment.always_collect
     if collects:
         out = layout.collect(seed).root

@@ -120,7 +120,10 @@ class StudyEvalConfig(EvalProtocol):
 
 
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-RESERVED_ARMS = ("explore", "collect", "evaluate")  # the keys of the runs a plan makes besides the arms'
+# The runs a plan makes besides the arms' (their keys: `explore/seed-N`, `collect/seed-N`, `evaluate/base`): no
+# arm may take these names.
+EXPLORE_RUN, COLLECT_RUN, EVALUATE_RUN = "explore", "collect", "evaluate"
+RESERVED_ARMS = (EXPLORE_RUN, COLLECT_RUN, EVALUATE_RUN)
 
 
 class StudyConfig(BaseModel):

@@ -45,3 +45,16 @@ def test_the_pipeline_is_a_one_seed_study_with_the_start_evaluated_first(tmp_pat
         tmp_path / "pipeline" / "collect" / "pool.parquet",
         tmp_path / "study" / "collect" / "seed-3" / "pool.parquet",
     )
+
+
+def test_the_names_no_arm_may_take_are_the_keys_of_the_runs_the_plan_makes_besides_the_arms(tmp_path):
+    from rlep.tasks.settings.study import RESERVED_ARMS
+
+    settings = tiny_study_settings("tiny", tmp_path / "study", ARMS, seeds=[3], explore_steps=1)
+    study = study_plan(StudyConfig.model_validate(settings))
+    pipeline = PipelineConfig.model_validate(
+        {"out": str(tmp_path / "pipeline"), "collect": settings["collect"], "train": settings["train"]}
+    )
+    keys = {run.key.split("/")[0] for run in [*study, *pipeline_plan(pipeline)] if run.arm is None}
+    # explore/seed-3 and collect/seed-3 (the study's separate exploration), evaluate/base (the pipeline's start)
+    assert keys == set(RESERVED_ARMS)
