@@ -50,9 +50,12 @@ def _serve_config(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    return _serve(_serve_config(args))
+
+
+def _serve(config) -> int:
     from rlep.flows.deployments import serve_deployments
 
-    config = _serve_config(args)
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "note: PREFECT_API_URL is not set; schedules and the UI need a Prefect server "
@@ -72,7 +75,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from rlep.tasks.settings.serve import ServerConfig
 
     config = build_from_flags(ServerConfig, args, namespace="server")
-    _serve_config(args)  # a bad schedule is refused before the server starts (and leaves nothing)
+    deployments = _serve_config(args)  # a bad schedule is refused before the server starts (and leaves nothing)
     log = config.home / "server.log"
     config.home.mkdir(parents=True, exist_ok=True)
     process = server.start_server(config.host, config.port, config.home, log)
@@ -80,6 +83,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
         server.wait_healthy(config.host, config.port, process=process)
         print(f"Prefect UI: http://{config.host}:{config.port}  (server log: {log})", flush=True)
         os.environ.update(server.server_env(config.host, config.port, config.home))
-        return cmd_serve(args)
+        return _serve(deployments)
     finally:
         server.stop(process)

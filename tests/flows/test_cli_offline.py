@@ -258,3 +258,19 @@ def test_a_bad_output_or_schedule_is_one_line_before_any_work(tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"rlep {args[0]}: error: {message.format(file=file, dir=tmp_path)}") and "\n" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing made beside it
+
+
+def test_ui_starts_its_server_then_serves_the_deployments_its_flags_name_and_stops_the_server(tmp_path, monkeypatch):
+    from rlep.flows import deployments, server
+    from rlep.flows.cli import main
+
+    calls = []
+    monkeypatch.setattr(server, "start_server", lambda host, port, home, log: calls.append(("start", port)) or "proc")
+    monkeypatch.setattr(server, "wait_healthy", lambda host, port, process: calls.append(("healthy", process)))
+    monkeypatch.setattr(server, "stop", lambda process: calls.append(("stop", process)))
+    monkeypatch.setattr(deployments, "serve_deployments", lambda config: calls.append(("serve", config.cron)))
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the server's address is set for the deployments
+    home = tmp_path / "home"
+    assert main(["ui", "--port", "4321", "--home", str(home), "--recollect-cron", "0 3 * * *"]) == 0
+    assert calls == [("start", 4321), ("healthy", "proc"), ("serve", "0 3 * * *"), ("stop", "proc")]
+    assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4321/api"
