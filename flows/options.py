@@ -32,7 +32,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
-from rlep.tasks.settings.layering import format_validation_error, merge_settings, refused_choices
+from rlep.tasks.settings.layering import booleans_for_numbers, format_validation_error, merge_settings, refused_choices
 from rlep.tasks.settings.migrate import in_current_layout, section_migration
 from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types, settings_by_kind
 
@@ -418,7 +418,7 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
         config = adapter.validate_python(merge_settings(data, user, model))
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(config_file) if config_file else "", model)) from None
-    refused = refused_choices(config, user, defaults, explicit=flags)
+    refused = booleans_for_numbers(config, user) + refused_choices(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config

@@ -110,6 +110,29 @@ def refused_choices(
     return refused
 
 
+def booleans_for_numbers(node: Any, given: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """Settings given `true` or `false` (`given`, nested like the validated `node`) where a number goes: pydantic's
+    lax mode reads them as 1 and 0 (`steps: true` would train one step, `seeds: [true]` seed 1), so they are named
+    instead. A setting that takes a boolean or a number keeps the boolean, and is not named."""
+    if isinstance(given, bool):
+        if isinstance(node, (int, float)) and not isinstance(node, bool):
+            return [f"{'.'.join(path) or '(top level)'}: a number, not {str(given).lower()}"]
+        return []
+    if isinstance(given, dict) and isinstance(node, (BaseModel, dict)):
+        found = []
+        for name, value in given.items():
+            inner = node.get(name) if isinstance(node, dict) else getattr(node, str(name), None)
+            found += booleans_for_numbers(inner, value, (*path, str(name)))
+        return found
+    if isinstance(given, list) and isinstance(node, (list, tuple)) and len(given) == len(node):
+        return [
+            problem
+            for i, (inner, value) in enumerate(zip(node, given))
+            for problem in booleans_for_numbers(inner, value, (*path[:-1], f"{path[-1] if path else ''}[{i}]"))
+        ]
+    return []
+
+
 def validation_problems(err: ValidationError, prefix: str = "", model: Any = None) -> list[str]:
     """One line per problem of `err`: the setting's dotted path (under `prefix`), the message, the value given.
     With the `model` validated, a path through a union of kinds drops the kind pydantic puts in it, and a setting

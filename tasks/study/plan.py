@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from rlep.data.run_layout import StudyLayout
 from rlep.tasks.plan import Experiment, PlanError, Run, SeedSettings, plan_experiment
-from rlep.tasks.settings.layering import refused_choices, validation_problems
+from rlep.tasks.settings.layering import booleans_for_numbers, refused_choices, validation_problems
 from rlep.tasks.settings.study import StudyConfig
 from rlep.tasks.settings.train import TrainConfig
 
@@ -76,9 +76,10 @@ def plan(config: StudyConfig) -> list[Run]:
             settings = config.arm_settings(arm) | this_run
             # a setting of another kind of section (tiny-math's `families` over a file source) fails validation
             arms[arm] = _validated(TrainConfig, settings, f"arms.{arm}")
-            refused = refused_choices(arms[arm], override, base_settings, ("arms", arm))
+            refused = booleans_for_numbers(arms[arm], override, ("arms", arm))
+            refused += refused_choices(arms[arm], override, base_settings, ("arms", arm))
             if refused:  # e.g. an arm's split for a file without a split column: as `--config` refuses it
-                raise StudyError("invalid configuration: " + "; ".join(refused))
+                raise StudyError("; ".join(refused))
         if config.equal_updates:
             _check_equal_updates(arms)
         base = config.train.model_copy(update={"seed": seed})

@@ -472,6 +472,27 @@ def test_only_true_and_false_are_booleans_in_a_settings_file(tmp_path, capsys):
     assert "holds no settings" in capsys.readouterr().err
 
 
+def test_true_or_false_where_a_number_goes_is_named_not_read_as_1_or_0(tmp_path):
+    # pydantic's lax mode read `steps: true` as one step and `seeds: [0, true]` as seeds 0 and 1.
+    from rlep.tasks.settings.study import StudyConfig
+    from rlep.tasks.settings.train import TrainConfig
+
+    path = tmp_path / "train.yaml"
+    path.write_text("steps: true\noptimizer: {lr: 1.0e-4, warmup_steps: false}\nsampling: {temperature: true}\n")
+    with pytest.raises(ConfigError) as refused:
+        build_config(TrainConfig, path)
+    assert str(refused.value) == (
+        f"{path}: invalid configuration: steps: a number, not true; optimizer.warmup_steps: a number, not false; "
+        "sampling.temperature: a number, not true"
+    )
+    with pytest.raises(ConfigError, match=r"^invalid configuration: seeds\[1\]: a number, not true$"):
+        build_config(StudyConfig, None, {"seeds": [0, True]})
+    # a setting that takes a boolean or a word keeps its boolean; a number stays a number
+    path.write_text("steps: 3\nengine: {sleep_during_update: true}\nloss: {scale_advantages_by_std: false}\n")
+    config = build_config(TrainConfig, path)
+    assert (config.steps, config.engine.sleep_during_update, config.loss.scale_advantages_by_std) == (3, True, False)
+
+
 class _Window(BaseModel):
     model_config = ConfigDict(extra="forbid")
     size: int = 1

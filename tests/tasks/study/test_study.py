@@ -291,6 +291,8 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
         ({"arms": {**ARMS, "collect": {}}}, "arms: 'collect' is the name of the study's own collect runs"),
         ({"arms": {**ARMS, "explore": {}}}, "arms: 'explore' is the name of the study's own explore runs"),
         ({"seeds": [0, -1]}, "seeds.1: Input should be greater than or equal to 0"),
+        ({"seeds": [0, True]}, "invalid configuration: seeds[1]: a number, not true"),  # was seeds 0 and 1
+        ({"arms": {**ARMS, "one": {"steps": True}}}, "invalid configuration: arms.one.steps: a number, not true"),
         (
             {"claims": [{"name": "c", "arm": "rlep", "kind": "accuracy_diff", "step": 1}] * 2},
             "claims: names repeat: c",
@@ -300,7 +302,17 @@ def test_a_bad_arm_is_one_clear_error_before_anything_runs(tmp_path, capsys):
             "claims.c: compares arm 'rlep' with itself",
         ),
     ],
-    ids=["escaping-arm", "nested-arm", "collect-arm", "explore-arm", "negative-seed", "claim-twice", "self-claim"],
+    ids=[
+        "escaping-arm",
+        "nested-arm",
+        "collect-arm",
+        "explore-arm",
+        "negative-seed",
+        "boolean-seed",
+        "boolean-steps-of-an-arm",
+        "claim-twice",
+        "self-claim",
+    ],
 )
 def test_a_study_that_would_run_the_wrong_thing_is_refused(tmp_path, capsys, change, message):
     # Arm names became run keys and directories unchecked: `collect` made two runs keyed collect/seed-0, `explore`
@@ -308,7 +320,8 @@ def test_a_study_that_would_run_the_wrong_thing_is_refused(tmp_path, capsys, cha
     path = tmp_path / "study.yaml"
     path.write_text(json.dumps({**tiny_study_settings("tiny", tmp_path / "out", ARMS), **change}))
     assert main(["study", "--config", str(path), "--no-prefect"]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("invalid configuration") <= 1
     assert not (tmp_path / "out").exists()
 
 
