@@ -31,6 +31,12 @@ def run_train(args: argparse.Namespace) -> int:
                 f"--resume {args.resume} continues with the run's saved settings; --config {args.config} is not read "
                 "with it (flags still change settings)"
             )
+        out = vars(args).get("cfg:out")
+        if out is not None and Path(out).resolve() != args.resume.resolve():  # it would be silently overridden
+            raise UserError(
+                f"--resume {args.resume} continues that run in its own directory; --out {out} cannot move it (a run "
+                "of its own starts from a checkpoint with --model RUN/checkpoints/step-N)"
+            )
         saved = TrainRunLayout(args.resume).config
         if not saved.is_file():
             raise UserError(f"--resume {args.resume}: no {saved.name} there (not a training run directory)")
@@ -40,6 +46,10 @@ def run_train(args: argparse.Namespace) -> int:
     check_pool(config)
     check_inputs(config.model, problems=config.problems, eval_problems=config.eval_problems)
     check_directory_possible(config.out)  # a file or an unwritable place: refused here, not after the model loads
+    if not args.resume:  # before Prefect starts (train() checks again, for a run the UI starts)
+        from rlep.tasks.training.backends.checkpoint import check_fresh_out
+
+        check_fresh_out(config.out)
     if args.prefect:
         from rlep.flows.train import train_flow
 

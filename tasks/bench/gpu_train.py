@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import time
 from collections import Counter
@@ -102,6 +103,7 @@ def run_training(work: Path, device: str, engine: str = "transformers") -> dict[
 
     model = tiny_policy(work / "tiny_policy")
     out = work / "train_run"
+    shutil.rmtree(out, ignore_errors=True)  # a kept --work's earlier check: this one trains from scratch
     began = time.perf_counter()
     train(train_config(model, out, STEPS - 1, engine), progress=False)
     first = time.perf_counter() - began

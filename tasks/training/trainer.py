@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch.distributed
 
 from rlep.tasks.settings.train import TrainConfig
+from rlep.tasks.training.backends.checkpoint import check_fresh_out
 from rlep.tasks.training.backends.registry import kind_of
 from rlep.tasks.training.loop.steps import TrainResult, train_in_process
 
@@ -30,6 +31,8 @@ def train(
     """A whole run: train (or resume) to `config.steps`, then draw OUT/learning_curve.png. With `backend.nproc` > 1
     it launches torchrun (or Ray actors), whose rank 0 trains in its own process (`on_step` is not called then;
     docs/distributed.md)."""
+    if not resume and not torch.distributed.is_initialized():  # a rank of a launched run was checked by its launch
+        check_fresh_out(config.out)
     launch = kind_of(config.backend).launch  # processes of the backend's own, started here (not by a rank)
     if launch is not None and not torch.distributed.is_initialized():
         return launch(config, resume)

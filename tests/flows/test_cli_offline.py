@@ -274,3 +274,34 @@ def test_ui_starts_its_server_then_serves_the_deployments_its_flags_name_and_sto
     assert main(["ui", "--port", "4321", "--home", str(home), "--recollect-cron", "0 3 * * *"]) == 0
     assert calls == [("start", 4321), ("healthy", "proc"), ("serve", "0 3 * * *"), ("stop", "proc")]
     assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4321/api"
+
+
+@pytest.mark.parametrize("prefect", [False, True], ids=["no-prefect", "prefect"])
+def test_a_fresh_train_into_a_run_is_refused_and_resume_cannot_move_a_run(fixture_model, tmp_path, capsys, prefect):
+    # A fresh run into a run's directory removed its checkpoints and metrics without a word; `--resume RUN --out NEW`
+    # trained RUN on, ignoring --out.
+    from rlep.flows.cli import main
+    from rlep.tasks.settings.train import TrainConfig
+    from rlep.tasks.training.backends.checkpoint import CheckpointError
+    from rlep.tasks.training.trainer import train
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-2").mkdir(parents=True)
+    (run / "checkpoints" / "step-2" / "trainer_state.pt").write_bytes(b"kept")
+    (run / "metrics.parquet").write_bytes(b"kept")
+    flags = ["--model", str(fixture_model), "--steps", "1", *([] if prefect else ["--no-prefect"])]
+    assert main(["train", *flags, "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rlep train: error: {run} holds a training run (its last checkpoint: step-2), which a fresh run would "
+        f"replace: continue it with `rlep train --resume {run}`, or train into another --out (or remove {run} "
+        "first)\n"
+    )
+    assert main(["train", *flags, "--resume", str(run), "--out", str(tmp_path / "new")]) == 2
+    assert f"--resume {run} continues that run in its own directory; --out {tmp_path / 'new'} cannot move it" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(CheckpointError, match="holds a training run"):  # a run started from the UI or the API
+        train(TrainConfig(model=str(fixture_model), out=run, steps=1))
+    assert (run / "checkpoints" / "step-2" / "trainer_state.pt").read_bytes() == b"kept"
+    assert (run / "metrics.parquet").read_bytes() == b"kept" and not (tmp_path / "new").exists()

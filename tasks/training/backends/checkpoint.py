@@ -69,6 +69,18 @@ def latest_checkpoint(out: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
+def check_fresh_out(out: Path) -> None:
+    """A fresh run into `out` would remove the checkpoints an earlier run left there (`rewind_run` at step 0):
+    refused, naming the ways on. (A plan's executor resumes a run that has a checkpoint, and removes a run it starts
+    over itself.)"""
+    last = latest_checkpoint(Path(out))
+    if last is not None:
+        raise CheckpointError(
+            f"{out} holds a training run (its last checkpoint: {last.name}), which a fresh run would replace: "
+            f"continue it with `rlep train --resume {out}`, or train into another --out (or remove {out} first)"
+        )
+
+
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     # Our own file: it holds python objects (replay buffer rollouts, RNG states), so not weights-only. Loaded
     # on the CPU: optimizer state saved on a GPU follows its parameters when loaded into the optimizer, so a run
