@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlep.data.run_layout import POOL_FILE
+from rlep.data.run_layout import POOL_FILE, CollectRunLayout, PoolVersionLayout, TrainRunLayout
 
 
 class PoolExportConfig(BaseModel):
@@ -75,7 +75,7 @@ class PoolImportConfig(BaseModel):
     out: str = Field(
         description="Output .parquet file, or a directory to hold pool.parquet (rlep schema; usable as --pool)."
     )
-    run_id: str = Field("imported", description="run_id of the imported rows.")
+    run_id: str = Field("imported", min_length=1, description="run_id of the imported rows.")
     problems: str | None = Field(
         None,
         description="The training problems (a problem source): imported problems take their ids, matched by "
@@ -87,6 +87,31 @@ class PoolImportConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PoolImportConfig:
+        out = Path(self.out)
+        if out.suffix not in ("", ".parquet") and not out.is_dir():
+            raise ValueError(
+                f"out {self.out!r}: the import is a Parquet file: name it .parquet, or give a directory to hold "
+                f"{POOL_FILE}"
+            )
         _not_an_input(self.out, file=self.path, problems=self.problems)
-        _not_an_input(str(Path(self.out) / POOL_FILE), file=self.path)  # `out` a directory holding the file
+        _not_an_input(str(out / POOL_FILE), file=self.path)  # `out` a directory holding the file
+        _not_in_a_run(out.parent if out.suffix == ".parquet" else out, self.out)
         return self
+
+
+def _not_in_a_run(directory: Path, out: str) -> None:
+    """An imported pool written into a run's directory or a published pool version would pass for that run's own
+    (its manifest and answers left as they were, `--pool RUN` reading the import): refused."""
+    marks = (
+        (CollectRunLayout(directory).manifest, "a collection run's (its pool is made from its answers)"),
+        (TrainRunLayout(directory).config, "a training run's"),
+        (
+            PoolVersionLayout(directory).lineage,
+            "a published pool version's (a store's versions are made by publishing)",
+        ),
+    )
+    for mark, what in marks:
+        if mark.is_file():
+            raise ValueError(
+                f"out {out!r}: {directory} is {what} directory; import into a file or directory of its own"
+            )

@@ -114,16 +114,37 @@ def test_cli_import_matches_problems_reports_the_rate_and_inspect_reads_its_dire
         (["export", "{pool}", "--out", "{dir}/e.txt"], "out '{dir}/e.txt': the export is a Parquet file"),
         (["import", "{pool}", "--out", "{pool}"], "out '{pool}' is the file it reads"),
         (["import", "{pool}", "--out", "{dir}"], "out '{dir}/pool.parquet' is the file it reads"),
+        # Written silently as Parquet, or over a run's own pool (its manifest and answers left as they were).
+        (["import", "{pool}", "--out", "{dir}/i.csv"], "out '{dir}/i.csv': the import is a Parquet file"),
+        (["import", "{pool}", "--out", "{dir}/c"], "out '{dir}/c': {dir}/c is a collection run's"),
+        (["import", "{pool}", "--out", "{dir}/t/p.parquet"], "out '{dir}/t/p.parquet': {dir}/t is a training run's"),
+        (["import", "{pool}", "--out", "{dir}/v/pool.parquet"], "{dir}/v is a published pool version's"),
+        (["import", "{pool}", "--out", "{dir}/i.parquet", "--run-id", ""], "run_id: String should have at least 1"),
     ],
-    ids=["export-over-its-pool", "export-over-its-run-pool", "export-not-parquet", "import-over-it", "import-into-it"],
+    ids=[
+        "export-over-its-pool",
+        "export-over-its-run-pool",
+        "export-not-parquet",
+        "import-over-it",
+        "import-into-it",
+        "import-not-parquet",
+        "import-into-a-collection",
+        "import-into-a-training-run",
+        "import-into-a-store-version",
+        "import-empty-run-id",
+    ],
 )
 def test_a_pool_command_never_writes_over_what_it_reads(tmp_path, capsys, args, message):
     pool = _pool(tmp_path / "pool.parquet", {"p1": ["1"]})
+    for run, mark in (("c", "manifest.json"), ("t", "train_config.json"), ("v", "lineage.json")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / mark).write_text("{}")
     before = pool.read_bytes()
     filled = [a.format(pool=pool, dir=tmp_path) for a in args]
     assert main(["pool", *filled]) == 2
     assert message.format(pool=pool, dir=tmp_path) in capsys.readouterr().err
-    assert pool.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["pool.parquet"]
+    assert pool.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c", "pool.parquet", "t", "v"]
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["lineage.json", "manifest.json", "train_config.json"]
 
 
 @pytest.mark.parametrize(
