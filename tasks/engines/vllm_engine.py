@@ -120,6 +120,22 @@ def _keeping_the_default_group() -> Iterator[None]:
         dist.destroy_process_group = destroy
 
 
+def _check_cpu_workers(tensor_parallel_size: int) -> None:
+    """vLLM on the CPU binds one worker of a split model to each NUMA node; more workers than nodes fail after the
+    engine's start, in a 100-line traceback. Refused before (unless the cores are bound by hand)."""
+    from rlep.tasks.engines import EngineUnavailable
+
+    if tensor_parallel_size == 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
+        return
+    nodes = max(1, len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))))
+    if tensor_parallel_size > nodes:
+        raise EngineUnavailable(
+            f"engine tensor_parallel_size {tensor_parallel_size} (--tensor-parallel-size): vLLM on the CPU runs one "
+            f"worker of a split model per NUMA node, and this machine has {nodes}; use 1 here (on GPUs it is the "
+            "number of GPUs a model is split over)"
+        )
+
+
 class VLLMEngine:
     """`GenerationEngine` backed by `vllm.LLM`."""
 
@@ -132,6 +148,8 @@ class VLLMEngine:
 
         self._vllm = vllm
         self._on_cpu = current_platform.is_cpu()
+        if self._on_cpu:
+            _check_cpu_workers(config.tensor_parallel_size)
         self.config = config
         self.sleeps = sleeps_during_update(config.sleep_during_update, current_platform.is_sleep_mode_available())
         self.asleep = False

