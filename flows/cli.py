@@ -177,7 +177,8 @@ def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
     flags = [f for f in command._option_string_actions if f.startswith("--")]
     hints: list[str] = []
     for word in (u.split("=", 1)[0] for u in unknown if u.startswith("--")):
-        ending = [f for f in flags if f.endswith("-" + word[2:])]
+        # a flag whose words end it, or that ends its words (`eval --problems-limit`: eval's is `--limit`)
+        ending = [f for f in flags if f.endswith("-" + word[2:]) or word.endswith("-" + f[2:])]
         hints += ending + difflib.get_close_matches(word, flags, n=3, cutoff=0.8)
     hints = list(dict.fromkeys(hints))  # each once, in the order found
     return f"; did you mean {' or '.join(hints)}?" if hints else ""

@@ -195,9 +195,10 @@ def add_model_flags(
     namespace: str = "cfg",
 ) -> None:
     """Add one flag per leaf field of `model` (flags named in `skip` are left to the caller; `only`: the dotted
-    paths of the settings that get one, e.g. a study's overrides of its file). `namespace` keeps the values
-    of a second model in the same parser apart (`flag_overrides(args, namespace)`): those are not read from
-    --config."""
+    paths of the settings that get one, e.g. a study's overrides of its file; the settings in the model's
+    `SET_PER_RUN`, which its command sets itself, get none). `namespace` keeps the values of a second model in the
+    same parser apart (`flag_overrides(args, namespace)`): those are not read from --config."""
+    set_per_run = getattr(model, "SET_PER_RUN", frozenset())
     from_file = namespace == "cfg" and "--config" in parser._option_string_actions
     group = parser.add_argument_group(f"{_title(model)} settings" + (" (also settable in --config YAML)" * from_file))
     try:  # what `rlep show-config` prints: a section's factory may set its own defaults
@@ -205,7 +206,7 @@ def add_model_flags(
     except ValidationError:  # required settings (a command's operands): the fields' own defaults
         defaults = None
     for path, (flag, field, choices, owners, named) in _flag_names(model).items():
-        if flag in skip or (only is not None and ".".join(path) not in only):
+        if flag in skip or ".".join(path) in set_per_run or (only is not None and ".".join(path) not in only):
             continue
         extra = _extra(field)
         # a required setting of a section that is off by default (`perturb.reseed_at`), or of some variants only

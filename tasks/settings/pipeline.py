@@ -4,7 +4,7 @@ a baseline, evaluate every arm, report. The pipeline's runs and their order are 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,6 +20,10 @@ class PipelineConfig(BaseModel):
     """Collect a pool, train with replay (and a baseline), evaluate, report."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # What the pipeline sets for each of its runs (their directories under `out`, each arm's model evaluated): no
+    # flag of `rlep pipeline` offers them (`--train-out` would be ignored; `--out` places the runs).
+    SET_PER_RUN: ClassVar[frozenset[str]] = frozenset({"collect.out", "train.out", "evaluate.out", "evaluate.model"})
 
     out: UserPath = Field(
         Path("runs/pipeline"),

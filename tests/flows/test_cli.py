@@ -283,6 +283,12 @@ def test_the_answer_format_flag_is_spelled_the_same_in_every_command(capsys):
             "; did you mean --train-eval-problems-source or --evaluate-problems-source or --train-problems-source?",
         ),
         (["train", "--zzz", "3"], " (`rlep train --help` lists its flags)"),
+        (["eval", "--problems-limit", "2"], "; did you mean --limit?"),  # a flag that ends its words: eval's spelling
+        # Set for each run by the pipeline (under --out; each arm's model evaluated): the flags were taken, ignored.
+        (["pipeline", "--train-out", "x"], "; did you mean --out?"),
+        (["pipeline", "--collect-out", "x"], "; did you mean --out?"),
+        (["pipeline", "--evaluate-out", "x"], "; did you mean --out or --evaluate-top-p?"),
+        (["pipeline", "--evaluate-model", "x"], " (`rlep pipeline --help` lists its flags)"),
     ],
 )
 def test_a_flag_the_command_lacks_is_one_line_naming_flags_spelled_alike(capsys, argv, hint):
