@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlep.data.metrics import ALL_SOURCES, pass_at_k
-from rlep.data.run_layout import CollectRunLayout
+from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
 from rlep.data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
 from rlep.data.trajectory import PROBLEM_KEY
 
@@ -268,6 +268,11 @@ def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
         return "file", [path], None
     if not path.exists():
         raise StoreError(f"{path}: no such file or directory")
+    if TrainRunLayout(path).config.is_file():  # `rlep train` calls it a run directory too
+        raise StoreError(
+            f"{str(path)!r} is a training run: `rlep inspect {TrainRunLayout(path).fresh}` reads the answers it "
+            "sampled and the replayed ones it trained on (column origin)"
+        )
     raise StoreError(
         f"{str(path)!r} is not a run directory (with trajectories/), a trajectories directory "
         "(with part-*.parquet files) or a .parquet file"

@@ -193,6 +193,11 @@ def test_paths_that_are_nothing_we_know_are_named(tmp_path):
             summarize(tmp_path / name)
     with pytest.raises(ValueError, match=f"^{tmp_path / 'missing'}: no such file or directory$"):
         summarize(tmp_path / "missing")
+    (tmp_path / "run").mkdir()  # a training run, which `rlep train` calls a run directory too
+    (tmp_path / "run" / "train_config.json").write_text("{}")
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match=f"^'{run}' is a training run: `rlep inspect {run / 'fresh'}` reads"):
+        summarize(run)
     with pytest.raises(ValueError, match=r"other\.parquet: not a trajectory table \(missing columns \['run_id'"):
         summarize(tmp_path / "other.parquet")
 
