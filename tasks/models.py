@@ -38,6 +38,8 @@ def resolve_model(model: str, progress: bool = True) -> str:
     path = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or path.exists()
     if looks_like_path:
+        if path.is_file():
+            raise ModelNotFound(f"model {model!r}: a file, not a model directory (an HF-format one, with config.json)")
         if not path.is_dir():
             raise ModelNotFound(f"model {model!r}: no such directory")
         if not (path / "config.json").is_file():

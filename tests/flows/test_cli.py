@@ -134,6 +134,7 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         (["collect", "--model", "{missing}"], "model '{missing}': no such directory"),
         (["train", "--model", "{missing}"], "model '{missing}': no such directory"),
         (["eval", "--model", "{missing}"], "model '{missing}': no such directory"),
+        (["eval", "--model", "{tmp}/p.jsonl"], "model '{tmp}/p.jsonl': a file, not a model directory"),  # was "no such"
         (["pipeline", "--collect-model", "{missing}"], "model '{missing}': no such directory"),
         (["pipeline", "--train-model", "{missing}"], "model '{missing}': no such directory"),
         (["pipeline", "--train-problems-source", "{tmp}/none.jsonl"], "{tmp}/none.jsonl: no such file"),
@@ -157,6 +158,7 @@ def test_bad_values_exit_2_naming_the_field(tmp_path, capsys):
         "collect-model",
         "train-model",
         "eval-model",
+        "eval-model-a-file",
         "pipeline-model",
         "pipeline-train-model",
         "pipeline-train-problems",  # issue 45: failed only after the base evaluation had run and written
