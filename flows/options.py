@@ -32,7 +32,13 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
-from rlep.tasks.settings.layering import booleans_for_numbers, format_validation_error, merge_settings, refused_choices
+from rlep.tasks.settings.layering import (
+    booleans_for_numbers,
+    format_validation_error,
+    merge_settings,
+    refused_choices,
+    validation_problems,
+)
 from rlep.tasks.settings.migrate import in_current_layout, section_migration
 from rlep.tasks.settings.sections import field_type, kind_has_flag, section_types, settings_by_kind
 
@@ -418,11 +424,26 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     try:
         config = adapter.validate_python(merge_settings(data, user, model))
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, str(config_file) if config_file else "", model)) from None
+        if config_file is None:
+            raise ConfigError(format_validation_error(err, "", model)) from None
+        raise ConfigError(_blamed(validation_problems(err, model=model), model, config_file, overrides or {})) from None
     refused = booleans_for_numbers(config, user) + refused_choices(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
     return config
+
+
+def _blamed(problems: list[str], model: Any, config_file: Path, overrides: dict[str, Any]) -> str:
+    """The problems of settings from a --config file and flags as one line: a setting a flag gave is named by the flag
+    (`--lr: ...`), and the file only where one of its own settings is at fault (`tr.yaml: ... --lr -1` blamed the
+    file, which has no lr)."""
+    flags = {".".join(path): names[0] for path, names in _flag_names(model).items() if ".".join(path) in overrides}
+    named = []
+    for problem in problems:
+        setting = next((s for s in flags if problem.startswith(s + ": ")), None)
+        named.append(problem if setting is None else flags[setting] + problem[len(setting) :])
+    from_file = any(ours == theirs for ours, theirs in zip(named, problems))
+    return (f"{config_file}: " if from_file else "") + "invalid configuration: " + "; ".join(named)
 
 
 def _let_flags_name_the_kind(model: Any, user: dict[str, Any], flags: dict[str, Any], path: str, value: Any) -> None:

@@ -164,7 +164,8 @@ def test_dump_yaml_round_trips(tmp_path):
             {},
             r"c\.yaml: invalid configuration: temperature: Input should be less than or equal to 10 \(got 20\)",
         ),
-        ("", {"inner.seed": "-1"}, r"inner\.seed: Input should be greater than or equal to 0 \(got '-1'\)"),
+        # a flag's value beside a file: named by the flag (the file is not to blame)
+        ("", {"inner.seed": "-1"}, r"^invalid configuration: --inner-seed: Input should be greater than or equal to 0"),
         ("tempreature: 1\n", {}, r"tempreature: not a setting \(got 1\); did you mean temperature\?"),
         ("- 1\n- 2\n", {}, r"top level must be a mapping"),
         ("a: [1\n", {}, r"not valid YAML"),
@@ -241,7 +242,7 @@ def test_tiny_math_settings_given_for_another_source_are_refused(tmp_path):
     # `--source` names the kind over a YAML section that gives one; the kind's own settings are still checked.
     path.write_text("problems: {kind: file, source: mine.jsonl, problem_column: q}\n")
     assert build_config(CollectConfig, path, {"problems.source": "hf:d"}).problems.kind == "hf"
-    with pytest.raises(ConfigError, match=r"problems.families: not a setting of kind 'file' \(got \['add'\]\)"):
+    with pytest.raises(ConfigError, match=r"^invalid configuration: --families: not a setting of kind 'file' \(got"):
         build_config(CollectConfig, path, {"problems.families": ["add"]})
 
 
@@ -491,6 +492,24 @@ def test_true_or_false_where_a_number_goes_is_named_not_read_as_1_or_0(tmp_path)
     path.write_text("steps: 3\nengine: {sleep_during_update: true}\nloss: {scale_advantages_by_std: false}\n")
     config = build_config(TrainConfig, path)
     assert (config.steps, config.engine.sleep_during_update, config.loss.scale_advantages_by_std) == (3, True, False)
+
+
+def test_a_bad_flag_beside_a_settings_file_is_named_by_the_flag_not_blamed_on_the_file(tmp_path):
+    # `rlep train --config tr.yaml --lr -1` said "tr.yaml: invalid configuration: optimizer.lr: ...": tr.yaml has no lr.
+    from rlep.tasks.settings.train import TrainConfig
+
+    path = tmp_path / "tr.yaml"
+    path.write_text("steps: 2\n")
+    with pytest.raises(ConfigError) as refused:
+        build_config(TrainConfig, path, {"optimizer.lr": "-1"})
+    assert str(refused.value) == "invalid configuration: --lr: Input should be greater than 0 (got '-1')"
+    path.write_text("steps: -2\n")  # the file's own mistake beside it: the file is named, each setting as given
+    with pytest.raises(ConfigError) as refused:
+        build_config(TrainConfig, path, {"optimizer.lr": "-1"})
+    assert str(refused.value) == (
+        f"{path}: invalid configuration: --lr: Input should be greater than 0 (got '-1'); steps: Input should be "
+        "greater than or equal to 1 (got -2)"
+    )
 
 
 class _Window(BaseModel):
