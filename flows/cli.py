@@ -80,8 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_ui(sub)
     benches.add_bench(sub)
     studies.add_study(sub)
-    p = sub.add_parser("show-config", help="Print the full default configuration of a command as YAML.")
-    p.add_argument("command_name", choices=show_config_names(), metavar="COMMAND")  # which model: not a setting
+    about = "Print the full default configuration of a command as YAML (a --config file to start from)."
+    p = sub.add_parser("show-config", help=about, description=about)
+    p.add_argument(  # which model: not a setting
+        "command_name",
+        choices=show_config_names(),
+        metavar="COMMAND",
+        help=f"One of: {', '.join(show_config_names())}.",
+    )
     p.set_defaults(handler=_cmd_show_config)
     return parser
 

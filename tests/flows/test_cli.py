@@ -392,6 +392,9 @@ def test_show_config_round_trips(tmp_path, capsys):
     from rlep.tasks.study import StudyConfig
 
     assert build_config(StudyConfig, study) == StudyConfig()
+    with pytest.raises(SystemExit):  # its help names the commands it takes
+        main(["show-config", "--help"])
+    assert "One of: collect, eval, pipeline, study, train." in capsys.readouterr().out
 
 
 def test_collect_with_a_missing_model_creates_nothing(tmp_path, capsys):
