@@ -7,7 +7,7 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from rlep.tasks.engines.base import Completion, GenerationEngine
+from rlep.tasks.engines.base import Completion, EngineUnavailable, GenerationEngine
 from rlep.tasks.settings.engine import EngineConfig
 
 __all__ = [
@@ -20,10 +20,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class EngineUnavailable(RuntimeError):
-    """The requested engine cannot run here (e.g. `vllm` asked for but not installed)."""
 
 
 def vllm_installed() -> bool:

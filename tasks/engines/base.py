@@ -12,6 +12,11 @@ if TYPE_CHECKING:  # torch is heavy to import; only the type is needed here
     import torch
 
 
+class EngineUnavailable(RuntimeError):
+    """The requested engine cannot run here (`vllm` asked for but not installed, a model split over more CPU workers
+    than NUMA nodes)."""
+
+
 @dataclass
 class Completion:
     """One sampled answer.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from rlep.tasks.engines.base import Completion
+from rlep.tasks.engines.base import Completion, EngineUnavailable
 from rlep.tasks.settings.engine import EngineConfig, SamplingConfig
 
 
@@ -123,8 +123,6 @@ def _keeping_the_default_group() -> Iterator[None]:
 def _check_cpu_workers(tensor_parallel_size: int) -> None:
     """vLLM on the CPU binds one worker of a split model to each NUMA node; more workers than nodes fail after the
     engine's start, in a 100-line traceback. Refused before (unless the cores are bound by hand)."""
-    from rlep.tasks.engines import EngineUnavailable
-
     if tensor_parallel_size == 1 or os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto":
         return
     nodes = max(1, len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))))
