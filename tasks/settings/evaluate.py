@@ -22,7 +22,7 @@ class EvalProtocol(SavedSettings):
     and where the results go; a study's final evaluation (`tasks.settings.study.StudyEvalConfig`) states how its
     settings differ from these and takes the others from each training run it evaluates."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("test", tiny_math_size=500),

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class InspectConfig(BaseModel):
     """What `rlep inspect` reads and how it shows it (`summarize`'s path and sample rows, `render` or JSON)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str = Field(
         description="Run directory, trajectories directory, .parquet file, or pool store (lists its versions).",

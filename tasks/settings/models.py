@@ -18,7 +18,7 @@ class TinyModelBuild(BaseModel):
     """How `rlep tiny-model` builds: `build_tiny_model`'s directory, force, progress and threads (what it builds is
     TinyModelConfig, whose fingerprint these leave alone)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     out: UserPath | None = Field(None, description="Directory for the model (none: the cache, see docs/tiny_model.md).")
     force: bool = Field(
@@ -31,7 +31,7 @@ class TinyModelBuild(BaseModel):
 class RealModelRequest(BaseModel):
     """`rlep real-model`'s settings: `ensure_real_model`'s name, force and progress."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Literal[REAL_MODEL_NAMES] = Field(
         "smollm2", description="Real model to fetch.", json_schema_extra={"cli_positional": True}

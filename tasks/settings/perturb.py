@@ -28,7 +28,7 @@ RESEEDED_OFFSET = SEED_STRIDE // 2
 class PerturbConfig(BaseModel):
     """A chance control: the run as it would be, with its rollouts sampled on another stream from one step on."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     reseed_at: int = Field(
         ...,

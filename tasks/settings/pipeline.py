@@ -19,7 +19,7 @@ from rlep.tasks.settings.train import TrainConfig
 class PipelineConfig(BaseModel):
     """Collect a pool, train with replay (and a baseline), evaluate, report."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # What the pipeline sets for each of its runs (their directories under `out`, each arm's model evaluated): no
     # flag of `rlep pipeline` offers them (`--train-out` would be ignored; `--out` places the runs).

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class PromptLengthConfig(BaseModel):
     """What to do with prompts too long for the model's context."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     overlong_prompts: Literal["error", "filter"] = Field(
         "error",

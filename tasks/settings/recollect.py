@@ -15,7 +15,7 @@ from rlep.tasks.settings.paths import UserPath
 class RecollectConfig(BaseModel):
     """Collect from the newest policy and publish a new pool version."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     train_dir: UserPath | None = Field(
         None, description="Training run whose latest checkpoint is sampled; empty: `collect.model` is sampled."

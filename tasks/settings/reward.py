@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class RewardConfig(BaseModel):
     """How a verdict maps to a reward."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     scheme: Literal["binary", "signed"] = Field(
         default="binary",

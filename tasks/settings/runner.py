@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class RunnerConfig(BaseModel):
     """Where the pieces of a study (its runs) or of a collection (its shards) execute."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: Literal["local", "ray"] = Field(
         "local",

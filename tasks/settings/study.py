@@ -34,7 +34,7 @@ class ClaimConfig(BaseModel):
     The claims table of the report measures exactly these (paired by seed, 95% Student t interval), so no figure
     in it is chosen after the curves are seen."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(..., min_length=1, description="Short name of the claim, e.g. `rlep-faster-early`.")
     arm: str = Field(..., min_length=1, description="The arm the claim is about.")
@@ -69,7 +69,7 @@ class Amendment(BaseModel):
     """A change of a study's plan once its runs exist, made on purpose: it applies once, to the record whose digest
     it names, and the record and the report keep it with what it changed (`tasks.study.claims.fix_record`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     of: str = Field(
         ...,
@@ -129,7 +129,7 @@ RESERVED_ARMS = (EXPLORE_RUN, COLLECT_RUN, EVALUATE_RUN)
 class StudyConfig(BaseModel):
     """Compare replay designs: arms x seeds, paired by seed, Student t intervals, claims fixed before the run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     out: UserPath = Field(
         Path("runs/study"),

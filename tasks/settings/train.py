@@ -32,7 +32,7 @@ _OBJECTIVE_HELP = (
 class PPOClipObjective(BaseModel):
     """GRPO advantages under PPO's clipped ratio, with clip-higher and dual-clip (RLEP's recipe)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     kind: Literal["ppo-clip"] = Field("ppo-clip", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
     clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
@@ -45,7 +45,7 @@ class AsymREObjective(BaseModel):
     """Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520): advantage r - V, V = group mean + delta_v; no
     ratio, no clip (the FIFO paper's off-policy loss)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     kind: Literal["asymre"] = Field("asymre", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
     delta_v: float = Field(
         -0.1,
@@ -62,7 +62,7 @@ Objective = Annotated[PPOClipObjective | AsymREObjective, Field(discriminator="k
 class LossConfig(BaseModel):
     """Policy-gradient loss and policy constraints."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     objective: Objective = Field(
         default_factory=PPOClipObjective,
@@ -143,7 +143,7 @@ class LossConfig(BaseModel):
 class OptimizerConfig(BaseModel):
     """AdamW with linear warm-up, then a constant rate."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     lr: float = Field(
         2e-4, gt=0, le=1, description="Peak learning rate (the tiny model's choice is explained in docs/training.md)."
@@ -158,7 +158,7 @@ class OptimizerConfig(BaseModel):
 class TrainConfig(SavedSettings):
     """Train a policy with GRPO and optional experience replay."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: UserPathOrName = Field(
         "tiny",

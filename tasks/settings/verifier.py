@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class VerifierConfig(BaseModel):
     """How answers are extracted and compared, and the hard limits every answer is checked under."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     timeout_seconds: float = Field(
         default=5.0,

@@ -512,6 +512,15 @@ def test_a_bad_flag_beside_a_settings_file_is_named_by_the_flag_not_blamed_on_th
     )
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_number_that_is_not_finite_is_named_as_such(value):
+    # NaN was refused by a bound, in the bound's words: `--lr nan` "should be less than or equal to 1".
+    from rlep.tasks.settings.train import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^invalid configuration: optimizer\.lr: Input should be a finite number"):
+        build_config(TrainConfig, None, {"optimizer.lr": value})
+
+
 class _Window(BaseModel):
     model_config = ConfigDict(extra="forbid")
     size: int = 1
