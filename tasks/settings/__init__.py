@@ -11,7 +11,8 @@ the Prefect forms and the executor's reuse check read them; tests/tasks/settings
 - `migrate`: the one migration of settings written in an earlier layout (every layout change, oldest first);
 - `layering`: how settings are merged (`--config` + flags, a study's arms over its base) and a bad one reported;
   `sections` finds a model's sections for both;
-- `digest`: a versioned digest of resolved settings, which decides whether a finished run can be reused.
+- `digest`: a versioned digest of resolved settings, which decides whether a finished run can be reused;
+- `strict`: what every settings model refuses (a setting it does not have, a number that is not finite).
 
 The package's `__init__` imports nothing: `from rlep.tasks.settings.train import TrainConfig` loads that model's
 modules only.

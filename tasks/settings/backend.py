@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter
 
 from rlep.tasks.settings.migrate import upgrade_backend_settings
+from rlep.tasks.settings.strict import SETTINGS
 
 _KIND = {"cli_flag": "strategy"}
 
@@ -19,7 +20,7 @@ _KIND = {"cli_flag": "strategy"}
 class _BackendSettings(BaseModel):
     """What every kind of backend has: the update's precision and whether it recomputes activations."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto",
@@ -146,7 +147,7 @@ class LoraConfig(BaseModel):
     """Low-rank adapters (LoRA, through peft) instead of training every weight: the base model stays frozen and
     each `target_modules` linear layer learns W + (alpha / rank) B A. The engine gets the merged weights."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     rank: int = Field(
         16, ge=1, le=4096, description="LoRA rank r of each adapter.", json_schema_extra={"cli_flag": "lora-rank"}

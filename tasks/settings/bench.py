@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlep.tasks.settings.paths import UserPath
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.verifiers.bench_corpus import HOSTILE_SHARE
 
 
 class VerifyBenchConfig(BaseModel):
     """Settings of the bench: `run_verify_bench`'s corpus and workers, or a `run_peer_bench` checkout."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     pairs: int = Field(10_000, ge=1, description="Corpus size.")
     workers: int | None = Field(None, ge=1, description="Worker processes (none: the CPU count).")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
@@ -21,13 +21,14 @@ from rlep.tasks.settings.perturb import stream_seed
 from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.reward import RewardConfig
 from rlep.tasks.settings.source import ProblemSourceConfig, default_task
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.tasks.settings.verifier import VerifierConfig
 
 
 class CollectConfig(SavedSettings):
     """Collect verified answers into an experience pool (RLEP Phase I)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     model: UserPathOrName = Field(
         "tiny",

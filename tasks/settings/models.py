@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlep.tasks.settings.paths import UserPath
+from rlep.tasks.settings.strict import SETTINGS
 
 # Real pretrained models fetched from a registry package and converted once (tasks/real_model.py).
 REAL_MODEL_NAMES = ("smollm2",)
@@ -18,7 +19,7 @@ class TinyModelBuild(BaseModel):
     """How `rlep tiny-model` builds: `build_tiny_model`'s directory, force, progress and threads (what it builds is
     TinyModelConfig, whose fingerprint these leave alone)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     out: UserPath | None = Field(None, description="Directory for the model (none: the cache, see docs/tiny_model.md).")
     force: bool = Field(
@@ -31,7 +32,7 @@ class TinyModelBuild(BaseModel):
 class RealModelRequest(BaseModel):
     """`rlep real-model`'s settings: `ensure_real_model`'s name, force and progress."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     name: Literal[REAL_MODEL_NAMES] = Field(
         "smollm2", description="Real model to fetch.", json_schema_extra={"cli_positional": True}

@@ -13,7 +13,9 @@ answers the same prompts as the baseline and the arms it is compared with, and i
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from rlep.tasks.settings.strict import SETTINGS
 
 # A prime above any run's step count (steps <= 1_000_000): seed s's steps never reach seed s + 1's seeds.
 SEED_STRIDE = 1_000_003
@@ -28,7 +30,7 @@ RESEEDED_OFFSET = SEED_STRIDE // 2
 class PerturbConfig(BaseModel):
     """A chance control: the run as it would be, with its rollouts sampled on another stream from one step on."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     reseed_at: int = Field(
         ...,

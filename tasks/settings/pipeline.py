@@ -6,20 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from rlep.data.run_layout import PipelineLayout
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.evaluate import EvalConfig
 from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.replay import NoReplayConfig, RLEPReplayConfig
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.tasks.settings.train import TrainConfig
 
 
 class PipelineConfig(BaseModel):
     """Collect a pool, train with replay (and a baseline), evaluate, report."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     # What the pipeline sets for each of its runs (their directories under `out`, each arm's model evaluated): no
     # flag of `rlep pipeline` offers them (`--train-out` would be ignored; `--out` places the runs).

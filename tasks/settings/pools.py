@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from rlep.data.run_layout import POOL_FILE, CollectRunLayout, PoolVersionLayout, TrainRunLayout
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class PoolExportConfig(BaseModel):
     """`rlep pool export`'s settings: `export_pool`'s arguments."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     pool: str = Field(
         description="A pool as `rlep train --pool` takes it: pool.parquet, a collection run or pool version directory, "
@@ -67,7 +68,7 @@ def _not_an_input(out: str, **inputs: str | None) -> None:
 class PoolImportConfig(BaseModel):
     """`rlep pool import`'s settings: `import_pool`'s file, output and run id, and the training problems to match."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     path: str = Field(
         description="RLEP/verl .parquet file with reward_model.candidates.", json_schema_extra={"cli_positional": True}

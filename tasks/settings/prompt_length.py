@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class PromptLengthConfig(BaseModel):
     """What to do with prompts too long for the model's context."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     overlong_prompts: Literal["error", "filter"] = Field(
         "error",

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.paths import UserPath
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class RecollectConfig(BaseModel):
     """Collect from the newest policy and publish a new pool version."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     train_dir: UserPath | None = Field(
         None, description="Training run whose latest checkpoint is sampled; empty: `collect.model` is sampled."

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlep.tasks.settings.paths import UserPath
+from rlep.tasks.settings.strict import SETTINGS
 
 _KIND = {"cli_flag": "replay"}
 
 
 class _GroupedBatch(BaseModel):
     """A design whose step trains on its prompt groups (fresh, with replayed members or rows added)."""
+
+    model_config = SETTINGS
 
     batch_from_buffer: ClassVar[bool] = False
     plans_prompts: ClassVar[bool] = False  # puts its own prompts in the step's generation (sync mode only)
@@ -26,7 +29,7 @@ class _GroupedBatch(BaseModel):
 class NoReplayConfig(_GroupedBatch):
     """Plain GRPO: every step trains on its fresh rollouts only."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["none"] = Field("none", description="Replay strategy.", json_schema_extra=_KIND)
 
 
@@ -34,7 +37,7 @@ class RLEPReplayConfig(_GroupedBatch):
     """RLEP (Zhang et al. 2025, arXiv 2507.07451): each group = G fresh + M answers replayed from a fixed pool of
     verified successes for the same prompt; advantages over all G+M."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["rlep"] = Field("rlep", description="Replay strategy.", json_schema_extra=_KIND)
     pool: UserPath | None = Field(
         None,
@@ -67,7 +70,7 @@ class FIFOReplayConfig(BaseModel):
     N; each step trains on a batch drawn uniformly from the buffer, without removing. Generating fewer rollouts
     per step than the batch consumes is where the compute saving comes from."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["fifo"] = Field("fifo", description="Replay strategy.", json_schema_extra=_KIND)
     buffer_size: int = Field(
         1024, ge=1, le=10_000_000, description="N: rollouts the buffer holds; the oldest leave first."
@@ -135,7 +138,7 @@ class PrioritizedReplayConfig(_GroupedBatch):
     """Advantage-prioritized replay (arXiv 2606.04560): rollout-level buffer, age eviction, sampling by |advantage|,
     fresh-anchored batches."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["prioritized"] = Field("prioritized", description="Replay strategy.", json_schema_extra=_KIND)
     buffer_size: int = Field(
         1024,
@@ -172,7 +175,7 @@ class ReuseReplayConfig(_GroupedBatch):
     from each step's fresh answers; a group is given up to M banked answers of its prompt from earlier steps, with
     advantages over G + M as RLEP computes them (tasks/replay/self_replay.py)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["reuse"] = Field("reuse", description="Replay strategy.", json_schema_extra=_KIND)
     pool: UserPath | None = Field(
         None,
@@ -204,7 +207,7 @@ class RefillReplayConfig(_GroupedBatch):
     past groups of high reward variance from a bounded buffer, so every prompt slot of a step carries gradient
     (tasks/replay/self_replay.py)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["refill"] = Field("refill", description="Replay strategy.", json_schema_extra=_KIND)
     buffer_groups: int = Field(
         64,
@@ -227,7 +230,7 @@ class ExGRPOReplayConfig(_GroupedBatch):
     step's prompts are replayed ones (Gaussian bucket weights), each a group of its lowest-entropy stored
     trajectory (policy-shaped loss) + K-1 fresh answers (tasks/replay/exgrpo.py)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["exgrpo"] = Field("exgrpo", description="Replay strategy.", json_schema_extra=_KIND)
     replay_ratio: float = Field(
         0.5,

@@ -7,11 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.settings.strict import SETTINGS
+
 
 class RewardConfig(BaseModel):
     """How a verdict maps to a reward."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(**SETTINGS, frozen=True)
 
     scheme: Literal["binary", "signed"] = Field(
         default="binary",

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from rlep.tasks.settings.strict import SETTINGS
 
 
 class RunnerConfig(BaseModel):
     """Where the pieces of a study (its runs) or of a collection (its shards) execute."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     kind: Literal["local", "ray"] = Field(
         "local",

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.recollect import RecollectConfig
+from rlep.tasks.settings.strict import SETTINGS
 
 DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 
@@ -17,7 +18,7 @@ DEFAULT_RECOLLECT_CRON = "0 3 * * *"  # daily, 03:00
 class ServeConfig(BaseModel):
     """The deployments' settings: recollect's schedule and its default parameters."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     recollect_cron: str = Field(
         DEFAULT_RECOLLECT_CRON,
@@ -41,7 +42,7 @@ class ServeConfig(BaseModel):
 class ServerConfig(BaseModel):
     """Where `rlep ui`'s server listens and keeps its database (`start_server`'s host, port and home)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(4200, ge=1, le=65535, description="Port of the UI and API.")

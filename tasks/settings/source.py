@@ -26,6 +26,7 @@ from rlep.data.gold_answers import NO_ANSWER_VALUES
 from rlep.data.source_rows import HF_PREFIX, peek_columns
 from rlep.tasks.settings.migrate import SourceKind, kind_of_source, upgrade_source_settings
 from rlep.tasks.settings.paths import UserPathOrName
+from rlep.tasks.settings.strict import SETTINGS
 
 _SOURCE_HELP = (
     "`tiny-math` (built in), a local .jsonl/.json/.parquet/.csv file, or `hf:NAME` for a Hugging Face dataset "
@@ -43,7 +44,7 @@ _KIND_EXTRA = {"cli_flag": False}
 class _Source(BaseModel):
     """The settings every kind of source has."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     kind: SourceKind  # each kind narrows it to its own name, with that as the default
     source: str = Field("tiny-math", min_length=1, description=_SOURCE_HELP)  # each kind narrows it
@@ -66,7 +67,7 @@ class _Source(BaseModel):
 class TinyMathSource(_Source):
     """The built-in tiny-math generator (data/tiny_math.py)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="tiny-math source")
+    model_config = ConfigDict(**SETTINGS, title="tiny-math source")
 
     kind: Literal["tiny-math"] = Field("tiny-math", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     source: Literal["tiny-math"] = Field("tiny-math", description=_SOURCE_HELP)
@@ -145,7 +146,7 @@ class _RowSource(_Source):
 class HfSource(_RowSource):
     """A Hugging Face dataset already in the local datasets cache, `hf:NAME`."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="hf: dataset source")
+    model_config = ConfigDict(**SETTINGS, title="hf: dataset source")
 
     kind: Literal["hf"] = Field("hf", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     source: str = Field(..., pattern=r"^hf:.+", description=_SOURCE_HELP)
@@ -159,7 +160,7 @@ class HfSource(_RowSource):
 class FileSource(_RowSource):
     """A local JSONL / JSON / Parquet / CSV file."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="file source")
+    model_config = ConfigDict(**SETTINGS, title="file source")
 
     kind: Literal["file"] = Field("file", description=_KIND_HELP, json_schema_extra=_KIND_EXTRA)
     # The schema says what the validator below checks, so that a section without `kind` matches one kind only

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from rlep.tasks.settings.collect import CollectConfig
 from rlep.tasks.settings.engine import EngineConfig, EvalSampling, sampling_field
@@ -22,6 +22,7 @@ from rlep.tasks.settings.layering import merge_settings
 from rlep.tasks.settings.paths import UserPath
 from rlep.tasks.settings.runner import RunnerConfig
 from rlep.tasks.settings.source import ProblemSourceConfig
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.tasks.settings.train import TrainConfig
 
 # The claim kinds named by an evaluation step (the rest by a target accuracy).
@@ -34,7 +35,7 @@ class ClaimConfig(BaseModel):
     The claims table of the report measures exactly these (paired by seed, 95% Student t interval), so no figure
     in it is chosen after the curves are seen."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     name: str = Field(..., min_length=1, description="Short name of the claim, e.g. `rlep-faster-early`.")
     arm: str = Field(..., min_length=1, description="The arm the claim is about.")
@@ -69,7 +70,7 @@ class Amendment(BaseModel):
     """A change of a study's plan once its runs exist, made on purpose: it applies once, to the record whose digest
     it names, and the record and the report keep it with what it changed (`tasks.study.claims.fix_record`)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     of: str = Field(
         ...,
@@ -129,7 +130,7 @@ RESERVED_ARMS = (EXPLORE_RUN, COLLECT_RUN, EVALUATE_RUN)
 class StudyConfig(BaseModel):
     """Compare replay designs: arms x seeds, paired by seed, Student t intervals, claims fixed before the run."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     out: UserPath = Field(
         Path("runs/study"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from rlep.data.problem import DEFAULT_PROMPT_TEMPLATE, check_prompt_template
 from rlep.data.prompting import CHAT_TEMPLATE_HELP, ChatTemplateMode
@@ -19,6 +19,7 @@ from rlep.tasks.settings.prompt_length import PromptLengthConfig
 from rlep.tasks.settings.replay import NoReplayConfig, ReplayConfig
 from rlep.tasks.settings.reward import RewardConfig
 from rlep.tasks.settings.source import ProblemSourceConfig, default_task
+from rlep.tasks.settings.strict import SETTINGS
 from rlep.tasks.settings.tracker import check_tracker
 from rlep.tasks.settings.verifier import VerifierConfig
 
@@ -32,7 +33,7 @@ _OBJECTIVE_HELP = (
 class PPOClipObjective(BaseModel):
     """GRPO advantages under PPO's clipped ratio, with clip-higher and dual-clip (RLEP's recipe)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["ppo-clip"] = Field("ppo-clip", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO lower clip: ratio >= 1 - clip_low (RLEP: 0.2).")
     clip_high: float = Field(0.28, ge=0, le=10, description="PPO upper clip, 'clip-higher' from DAPO (RLEP: 0.28).")
@@ -45,7 +46,7 @@ class AsymREObjective(BaseModel):
     """Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520): advantage r - V, V = group mean + delta_v; no
     ratio, no clip (the FIFO paper's off-policy loss)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
     kind: Literal["asymre"] = Field("asymre", description=_OBJECTIVE_HELP, json_schema_extra=_OBJECTIVE)
     delta_v: float = Field(
         -0.1,
@@ -62,7 +63,7 @@ Objective = Annotated[PPOClipObjective | AsymREObjective, Field(discriminator="k
 class LossConfig(BaseModel):
     """Policy-gradient loss and policy constraints."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     objective: Objective = Field(
         default_factory=PPOClipObjective,
@@ -143,7 +144,7 @@ class LossConfig(BaseModel):
 class OptimizerConfig(BaseModel):
     """AdamW with linear warm-up, then a constant rate."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     lr: float = Field(
         2e-4, gt=0, le=1, description="Peak learning rate (the tiny model's choice is explained in docs/training.md)."
@@ -158,7 +159,7 @@ class OptimizerConfig(BaseModel):
 class TrainConfig(SavedSettings):
     """Train a policy with GRPO and optional experience replay."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = SETTINGS
 
     model: UserPathOrName = Field(
         "tiny",

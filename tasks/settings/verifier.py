@@ -11,11 +11,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlep.tasks.settings.strict import SETTINGS
+
 
 class VerifierConfig(BaseModel):
     """How answers are extracted and compared, and the hard limits every answer is checked under."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(**SETTINGS, frozen=True)
 
     timeout_seconds: float = Field(
         default=5.0,
