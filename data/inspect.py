@@ -268,9 +268,10 @@ def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
         return "file", [path], None
     if not path.exists():
         raise StoreError(f"{path}: no such file or directory")
-    if TrainRunLayout(path).config.is_file():  # `rlep train` calls it a run directory too
+    training = TrainRunLayout(path)
+    if training.config.is_file():  # `rlep train` calls it a run directory too
         raise StoreError(
-            f"{str(path)!r} is a training run: `rlep inspect {TrainRunLayout(path).fresh}` reads the answers it "
+            f"{str(path)!r} is a training run: `rlep inspect {training.fresh}` reads the answers it "
             "sampled and the replayed ones it trained on (column origin)"
         )
     raise StoreError(

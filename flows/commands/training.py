@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rlep.data.run_layout import EvalRunLayout, TrainRunLayout
 from rlep.flows.commands.common import UserError, check_inputs, check_pool, config_from_args
+from rlep.flows.options import flag_overrides
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def run_train(args: argparse.Namespace) -> int:
                 f"--resume {args.resume} continues with the run's saved settings; --config {args.config} is not read "
                 "with it (flags still change settings)"
             )
-        out = vars(args).get("cfg:out")
+        out = flag_overrides(args).get("out")
         if out is not None and Path(out).resolve() != args.resume.resolve():  # it would be silently overridden
             raise UserError(
                 f"--resume {args.resume} continues that run in its own directory; --out {out} cannot move it (a run "
