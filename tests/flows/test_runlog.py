@@ -18,6 +18,9 @@ with run_log(run_dir):
     warnings.warn("vllm FutureWarning noise", FutureWarning)
     sys.stderr.write("Loading safetensors checkpoint shards: 100%|##########|\n")  # a tqdm bar
     print("warning: ours, shown", file=sys.stderr)
+    # as Prefect's console handler writes records in a run through Prefect: ours shown, a library's not
+    print("11:22:34.082 | WARNING | rlep.tasks.training.loop.prompts - warning: ours through Prefect", file=sys.stderr)
+    print("11:22:34.083 | WARNING | vllm.config - warning: a library's, through Prefect", file=sys.stderr)
 print("ours: done")
 """
 NOISE = [
@@ -27,6 +30,7 @@ NOISE = [
     "child stderr noise",
     "FutureWarning noise",
     "Loading safetensors",
+    "a library's, through Prefect",
 ]
 
 
@@ -38,6 +42,7 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
     assert [n for n in NOISE if n in terminal] == []
     assert "ours: progress 1/2" in done.stdout and "ours: done" in done.stdout
     assert "warning: ours, shown" in done.stderr
+    assert "\nwarning: ours through Prefect\n" in done.stderr  # the message alone, as without Prefect
     log = (run_dir / "rlep.log").read_text()
     assert [n for n in NOISE if n not in log] == [] and "warning: ours, shown" in log
 
