@@ -3,12 +3,15 @@ resumable)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
 from rlep.data.problem import Problem, render_prompt
 from rlep.data.prompt_length import fitting_problems
 from rlep.tasks.engines import context_limit
+
+log = logging.getLogger(__name__)
 
 
 def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = None, model: Any = None) -> list[Problem]:
@@ -29,11 +32,20 @@ def fitting(problems: list[Problem], config: Any, tokenizer: Any, chat: Any = No
 
 
 class PromptSampler:
-    """Draws problems without replacement within an epoch, reshuffling at each epoch; seeded."""
+    """Draws problems without replacement within an epoch, reshuffling at each epoch; seeded. A step that asks for
+    more prompts than there are problems (`per_step`) draws some twice: it is said once, at the start."""
 
-    def __init__(self, problems: list[Problem], seed: int) -> None:
+    def __init__(self, problems: list[Problem], seed: int, per_step: int | None = None) -> None:
         if not problems:
             raise ValueError("no training problems")
+        if per_step is not None and per_step > len(problems):
+            log.warning(
+                "warning: prompts_per_step %d is more than the %d training problems (those whose prompts fit): every step "
+                "draws some problems more than once (about %.1f times each); lower prompts_per_step or add problems",
+                per_step,
+                len(problems),
+                per_step / len(problems),
+            )
         self.problems = problems
         self.rng = random.Random(seed)
         self.order: list[int] = []

@@ -128,7 +128,7 @@ class Trainer:
             problems={(p.data_source, p.id): p for p in self.problems},
             policy=self._mean_entropies,
         )
-        self.sampler = PromptSampler(self.problems, seed=config.seed)
+        self.sampler = PromptSampler(self.problems, seed=config.seed, per_step=config.prompts_per_step)
         self.torch_generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
         self.tokens_generated_total = 0
