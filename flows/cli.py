@@ -10,6 +10,8 @@ and `main`; the commands' flags and bodies are in rlep.flows.commands, one modul
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import os
 import sys
@@ -155,8 +157,9 @@ def _run_dir(args: argparse.Namespace) -> Path | None:
         except (OSError, yaml.YAMLError, AttributeError):
             return None
         return Path(out) if out else None
-    try:
-        return config_from_args(_config_commands()[args.command][0], args).out
+    try:  # what building the settings says (a `warning:`) is said when the command builds them
+        with contextlib.redirect_stderr(io.StringIO()):
+            return config_from_args(_config_commands()[args.command][0], args).out
     except (ConfigError, ValueError):
         return None
 

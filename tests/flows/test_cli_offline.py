@@ -181,6 +181,19 @@ def test_a_bad_source_fails_before_the_tiny_model_is_built(tmp_path, command, so
     assert time.monotonic() - started < 60  # seconds (imports on shared cores), where the build takes minutes
 
 
+def test_a_pipeline_setting_its_file_gives_in_vain_is_said_once_before_the_run_is_refused(tmp_path):
+    # `train.out` is each arm's directory under `out`: the file's own is not used, and the command says so once (the
+    # settings are built twice, the first time only to know where the run's log goes)
+    (tmp_path / "p.yaml").write_text("out: runs/p\ntrain: {out: runs/mine, problems: {source: missing.parquet}}\n")
+    done = _rlep(["pipeline", "--config", "p.yaml", "--no-prefect"], _env(tmp_path), tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "warning: p.yaml: train.out 'runs/mine' is not used: the command sets it for each run",
+        "rlep pipeline: error: train.problems (run baseline/seed-0): missing.parquet: no such file",
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("loading", ["rlep.flows.commands", "rlep.data.sources"], ids=["script", "parser"])
 @pytest.mark.parametrize("converted", [False, True], ids=["interrupt", "converted"])
 def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_code_130(tmp_path, loading, converted):

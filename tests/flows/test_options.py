@@ -1,9 +1,11 @@
 """YAML + flag configuration: one source of settings, one clear message per bad field."""
 
 import argparse
+from pathlib import Path
 from typing import Literal
 
 import pytest
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.flows.options import ConfigError, add_model_flags, build_config, dump_yaml, flag_overrides
@@ -303,6 +305,27 @@ def test_a_full_dump_of_the_settings_loads_back(tmp_path):
         before[section] = every | {k: v for k, v in before[section].items() if k != "kind"}
     path.write_text(json.dumps(before))
     assert build_config(TrainConfig, path) == file_run
+
+
+def test_a_setting_the_pipeline_sets_per_run_given_in_its_file_is_said_to_be_unused(tmp_path, capsys):
+    from rlep.tasks.settings.pipeline import PipelineConfig
+
+    path = tmp_path / "p.yaml"
+    path.write_text("out: runs/p\ntrain: {out: runs/mine, steps: 1}\ncollect: {out: runs/p/collect}\n")
+    config = build_config(PipelineConfig, path)
+    assert config.collect.out == Path("runs/p/collect") and config.train.steps == 1
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"warning: {path}: train.out 'runs/mine' is not used: the command sets it for each run"]
+    # the collection's own directory is said once the run goes elsewhere (--out)
+    build_config(PipelineConfig, path, {"out": "runs/q"})
+    assert f"warning: {path}: collect.out 'runs/p/collect' is not used" in capsys.readouterr().err
+    # a dump of the settings (every field, at its default or at what the pipeline set) passes unsaid: show-config's
+    # with out changed, and a run's as it was saved
+    path.write_text(yaml.safe_dump(PipelineConfig().model_dump(mode="json") | {"out": "runs/next"}))
+    assert build_config(PipelineConfig, path).collect.out == Path("runs/next/collect")
+    path.write_text(yaml.safe_dump(PipelineConfig(out=Path("runs/earlier")).model_dump(mode="json")))
+    assert build_config(PipelineConfig, path).collect.out == Path("runs/earlier/collect")
+    assert capsys.readouterr().err == ""
 
 
 def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_path):
