@@ -40,8 +40,9 @@ class PromptSampler:
             raise ValueError("no training problems")
         if per_step is not None and per_step > len(problems):
             log.warning(
-                "warning: prompts_per_step %d is more than the %d training problems (those whose prompts fit): every step "
-                "draws some problems more than once (about %.1f times each); lower prompts_per_step or add problems",
+                "warning: prompts_per_step %d is more than the %d training problems (those whose prompts fit): "
+                "every step draws some problems more than once (about %.1f times each); lower prompts_per_step or "
+                "add problems",
                 per_step,
                 len(problems),
                 per_step / len(problems),
