@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
+from rlep.data.columns import MISSING, cell
 from rlep.tasks.settings.layering import (
     booleans_for_numbers,
     format_validation_error,
@@ -431,33 +432,27 @@ def build_config(model: type[M], config_file: Path | None = None, overrides: dic
     refused = booleans_for_numbers(config, user) + refused_choices(config, user, defaults, explicit=flags)
     if refused:
         raise ConfigError(origin + "invalid configuration: " + "; ".join(refused))
-    for path, given in _set_per_run_given(model, adapter, config, data, user, defaults):
+    for path, given in _set_per_run_given(model, adapter, data, user, defaults):
         print(f"warning: {origin}{path} {given!r} is not used: the command sets it for each run", file=sys.stderr)
     return config
 
 
 def _set_per_run_given(
-    model: Any, adapter: TypeAdapter, config: Any, data: dict[str, Any], user: dict[str, Any], defaults: dict[str, Any]
+    model: Any, adapter: TypeAdapter, data: dict[str, Any], user: dict[str, Any], defaults: dict[str, Any]
 ) -> list[tuple[str, Any]]:
     """The settings of the model's `SET_PER_RUN` (a pipeline's `train.out`) that the YAML or a flag gives a value of its
     own, with that value: the command sets them for each run, so it is not used. The value the settings have without
     them (`collect.out` follows `out`) or the default (a dump of the settings, `show-config`'s) passes unsaid."""
-
-    def at(settings: Any, path: str) -> Any:
-        for key in path.split("."):
-            settings = settings.get(key) if isinstance(settings, dict) else None
-        return settings
-
-    given = {path: at(user, path) for path in sorted(getattr(model, "SET_PER_RUN", ()))}
-    given = {path: value for path, value in given.items() if value is not None}
+    given = {path: cell(user, path) for path in sorted(getattr(model, "SET_PER_RUN", ()))}
+    given = {path: value for path, value in given.items() if value is not MISSING}
     if not given:
         return []
     without = copy.deepcopy(user)
     for path in given:
         *parents, leaf = path.split(".")
-        at(without, ".".join(parents)).pop(leaf)
+        cell(without, ".".join(parents)).pop(leaf)
     resolved = adapter.dump_python(adapter.validate_python(merge_settings(data, without, model)), mode="json")
-    return [(p, v) for p, v in given.items() if str(v) not in (str(at(resolved, p)), str(at(defaults, p)))]
+    return [(p, v) for p, v in given.items() if str(v) not in (str(cell(resolved, p)), str(cell(defaults, p)))]
 
 
 def _blamed(problems: list[str], model: Any, config_file: Path, overrides: dict[str, Any]) -> str:
