@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -132,6 +132,13 @@ class StudyConfig(BaseModel):
 
     model_config = SETTINGS
 
+    # What the study sets for each of its runs: every run's seed (from `seeds`) and directory (under `out`), and the
+    # model a pool is collected from (each seed's exploration checkpoint). A value of its own there is not used, and
+    # `rlep study` says so; `collect.model` follows `train.model`, the model the exploration starts from.
+    SET_PER_RUN: ClassVar[frozenset[str]] = frozenset(
+        {"collect.model", "collect.out", "collect.seed", "train.out", "train.seed"}
+    )
+
     out: UserPath = Field(
         Path("runs/study"),
         description="Directory of the study: runs/, collect/, study.parquet, summary.parquet, report.md.",
@@ -141,8 +148,8 @@ class StudyConfig(BaseModel):
     )
     collect: CollectConfig = Field(
         default_factory=CollectConfig,
-        description="Collection settings of RLEP's pools (model and out are set per seed: the exploration's "
-        "checkpoint).",
+        description="Collection settings of RLEP's pools (model, seed and out are set per seed: the pool is "
+        "collected from the seed's exploration checkpoint).",
     )
     train: TrainConfig = Field(
         default_factory=TrainConfig,
@@ -193,6 +200,8 @@ class StudyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> StudyConfig:
+        if self.collect.model == CollectConfig.model_fields["model"].default:  # unset: its pool comes from a
+            self.collect = self.collect.model_copy(update={"model": self.train.model})  # checkpoint of this model
         for arm in self.arms:  # an arm's name is a run key (`ARM/seed-N`) and a directory of the study
             if not ARM_NAME.fullmatch(arm):
                 raise ValueError(

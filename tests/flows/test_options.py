@@ -328,6 +328,32 @@ def test_a_setting_the_pipeline_sets_per_run_given_in_its_file_is_said_to_be_unu
     assert capsys.readouterr().err == ""
 
 
+def test_a_setting_the_study_sets_per_run_given_in_its_file_is_said_to_be_unused(tmp_path, capsys):
+    # Each seed's pool is collected from its exploration's checkpoint, and every run gets its seed and directory from
+    # the study: a model, seed or directory of the file's own there is said to be unused, once each.
+    from rlep.tasks.settings.study import StudyConfig
+
+    path = tmp_path / "s.yaml"
+    path.write_text("collect: {model: smollm2, seed: 3}\ntrain: {out: runs/mine, steps: 2}\n")
+    config = build_config(StudyConfig, path)
+    assert config.collect.model == "smollm2" and config.train.steps == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {path}: {setting} is not used: the command sets it for each run"
+        for setting in ("collect.model 'smollm2'", "collect.seed 3", "train.out 'runs/mine'")
+    ]
+    # The collection's model follows the training model, the one its exploration starts from: the shipped
+    # real-model studies name the same model in both, and pass unsaid; so do show-config's dump and a study's own.
+    path.write_text("collect: {model: smollm2}\ntrain: {model: smollm2}\n")
+    assert build_config(StudyConfig, path).collect.model == "smollm2"
+    path.write_text("train: {model: tiny-worked}\n")
+    assert build_config(StudyConfig, path).collect.model == "tiny-worked"
+    path.write_text(yaml.safe_dump(StudyConfig().model_dump(mode="json") | {"out": "runs/next"}))
+    build_config(StudyConfig, path)
+    path.write_text(yaml.safe_dump(StudyConfig(train={"model": "smollm2"}).model_dump(mode="json")))
+    assert build_config(StudyConfig, path).collect.model == "smollm2"
+    assert capsys.readouterr().err == ""
+
+
 def test_settings_saved_before_sources_had_a_kind_load_as_the_same_settings(tmp_path):
     # A run's train_config.json as this release wrote it up to issue 36 (the sources without `kind`, read from
     # `source`): `--resume` (build_config) and a study's check of finished runs (model_validate_json) read it
