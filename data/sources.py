@@ -110,8 +110,9 @@ def check_source(config: ProblemSourceConfig, setting: str) -> None:
         raise ProblemSourceError(f"{setting}: {err}") from None
 
 
-def load_source(config: ProblemSourceConfig) -> SourceLoad:
-    """`load_problems` with the counts: rows read, rows skipped per reason (logged as a warning too)."""
+def load_source(config: ProblemSourceConfig, warn: bool = True) -> SourceLoad:
+    """`load_problems` with the counts: rows read, rows skipped per reason (logged as a warning too, unless `warn`
+    is off: a caller that reports the summary itself)."""
     if isinstance(config, TinyMathSource):
         size = config.limit if config.limit is not None else config.tiny_math_size
         try:
@@ -133,7 +134,7 @@ def load_source(config: ProblemSourceConfig) -> SourceLoad:
             )
         rows, origin, default_family = file_rows(path), str(path), path.stem
     loaded = _to_problems(rows, origin, default_family, config, local=isinstance(config, FileSource))
-    if loaded.skipped:
+    if loaded.skipped and warn:
         log.warning("warning: %s: %s", origin, loaded.summary())
     return loaded
 

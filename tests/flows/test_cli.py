@@ -100,6 +100,18 @@ def test_problems_command_writes_jsonl_and_parquet(tmp_path):
     assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 5
 
 
+def test_problems_command_says_the_rows_it_skipped_once(tmp_path, capsys, caplog):
+    source = tmp_path / "some.jsonl"
+    source.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "", "answer": "3"}\n')
+    out = tmp_path / "p.jsonl"
+    assert main(["problems", "--source", str(source), "--invalid-rows", "skip", "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    logged = [record.getMessage() for record in caplog.records]
+    assert said.out.startswith(f"wrote 1 problems to {out} ({source}: 2 rows")
+    assert "skipped 1 without a usable problem or answer (empty problem: 1)" in said.out
+    assert (said.out + said.err + "".join(logged)).count("skipped 1") == 1
+
+
 def test_the_readmes_problems_command_runs_as_written(tmp_path, capsys):
     """The commands table's `rlep problems` row, with and without each optional part, on tiny-math and on a file
     without a split column (which it says refuses `--split`)."""
