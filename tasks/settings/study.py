@@ -199,9 +199,14 @@ class StudyConfig(BaseModel):
         return merge_settings(self.train.model_dump(mode="json"), self.arms[arm], TrainConfig)
 
     @model_validator(mode="after")
+    def _wire(self) -> StudyConfig:
+        """`collect.model` left at its default follows `train.model`: a pool comes from a checkpoint of it."""
+        if self.collect.model == CollectConfig.model_fields["model"].default:
+            self.collect = self.collect.model_copy(update={"model": self.train.model})
+        return self
+
+    @model_validator(mode="after")
     def _check(self) -> StudyConfig:
-        if self.collect.model == CollectConfig.model_fields["model"].default:  # unset: its pool comes from a
-            self.collect = self.collect.model_copy(update={"model": self.train.model})  # checkpoint of this model
         for arm in self.arms:  # an arm's name is a run key (`ARM/seed-N`) and a directory of the study
             if not ARM_NAME.fullmatch(arm):
                 raise ValueError(
