@@ -1,14 +1,15 @@
 """Quiet terminal, full log: what a run's libraries print goes to the run's log file, not the terminal.
 
-vLLM, torch and transformers print from Python (warnings, loggers, tqdm bars on stderr) and from C++ and
-child processes (NUMA binding lines, "Triton is installed"), which Python cannot filter. So while a run
-command works, file descriptors 1 and 2 point at a log file: everything written to them, by any code or
-child process, lands there. Python's `sys.stdout` is a copy of the terminal, so our own prints and progress
-bars (rich, on stdout) still show; `sys.stderr` goes to the log, and of it only our own `warning:` lines
-are also shown on the terminal. The log lives in a temporary file until the run ends and is then added to
-RUN_DIR/rlep.log, so a run refused on bad input creates nothing; when RUN_DIR exists already (a resumed run,
-a long study's next session) the lines go straight to its rlep.log, so a run killed midway keeps them (the
-temporary log of a run killed before it made its directory is removed by the next run).
+vLLM, torch and transformers print from Python (warnings, loggers, tqdm bars on stderr) and from C++ and child
+processes (NUMA binding lines, "Triton is installed"), which Python cannot filter. So while a run command works,
+file descriptors 1 and 2 point at a log file: everything written to them, by any code or child process, lands there.
+Python's `sys.stdout` is a copy of the terminal, so our own prints and progress bars (rich, on stdout) still show;
+`sys.stderr` goes to the log, and of it only our own `warning:` lines are also shown on the terminal, as are the
+`warning: ` records of the `rlep` loggers, by their message, whatever format and stream the logging configuration
+gives them (Prefect's console, a user's own). The log lives in a temporary file until the run ends and is then added
+to RUN_DIR/rlep.log, so a run refused on bad input creates nothing; when RUN_DIR exists already (a resumed run, a
+long study's next session) the lines go straight to its rlep.log, so a run killed midway keeps them (the temporary
+log of a run killed before it made its directory is removed by the next run).
 `rlep --verbose` skips all of this.
 
 Our own progress lines (training steps, evaluations, shards) are records of the `rlep` loggers.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,9 +35,7 @@ LOG_FILE = "rlep.log"
 TMP_PREFIX = "rlep-run-"  # temporary log of a run without its directory yet: rlep-run-PID-XXXX.log
 RLEP_LOGGER = "rlep"  # parent of the loggers whose records are progress lines for the user (rlep.train, ...)
 OUR_LINES = ("warning:", "  warning:")  # stderr lines of ours that the terminal shows as well
-# ... and our `warning:` records as Prefect's console handler writes them in a run through Prefect
-# ("12:00:00.123 | WARNING | rlep.x - warning: ..."): the terminal shows their message
-PREFECT_LINE = re.compile(r"^[\d:.]+ \| WARNING +\| rlep(?:\.[\w.]+)? - (warning: .*)$")
+WARNING_RECORD = "warning: "  # how the message of a record of the `rlep` loggers for the user begins
 
 
 class _Tee(io.TextIOBase):
@@ -46,6 +44,7 @@ class _Tee(io.TextIOBase):
     def __init__(self, log: io.TextIOBase, terminal: io.TextIOBase) -> None:
         self.log, self.terminal, self.pending = log, terminal, ""
         self.released = False
+        self.echo: str | None = None  # a warning record just shown (_OurWarnings): a handler's plain copy is not
 
     def release(self) -> None:
         """End of the run: later writes go to whatever sys.stderr is then. Handlers that kept this stream
@@ -66,11 +65,16 @@ class _Tee(io.TextIOBase):
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            if line.startswith(OUR_LINES):
+            echo, self.echo = self.echo, None
+            if line.startswith(OUR_LINES) and line != echo:
                 self.terminal.write(line + "\n")
-            elif prefect := PREFECT_LINE.match(line):
-                self.terminal.write(prefect.group(1) + "\n")
         return len(text)
+
+    def show(self, message: str) -> None:
+        """A warning record's message on the terminal. The root's handlers write the record next: a handler whose
+        format is the message alone makes the next line the same, which is not shown again."""
+        self.terminal.write(message + "\n")
+        self.echo = message
 
     def flush(self) -> None:
         if self.released:
@@ -84,6 +88,35 @@ class _Tee(io.TextIOBase):
 
     def fileno(self) -> int:
         return self._after().fileno() if self.released else self.log.fileno()
+
+
+class _OurWarnings(logging.Handler):
+    """During a run, on the `rlep` logger: each record whose message begins with `warning: ` is shown on the terminal
+    by its message alone, whatever format the root's handlers give it (Prefect's console in a run through Prefect,
+    or a user's own logging configuration) and wherever they write it (their stream may be the log's descriptor).
+    A record no other handler takes is written into the run's stderr as logging's last resort would have (the log,
+    and the terminal for a warning)."""
+
+    def __init__(self, tee: _Tee) -> None:
+        super().__init__(logging.WARNING)
+        self.tee = tee
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not _other_handlers(record, self):
+            self.tee.write(self.format(record) + "\n")  # the last resort's format: the message (and a traceback)
+        elif (message := record.getMessage()).startswith(WARNING_RECORD):
+            self.tee.show(message)
+
+
+def _other_handlers(record: logging.LogRecord, mine: logging.Handler) -> bool:
+    """Is there a handler besides `mine` on `record`'s way up (the walk `Logger.callHandlers` makes: with none,
+    logging would have used its last resort)?"""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(h is not mine for h in logger.handlers):
+            return True
+        logger = logger.parent if logger.propagate else None
+    return False
 
 
 @contextmanager
@@ -109,9 +142,12 @@ def run_log(run_dir: Path | str | None) -> Iterator[Path | None]:
     os.dup2(fd, 2)
     tee = _Tee(log, terminal_err)
     sys.stdout, sys.stderr = terminal_out, tee
+    warnings_shown = _OurWarnings(tee)
+    logging.getLogger(RLEP_LOGGER).addHandler(warnings_shown)
     try:
         yield final
     finally:
+        logging.getLogger(RLEP_LOGGER).removeHandler(warnings_shown)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

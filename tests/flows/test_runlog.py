@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 NOISY_RUN = r"""
 import os, subprocess, sys, warnings
 from rlep.flows.runlog import run_log
@@ -18,9 +20,13 @@ with run_log(run_dir):
     warnings.warn("vllm FutureWarning noise", FutureWarning)
     sys.stderr.write("Loading safetensors checkpoint shards: 100%|##########|\n")  # a tqdm bar
     print("warning: ours, shown", file=sys.stderr)
-    # as Prefect's console handler writes records in a run through Prefect: ours shown, a library's not
-    print("11:22:34.082 | WARNING | rlep.tasks.training.loop.prompts - warning: ours through Prefect", file=sys.stderr)
-    print("11:22:34.083 | WARNING | vllm.config - warning: a library's, through Prefect", file=sys.stderr)
+    # Prefect's logging, set up inside the run as in a flow run (its console handler binds the run's stderr),
+    # writes records in its own format: ours shown by their message, a library's not
+    from prefect.logging.configuration import setup_logging
+    setup_logging(incremental=False)
+    import logging
+    logging.getLogger("rlep.tasks.training.loop.prompts").warning("warning: ours through Prefect")
+    logging.getLogger("vllm.config").warning("warning: a library's, through Prefect")
 print("ours: done")
 """
 NOISE = [
@@ -45,6 +51,38 @@ def test_noise_goes_to_the_log_and_our_lines_to_the_terminal(tmp_path):
     assert "\nwarning: ours through Prefect\n" in done.stderr  # the message alone, as without Prefect
     log = (run_dir / "rlep.log").read_text()
     assert [n for n in NOISE if n not in log] == [] and "warning: ours, shown" in log
+    assert "WARNING | rlep.tasks.training.loop.prompts - warning: ours through Prefect" in log  # Prefect's own line
+
+
+# A record of ours however the root's handlers write it: one line on the terminal (its message), and in the log.
+OWN_LOGGING = {
+    "no handler": "",  # logging's last resort: the message into the run's stderr
+    "json lines": "h = logging.StreamHandler(sys.stderr); "
+    'h.setFormatter(logging.Formatter(\'{"level": "%(levelname)s", "msg": "%(message)s"}\')); '
+    "logging.getLogger().addHandler(h)",
+    "message alone": "h = logging.StreamHandler(sys.stderr); logging.getLogger().addHandler(h)",
+    "to the descriptor": "h = logging.StreamHandler(open(2, 'w', closefd=False)); "
+    "h.setFormatter(logging.Formatter('%(name)s: %(message)s')); logging.getLogger().addHandler(h)",
+}
+
+
+@pytest.mark.parametrize("setup", OWN_LOGGING.values(), ids=OWN_LOGGING.keys())
+def test_a_warning_record_of_ours_reaches_the_terminal_once_whatever_the_logging_format(tmp_path, setup):
+    run_dir = tmp_path / "run"
+    code = (
+        "import logging, os, sys\nfrom rlep.flows.runlog import run_log\n"
+        f"with run_log({str(run_dir)!r}):\n"
+        "    os.makedirs(sys.argv[1], exist_ok=True)\n"
+        f"    {setup or 'pass'}\n"
+        "    logging.getLogger('rlep.tasks.collect').warning('warning: 3 rows skipped')\n"
+        "    logging.getLogger('rlep.tasks.collect').warning('not for the terminal')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr.splitlines() == ["warning: 3 rows skipped"]
+    log = (run_dir / "rlep.log").read_text()
+    assert "warning: 3 rows skipped" in log and "not for the terminal" in log
 
 
 def _in_run_log(run_dir, *body: str, tmpdir=None) -> subprocess.CompletedProcess:
