@@ -103,9 +103,10 @@ def load_problems(config: ProblemSourceConfig) -> list[Problem]:
 
 def check_source(config: ProblemSourceConfig, setting: str) -> None:
     """`load_problems(config)` as a check before a long step: its error names the `setting` that gave the source
-    (`evaluate.problems: tiny-math: unknown split ...`; a pipeline has four sections of problems)."""
+    (`evaluate.problems: tiny-math: unknown split ...`; a pipeline has four sections of problems). Silent on rows
+    it skips: the step's own reading says so, once."""
     try:
-        load_source(config)
+        load_source(config, warn=False)
     except ProblemSourceError as err:
         raise ProblemSourceError(f"{setting}: {err}") from None
 

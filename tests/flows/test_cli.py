@@ -112,6 +112,17 @@ def test_problems_command_says_the_rows_it_skipped_once(tmp_path, capsys, caplog
     assert (said.out + said.err + "".join(logged)).count("skipped 1") == 1
 
 
+def test_a_run_says_the_rows_its_source_skipped_once(fixture_model, tmp_path):
+    """The inputs' check before the model loads reads the source too: only the run's own reading says what it
+    skipped (the terminal showed the line twice, with Prefect and without)."""
+    source = tmp_path / "some.jsonl"
+    source.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "", "answer": "3"}\n')
+    run = ("--source", str(source), "--invalid-rows", "skip", "--engine", "transformers", "--max-tokens", "4")
+    done = _run("eval", "--no-prefect", "--model", fixture_model, *run, "--out", str(tmp_path / "eval"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("skipped 1 without a usable problem or answer (empty problem: 1)") == 1, done.stderr
+
+
 def test_the_readmes_problems_command_runs_as_written(tmp_path, capsys):
     """The commands table's `rlep problems` row, with and without each optional part, on tiny-math and on a file
     without a split column (which it says refuses `--split`)."""
