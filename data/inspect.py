@@ -26,14 +26,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from rlep.data.metrics import ALL_SOURCES, pass_at_k
-from rlep.data.run_layout import CollectRunLayout, TrainRunLayout
+from rlep.data.run_layout import CollectRunLayout, EvalRunLayout, TrainRunLayout
 from rlep.data.store import SHARD_PATTERN, ExperienceStore, StoreError, count_problems, read_trajectory_files
-from rlep.data.trajectory import PROBLEM_KEY
+from rlep.data.trajectory import PROBLEM_KEY, check_columns
 
 # A plain number once normalised: an integer, a decimal, a fraction a/b or \frac{a}{b}, with a sign.
 _LITERAL = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d+\s*/\s*\d+|\\[dt]?frac\{\d+\}\{\d+\})$")
@@ -256,6 +257,16 @@ def render(summary: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+# What inspect reads, said when it is given one of our outputs that holds no trajectories.
+READS = "`rlep inspect` reads trajectories: a collection run, a training run's fresh/, a pool or a pool store"
+# Those outputs, by file name, named when a file so named is not a trajectory table (rather than its columns).
+OTHER_TABLES = {
+    EvalRunLayout(Path()).eval.name: "an evaluation's scores (avg@k, pass@k and maj@k, by step)",
+    EvalRunLayout(Path()).samples.name: "an evaluation's answers with their verdicts",
+    TrainRunLayout(Path()).metrics.name: "a training run's metrics, a row per step",
+}
+
+
 def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
     if path.is_dir() and CollectRunLayout(path).trajectories.is_dir():
         store = ExperienceStore(path)
@@ -265,6 +276,7 @@ def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
         if shards:
             return "trajectories", shards, None
     if path.is_file() and path.suffix == ".parquet":
+        _refuse_other_tables(path)
         return "file", [path], None
     if not path.exists():
         raise StoreError(f"{path}: no such file or directory")
@@ -274,10 +286,30 @@ def _resolve(path: Path) -> tuple[str, list[Path], ExperienceStore | None]:
             f"{str(path)!r} is a training run: `rlep inspect {training.fresh}` reads the answers it "
             "sampled and the replayed ones it trained on (column origin)"
         )
+    evaluation = EvalRunLayout(path)
+    if evaluation.eval.is_file():
+        raise StoreError(
+            f"{str(path)!r} is an evaluation run: {evaluation.eval} holds its scores and {evaluation.samples} its "
+            f"answers (`rlep eval` printed the scores as it ended); {READS}"
+        )
     raise StoreError(
         f"{str(path)!r} is not a run directory (with trajectories/), a trajectories directory "
         "(with part-*.parquet files) or a .parquet file"
     )
+
+
+def _refuse_other_tables(path: Path) -> None:
+    """One of our outputs that holds no trajectories (by its name, once its columns say it is not a trajectory
+    table) is named for what it is."""
+    what = OTHER_TABLES.get(path.name)
+    if what is None:
+        return
+    try:
+        check_columns(pq.read_schema(path).names, str(path))
+    except ValueError:
+        raise StoreError(f"{path}: {what}, not trajectories; {READS}") from None
+    except (OSError, pa.ArrowInvalid):
+        return  # unreadable: the reader says so
 
 
 def _accuracy_row(source: str, groups: list[tuple[int, int]], ks: list[int]) -> dict[str, Any]:

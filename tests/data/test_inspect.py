@@ -1,4 +1,5 @@
 import json
+import re
 from datetime import datetime, timezone
 from fractions import Fraction
 
@@ -264,3 +265,36 @@ def test_answers_accepted_without_being_a_number_are_counted_and_shown_first(tmp
 def test_a_plain_numbers_value_is_read_exactly(text, value):
     """What the answer check compares a plain number by: the verifier's exact reading of the normalised text."""
     assert exact_value(normalize_answer(text).text) == value
+
+
+def test_an_evaluation_run_and_our_other_tables_are_named_for_what_they_are(fixture_model, tmp_path, train_here):
+    """`rlep inspect` on what `rlep eval` and `rlep train` write besides trajectories: one line saying what it is and
+    what inspect reads (it listed two dozen missing columns); a trajectory table so named is still read."""
+    from rlep.tasks.evaluate import evaluate
+    from rlep.tasks.settings.evaluate import EvalConfig
+
+    reads = "`rlep inspect` reads trajectories: a collection run, a training run's fresh/, a pool or a pool store"
+    evaluation = tmp_path / "eval"
+    settings = {"source": "tiny-math", "split": "test", "limit": 2}
+    config = {
+        "model": fixture_model,
+        "out": str(evaluation),
+        "problems": settings,
+        "engine": {"backend": "transformers"},
+    }
+    evaluate(EvalConfig.model_validate({**config, "sampling": {"max_tokens": 4}}), progress=False)
+    with pytest.raises(ValueError, match=f"^'{evaluation}' is an evaluation run: {evaluation / 'eval.parquet'} holds"):
+        summarize(evaluation)
+    for name, what in (("eval.parquet", "an evaluation's scores"), ("eval_samples.parquet", "an evaluation's answers")):
+        with pytest.raises(ValueError, match=f"^{evaluation / name}: {what}.*, not trajectories; {re.escape(reads)}$"):
+            summarize(evaluation / name)
+
+    run = tmp_path / "train"
+    flags = "--engine transformers --steps 1 --prompts-per-step 1 --samples-per-prompt 2 --max-tokens 4 --eval-every 1"
+    train_here(f"--model {fixture_model} {flags} --problems-limit 2 --eval-problems-limit 2 --out {run}".split())
+    for name, what in (("metrics.parquet", "a training run's metrics"), ("eval.parquet", "an evaluation's scores")):
+        with pytest.raises(ValueError, match=f"^{run / name}: {what}"):
+            summarize(run / name)
+    named = tmp_path / "eval.parquet"  # a trajectory table of the user's, under one of those names
+    named.write_bytes(next((run / "fresh").glob("part-*.parquet")).read_bytes())
+    assert summarize(named)["samples"] == 2
