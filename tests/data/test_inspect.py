@@ -281,8 +281,9 @@ def test_an_evaluation_run_and_our_other_tables_are_named_for_what_they_are(fixt
         "out": str(evaluation),
         "problems": settings,
         "engine": {"backend": "transformers"},
+        "sampling": {"max_tokens": 4},
     }
-    evaluate(EvalConfig.model_validate({**config, "sampling": {"max_tokens": 4}}), progress=False)
+    evaluate(EvalConfig.model_validate(config), progress=False)
     with pytest.raises(ValueError, match=f"^'{evaluation}' is an evaluation run: {evaluation / 'eval.parquet'} holds"):
         summarize(evaluation)
     for name, what in (("eval.parquet", "an evaluation's scores"), ("eval_samples.parquet", "an evaluation's answers")):
