@@ -44,6 +44,9 @@ class _Parser(argparse.ArgumentParser):
     for `rlep train`), which hides the line that says what was wrong. Subcommands inherit it."""
 
     def error(self, message: str):
+        ambiguous = "ambiguous option: "  # argparse's words for a prefix of several flags: `collect --problems`
+        if message.startswith(ambiguous) and (section := _section_flags(self, message[len(ambiguous) :].split()[0])):
+            message = section
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` shows its usage)\n")
 
 
@@ -186,11 +189,34 @@ def _close_flags(command: argparse.ArgumentParser, unknown: list[str]) -> str:
     flags = [f for f in command._option_string_actions if f.startswith("--")]
     hints: list[str] = []
     for word in (u.split("=", 1)[0] for u in unknown if u.startswith("--")):
+        if section := _section_flags(command, word):
+            return f"; {section}"
         # a flag whose words end it, or that ends its words (`eval --problems-limit`: eval's is `--limit`)
         ending = [f for f in flags if f.endswith("-" + word[2:]) or word.endswith("-" + f[2:])]
         hints += ending + difflib.get_close_matches(word, flags, n=3, cutoff=0.8)
     hints = list(dict.fromkeys(hints))  # each once, in the order found
     return f"; did you mean {' or '.join(hints)}?" if hints else ""
+
+
+def _section_flags(command: argparse.ArgumentParser, word: str) -> str:
+    """'--problems is not a flag but a section of the settings: its flags are --source, ...' for a flag whose words
+    name a section of the command's settings (a YAML's `problems:`), its flags in `--help`'s order; empty when they
+    name none. A user who reads a configuration file types its section (`rlep collect --problems FILE`)."""
+    word = word.split("=", 1)[0]
+    name = word.removeprefix("--").replace("-", "_")
+    sections: dict[str, list[str]] = {}
+    for action in command._actions:
+        path = action.dest.removeprefix("cfg:").split(".")
+        if action.dest.startswith("cfg:") and name in path[:-1] and action.help != argparse.SUPPRESS:
+            sections.setdefault(".".join(path[: path.index(name) + 1]), []).append(action.option_strings[0])
+    if len(sections) == 1:
+        (flags,) = sections.values()
+        more = f" and {len(flags) - 4} more" if len(flags) > 4 else ""
+        return f"{word} is not a flag but a section of the settings: its flags are {', '.join(flags[:4])}{more}"
+    if sections:
+        firsts = ", ".join(flags[0] for flags in sections.values())
+        return f"{word} is not a flag but a section of the settings in {len(sections)} places, beginning {firsts}"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:

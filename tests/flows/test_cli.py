@@ -327,6 +327,52 @@ def test_a_flag_the_command_lacks_is_one_line_naming_flags_spelled_alike(capsys,
 
 
 @pytest.mark.parametrize(
+    ("argv", "err"),
+    [
+        (  # argparse took it for an abbreviation of several flags and listed them, none of them the source
+            ["collect", "--problems", "my.jsonl"],
+            "rlep collect: error: --problems is not a flag but a section of the settings: its flags are --source, "
+            "--split, --limit, --problems-seed and 13 more (`rlep collect --help` shows its usage)",
+        ),
+        (
+            ["eval", "--problems=my.jsonl"],
+            "rlep eval: error: --problems is not a flag but a section of the settings: its flags are --source, "
+            "--split, --limit, --problems-seed and 13 more (`rlep eval --help` shows its usage)",
+        ),
+        (
+            ["train", "--eval-problems", "my.jsonl"],
+            "rlep train: error: --eval-problems is not a flag but a section of the settings: its flags are "
+            "--eval-problems-source, --eval-problems-split, --eval-problems-limit, --eval-problems-seed and 13 more "
+            "(`rlep train --help` shows its usage)",
+        ),
+        (  # no flag begins with it: refused as unknown, the hint after
+            ["train", "--loss", "grpo"],
+            "rlep train: error: unrecognized arguments: --loss grpo; --loss is not a flag but a section of the "
+            "settings: its flags are --objective, --clip-low, --clip-high, --dual-clip and 13 more",
+        ),
+        (
+            ["pipeline", "--problems", "my.jsonl"],
+            "rlep pipeline: error: unrecognized arguments: --problems my.jsonl; --problems is not a flag but a section "
+            "of the settings in 3 places, beginning --collect-problems-source, --train-problems-source, "
+            "--evaluate-problems-source",
+        ),
+        (  # not a section: argparse's own list stands
+            ["collect", "--problem", "my.jsonl"],
+            "rlep collect: error: ambiguous option: --problem could match --problems-seed, --problem-column, "
+            "--problems-answer-format (`rlep collect --help` shows its usage)",
+        ),
+    ],
+)
+def test_a_section_typed_as_a_flag_is_named_with_its_flags(capsys, argv, err):
+    # A user who read a configuration file's `problems:` typed `rlep collect --problems FILE` and was told it could
+    # match --problems-seed or --problems-answer-format: not a word of `--source`.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == err + "\n"
+
+
+@pytest.mark.parametrize(
     ("argv", "line"),
     [
         (["train", "--engine", "foo"], "rlep train: error: argument --engine: invalid choice: 'foo'"),
