@@ -21,7 +21,7 @@ from pathlib import Path
 from rlep.flows.commands import benches, pools, serving, sources, studies, training
 from rlep.flows.commands.common import UserError, add_command, config_from_args
 from rlep.flows.interrupts import interrupted, interrupts_noted, typed_name
-from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides
+from rlep.flows.options import ConfigError, add_model_flags, dump_yaml, flag_overrides, setting_of
 
 EXIT_USAGE = 2
 
@@ -206,8 +206,8 @@ def _section_flags(command: argparse.ArgumentParser, word: str) -> str:
     name = word.removeprefix("--").replace("-", "_")
     sections: dict[str, list[str]] = {}
     for action in command._actions:
-        path = action.dest.removeprefix("cfg:").split(".")
-        if action.dest.startswith("cfg:") and name in path[:-1] and action.help != argparse.SUPPRESS:
+        path = (setting_of(action.dest) or "").split(".")
+        if name in path[:-1] and action.help != argparse.SUPPRESS:
             sections.setdefault(".".join(path[: path.index(name) + 1]), []).append(action.option_strings[0])
     if len(sections) == 1:
         (flags,) = sections.values()

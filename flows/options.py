@@ -318,10 +318,17 @@ def _none_or_text(text: str) -> str | None:
     return None if text.strip().lower() in ("none", "null") else text
 
 
+def setting_of(dest: str, namespace: str = "cfg") -> str | None:
+    """The dotted path of the setting a flag's `dest` stands for (`add_model_flags`' `namespace`); None for a flag
+    of no setting."""
+    prefix = f"{namespace}:"
+    return dest[len(prefix) :] if dest.startswith(prefix) else None
+
+
 def flag_overrides(args: argparse.Namespace, namespace: str = "cfg") -> dict[str, Any]:
     """The values given on the command line, as {"dotted.path": value} (of `add_model_flags`' `namespace`)."""
-    prefix = f"{namespace}:"
-    return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix)}
+    given = ((setting_of(k, namespace), v) for k, v in vars(args).items())
+    return {path: v for path, v in given if path is not None}
 
 
 def build_from_flags(model: type[M], args: argparse.Namespace, namespace: str = "cfg") -> M:
