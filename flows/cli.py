@@ -281,4 +281,6 @@ def _name(args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlep.tasks.quick_exit import run_then_exit
+
+    sys.exit(run_then_exit(main))

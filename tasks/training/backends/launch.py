@@ -15,16 +15,18 @@ import subprocess
 import sys
 from contextlib import suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rlep.tasks.training.backends.collectives import DistributedError
-from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
-from rlep.tasks.training.backends.ray_launch import launch_on_ray
-from rlep.tasks.training.loop.steps import TrainResult, train_in_process
+# torch and the backends are imported where they are used: run as a rank's __main__, this module imports nothing
+# that registers an exit handler before `run_then_exit` does (tasks/quick_exit.py).
+if TYPE_CHECKING:
+    from rlep.tasks.training.loop.steps import TrainResult
 
 
 def launch(module: str, arguments: list[str], nproc: int) -> None:
     """Run `python -m module arguments` as `nproc` processes on this node (torchrun --standalone)."""
     from rlep.tasks.runner import module_env
+    from rlep.tasks.training.backends.collectives import DistributedError
 
     command = [
         sys.executable,
@@ -49,6 +51,8 @@ def train_distributed(config, resume: bool = False) -> TrainResult:
     from rlep.data.fs import write_text_atomic
     from rlep.data.run_layout import TrainRunLayout
     from rlep.tasks.training.backends.checkpoint import latest_checkpoint
+    from rlep.tasks.training.backends.ray_launch import launch_on_ray
+    from rlep.tasks.training.loop.steps import TrainResult
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,6 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     from rlep.tasks.settings.train import TrainConfig
+    from rlep.tasks.training.backends.collectives import DistributedError
+    from rlep.tasks.training.backends.distributed import init_distributed, serve, shutdown, stop_serving
+    from rlep.tasks.training.loop.steps import train_in_process
 
     config = TrainConfig.model_validate_json(args.config.read_text())
     rank = init_distributed(config.backend)
@@ -90,4 +97,6 @@ def main(argv: list[str] | None = None) -> None:
 
 # The group's state lives in tasks/training/backends/collectives.py, so running this module as __main__ is safe.
 if __name__ == "__main__":
-    main()
+    from rlep.tasks.quick_exit import run_then_exit
+
+    sys.exit(run_then_exit(main))

@@ -110,4 +110,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from rlep.tasks.quick_exit import run_then_exit
+
+    sys.exit(run_then_exit(main))
