@@ -206,6 +206,13 @@ def run_async_bench(config: AsyncBenchConfig, progress: bool = True) -> dict[str
     return {"summary": summary, "pairs": pairs, "path": str(path)}
 
 
-if __name__ == "__main__":  # one run, by `_run`: python -m rlep.tasks.bench.async_train CONFIG.json RESULT.json
-    _config = TrainConfig.model_validate_json(Path(sys.argv[1]).read_text())
-    Path(sys.argv[2]).write_text(json.dumps(measure_run(_config)))
+def _main() -> None:
+    """One run, by `_run`: python -m rlep.tasks.bench.async_train CONFIG.json RESULT.json."""
+    config = TrainConfig.model_validate_json(Path(sys.argv[1]).read_text())
+    Path(sys.argv[2]).write_text(json.dumps(measure_run(config)))
+
+
+if __name__ == "__main__":
+    from rlep.tasks.quick_exit import run_then_exit
+
+    sys.exit(run_then_exit(_main))

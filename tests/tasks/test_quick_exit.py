@@ -73,6 +73,7 @@ def test_a_main_that_raises_ends_the_usual_way(tmp_path):
         "rlep.flows.cli",
         "rlep.tasks.training.generation.generator_worker",
         "rlep.tasks.training.backends.launch",
+        "rlep.tasks.bench.async_train",
     ],
 )
 def test_an_entry_point_registers_no_exit_handler_that_would_be_skipped(module):
