@@ -22,6 +22,7 @@ from rlep.tasks.training.backends.backend import LocalBackend
 from rlep.tasks.training.backends.policy import PolicySpec
 from rlep.tasks.training.generation.async_gen import GeneratorError, GeneratorProcess
 from rlep.tasks.training.generation.generator_pool import GeneratorPool, start_generator
+from rlep.tasks.training.generation.placement import update_device
 from rlep.tasks.training.generation.weight_transport import (
     MEMFD_NAME,
     CudaIpcBucket,
@@ -83,7 +84,13 @@ def test_the_transport_follows_the_placement():
     assert choose_transport([], "cpu") == "shared-memory"
     assert choose_transport([], "cuda") == "cuda-ipc"  # trainer and generator on the default GPU
     assert choose_transport([1], "cuda:0") == "shared-memory"  # a generator on GPUs of its own: through the host
-    assert isinstance(bucket := bucket_for([], 4096), SharedMemoryBucket)  # this machine has no GPU
+    here = update_device([], torch.cuda.device_count())  # the CPU here; the default GPU on a machine with one
+    chosen = bucket_for([], 4096)
+    try:
+        assert isinstance(chosen, CudaIpcBucket if here.startswith("cuda") else SharedMemoryBucket), here
+    finally:
+        chosen.close()
+    bucket = make_bucket("shared-memory", 4096)
     try:
         assert bucket.opening() == ("shared-memory", bucket.fd, 4096)  # all a generator needs, beside the fd
         assert bucket.buffer.numel() == 4096 and shared_buckets(os.getpid())
@@ -95,8 +102,8 @@ def test_the_transport_follows_the_placement():
             make_bucket("cuda-ipc", 64, "cuda")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (never run here)")
-def test_a_cuda_ipc_bucket_opens_in_another_process():  # pragma: no cover - no GPU on the machines this ran on
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (passed on an H200, 2026-11-29)")
+def test_a_cuda_ipc_bucket_opens_in_another_process():  # pragma: no cover - CI has no GPU
     bucket = make_bucket("cuda-ipc", MIB, "cuda")
     assert isinstance(bucket, CudaIpcBucket)
     bucket.buffer[:4].copy_(torch.tensor([1, 2, 3, 4], dtype=torch.uint8))
