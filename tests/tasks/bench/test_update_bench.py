@@ -13,6 +13,7 @@ from rlep.tasks.bench.update import (
     attention_flops,
     bench_update,
     model_config,
+    summary,
     synthetic_batch,
 )
 
@@ -112,6 +113,7 @@ def test_mfu_counts_4n_a_token_with_lora_and_6n_otherwise(tmp_path):
     for report in (full, lora):
         expected = report["flops_per_token"] * report["tokens_per_step"] / report["step_seconds_median"] / 1e12
         assert abs(report["mfu"] - expected) <= 1e-12 * expected
+    assert "% by 6N, " in summary(full) and "% by 4N, " in summary(lora)  # the printed line names the count used
 
 
 def test_attention_flops_follow_torchtitans_12_l_h_q_t_a_token_by_hand():
