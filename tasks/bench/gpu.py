@@ -78,10 +78,12 @@ class UpdateLine:
         }
 
 
-# The measured lines' basis: the H100 SXM run of 2026-11-27 (docs/gpu-runs/h100-2026-11-27/gpu-check.json,
-# the same settings): floors ~0.78x the MFU measured there, so a slowdown of a quarter fails while the few
-# percent the step times moved between runs do not; ceilings ~15% over the peak allocation measured.
+# The measured lines' basis: the H100 SXM run of 2026-11-27 (docs/gpu-runs/h100-2026-11-27/gpu-check.json, the
+# same settings), and for the long-sequence line, added since, the H200 run of 2026-11-29 (the same compute; the
+# other two lines there within 5% of the H100's MFU): floors ~0.78x the MFU measured, so a slowdown of a quarter
+# fails while the few percent the step times moved between runs do not; ceilings ~15% over the peak allocation.
 H100_RUN = "docs/gpu-runs/h100-2026-11-27/gpu-check.json (H100 SXM)"
+H200_RUN = "docs/gpu-runs/h200-2026-11-29/gpu-check.json (H200)"
 NO_CPU_FLOOR = "no MFU floor on cpu: no peak FLOP/s is known for a shared CPU, so no MFU is computed"
 # Per device: on a GPU 64 sequences of 256 + 768 tokens (65,536 tokens a step; the 1.5B's activations in
 # micro-batches of 4 keep it near 50 GB, inside an H100's 80), then the long-sequence line: 32 answers of
@@ -131,12 +133,10 @@ UPDATE_RUNS: dict[str, list[UpdateLine]] = {
                 kl=True,
                 micro_batch_size=2,
             ),
-            mfu_floor=0.08,
-            peak_memory_ceiling_gib=60.0,
-            basis="an estimate, not yet measured on a GPU: ~12-20% MFU with attention (the checkpointed 1,024-token "
-            "line's 24.5% less the uncounted recomputation and reference forward, and the padding of unsorted "
-            "micro-batches) and ~40 GiB (23.0 GiB of state, 2.9 GiB of bf16 reference, ~8k tokens a micro-batch); "
-            "floor and ceiling loose until a GPU run measures them",
+            mfu_floor=0.10,
+            peak_memory_ceiling_gib=54.0,
+            basis=f"{H200_RUN}: MFU 10.9% by 6N, 12.7% with attention; peak 46.9 GiB (estimated before it ran: "
+            "12-20% and ~40 GiB)",
         ),
     ],
     "cpu": [
