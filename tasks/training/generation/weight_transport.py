@@ -9,14 +9,14 @@ Two kinds, chosen from the placement alone (`choose_transport`):
   exit, an error or a SIGKILL of either side frees it with the last mapping (it shows as `memfd:rlep-weights` in
   /proc/PID/maps while mapped). Each side's host memory for the sync is that one mapping, whose pages both
   processes count in their resident set.
-- `cuda-ipc` (the trainer updates on a GPU the generator shares: `update_device` is `cuda` and no
-  `generator_gpus`): a bucket-sized byte tensor on that GPU, opened by the generator through a CUDA IPC handle
-  (`torch.multiprocessing.reductions.reduce_tensor`, sent once over the channel). No host memory at all: the
-  weights go device to device. Run once, on one H200 (docs/async.md: its test and a 3-step async run). Written to
-  the CUDA IPC rules as torch documents them (the trainer keeps the buffer alive for the generator's lifetime; the
-  trainer's stream is synchronised before a bucket is announced, the generator's before it acknowledges one). A
-  generator on GPUs of its own uses `shared-memory` (device -> shared host buffer -> its device); CUDA IPC across
-  devices (peer access) is not implemented.
+- `cuda-ipc` (the trainer updates on a GPU the generator shares: `update_device` is `cuda` and no `generator_gpus`): a
+  bucket-sized byte tensor on that GPU, opened by the generator through a CUDA IPC handle
+  (`torch.multiprocessing.reductions.reduce_tensor`, sent once over the channel). No host memory at all: the weights
+  go device to device. Run on one H200 (2026-11-29, docs/async.md: its test, and async runs of the GPU check's tiny
+  policy). Written to the CUDA IPC rules as torch documents them (the trainer keeps the buffer alive for the
+  generator's lifetime; the trainer's stream is synchronised before a bucket is announced, the generator's before it
+  acknowledges one). A generator on GPUs of its own uses `shared-memory` (device -> shared host buffer -> its
+  device); CUDA IPC across devices (peer access) is not implemented.
 
 The protocol on top (tasks/training/generation/weight_sync.py: `send_weights` / `receive_weights`): the trainer waits
 until every generator has acknowledged the previous bucket, copies the next one into the buffer, announces its header to
@@ -75,7 +75,7 @@ class SharedMemoryBucket:
 
 
 class CudaIpcBucket:
-    """The trainer's side of a `cuda-ipc` bucket: `buffer`, a byte tensor on `device` (run once, on an H200)."""
+    """The trainer's side of a `cuda-ipc` bucket: `buffer`, a byte tensor on `device` (run on an H200)."""
 
     kind: TransportKind = "cuda-ipc"
 
