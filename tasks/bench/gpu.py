@@ -368,14 +368,11 @@ def _run_part(name: str, config: GpuCheckConfig, work: Path, deadline: float) ->
         from rlep.tasks.bench.gpu_fsdp import run_in_torchrun
 
         return run_in_torchrun(work / "distributed", config.device)
-    if name == "train":
+    if name in ("train", "async"):
         from rlep.tasks.bench.gpu_train import run_training
 
-        return {"status": "passed", **run_training(work / "train", config.device)}
-    if name == "async":
-        from rlep.tasks.bench.gpu_train import run_training
-
-        return {"status": "passed", **run_training(work / "async", config.device, mode="async")}
+        mode = "async" if name == "async" else "sync"
+        return {"status": "passed", **run_training(work / name, config.device, mode=mode)}
     if name == "vllm":
         return vllm_part(config, work / "vllm")
     return update_part(config, work / "update", deadline)

@@ -16,7 +16,7 @@ update act.
 Asserts: metrics for steps 1-3, every loss finite, the run resumed at step 2 (two starts recorded in
 resolved_settings.json, the second at step 2, both on the expected device), at least one group with a reward
 spread, no verdict from a failed verifier worker (timeout, memory, crash), and the step-3 checkpoint's weights
-away from the starting ones; in async mode also rollouts at most `max_staleness` (1) versions old and the weights
+away from the starting ones; in async mode also rollouts at most `max_staleness` versions old and the weights
 through the bucket expected on the device. Records the third-party packages the process imported (what a
 machine needs installed for the loop, the verifier's workers aside).
 """
@@ -110,7 +110,12 @@ def run_training(work: Path, device: str, engine: str = "transformers", mode: st
     out = work / "train_run"
     shutil.rmtree(out, ignore_errors=True)  # a kept --work's earlier check: this one trains from scratch
     began = time.perf_counter()
-    transport = _first_run(train_config(model, out, STEPS - 1, engine, mode))
+    config = train_config(model, out, STEPS - 1, engine, mode)
+    transport = None
+    if mode == "async":
+        transport = _async_run(config)
+    else:
+        train(config, progress=False)
     first = time.perf_counter() - began
     result = train(train_config(model, out, STEPS, engine, mode), resume=True, progress=False)
     resumed = time.perf_counter() - began - first
@@ -162,21 +167,17 @@ def run_training(work: Path, device: str, engine: str = "transformers", mode: st
     expected = "cuda-ipc" if device == "cuda" else "shared-memory"  # the generator shares the update's device
     if mode == "async" and transport != expected:
         failures.append(f"the weights crossed through a {transport} bucket, not {expected}")
-    if mode == "async" and not all(s is not None and s <= 1 for s in facts["staleness_max"]):  # max_staleness 1
-        failures.append(f"rollouts staler than max_staleness 1: {facts['staleness_max']}")
+    bound = config.max_staleness
+    if mode == "async" and not all(s is not None and s <= bound for s in facts["staleness_max"]):
+        failures.append(f"rollouts staler than max_staleness {bound}: {facts['staleness_max']}")
     if failures:
         raise AssertionError("; ".join(failures) + f" (facts: {json.dumps(facts, default=str)})")
     return facts
 
 
-def _first_run(config) -> str | None:
-    """The run to step 2: `train` (sync), or in `mode: async` the loop's own `Trainer`, what `train` runs in this
-    process, so that the bucket its generator process got can be read; returns that bucket's kind (sync: None)."""
-    if config.mode == "sync":
-        from rlep.tasks.training.trainer import train
-
-        train(config, progress=False)
-        return None
+def _async_run(config) -> str:
+    """The async run to step 2 by the loop's own `Trainer`, what `train` runs in this process, so that the bucket its
+    generator process got can be read; returns that bucket's kind."""
     from rlep.tasks.training.loop.steps import Trainer
 
     trainer = Trainer(config, progress=False)

@@ -320,7 +320,7 @@ def summary(report: dict[str, Any]) -> str:
         f"  step {report['step_seconds_median']:.3f} s (median of {len(report['step_seconds'])}), "
         f"{report['tokens_per_step']} tokens/step, {report['tokens_per_second']:.0f} tokens/s, "
         + (
-            f"MFU {100 * report['mfu']:.1f}% by {4 if config.get('lora_rank') else 6}N, "
+            f"MFU {100 * report['mfu']:.1f}% by {report['flops_per_token'] // report['flop_parameters']}N, "
             f"{100 * report['mfu_with_attention']:.1f}% with attention"
             if report["mfu"] is not None
             else "MFU n/a (pass --peak-tflops)"
